@@ -1,0 +1,183 @@
+// xstage/probe.cuh -- header-only device probes for xstage-trace.
+//
+// Include as <xstage/probe.cuh> (angle brackets: some JIT builds reject quoted includes).
+// Everything below XSTAGE_TRACE compiles to nothing unless XSTAGE_TRACE is defined; the
+// buffer type itself always exists so kernel signatures are the same in both builds.
+//
+// Usage inside a kernel (one writer warp per slice; lane 0 writes, all lanes may call):
+//   XSTAGE_PROBE_OPEN(buf, role);          // slice = blockIdx.x * roles_per_cta + role
+//   XSTAGE_PROBE_OPEN_IF(buf, role, pred); // same, but only warps where pred holds write
+//   XSTAGE_BEGIN(EV_MAINLOOP, tile);
+//   XSTAGE_END(EV_MAINLOOP, tile);
+//   XSTAGE_MARK(EV_STORE, tile, bytes);
+//   XSTAGE_END_P(EV_RS, tile, bytes);      // end record carrying a payload
+//   XSTAGE_PROBE_CLOSE();                  // writes the record count and the end anchor
+//
+// Record and file layout: docs/probe-format.md (format version 1).
+#pragma once
+#include <stdint.h>
+
+namespace xstage {
+
+constexpr uint16_t kFormatVersion = 1;
+constexpr uint32_t kRecordBytes = 16;
+constexpr int kKindMark = 0;
+constexpr int kKindBegin = 1;
+constexpr int kKindEnd = 2;
+
+// One probe record: 16 bytes.
+//   ts_ev bits 0..47 : clock64() low 48 bits (the decoder restores the high bits from the anchor)
+//   ts_ev bits 48..55: event id
+//   ts_ev bits 56..57: kind (0 mark, 1 begin, 2 end)
+struct __align__(16) Record {
+  uint64_t ts_ev;
+  uint32_t tile;
+  uint32_t payload;
+};
+static_assert(sizeof(Record) == kRecordBytes, "xstage record must be 16 bytes");
+
+// Per-slice bookkeeping written by the probes: 48 bytes.
+struct SliceMeta {
+  uint32_t count;      // records attempted (stored = min(count, capacity); overflow = rest)
+  uint32_t closed;     // 1 once XSTAGE_PROBE_CLOSE ran
+  uint32_t smid_open;
+  uint32_t smid_close;
+  uint64_t gt_open;    // %globaltimer at open
+  uint64_t clk_open;   // clock64 at open
+  uint64_t gt_close;
+  uint64_t clk_close;
+};
+static_assert(sizeof(SliceMeta) == 48, "xstage slice meta must be 48 bytes");
+
+// Passed by value to instrumented kernels.
+struct DeviceBuffer {
+  SliceMeta* meta;
+  Record* records;        // num_slices * capacity records
+  uint32_t capacity;      // records per slice
+  uint32_t roles_per_cta; // slices per CTA
+  uint32_t num_slices;
+  uint32_t pad;
+};
+
+}  // namespace xstage
+
+#ifdef XSTAGE_TRACE
+
+namespace xstage {
+
+__device__ __forceinline__ uint64_t globaltimer_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+__device__ __forceinline__ uint32_t smid() {
+  uint32_t s;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(s));
+  return s;
+}
+
+__device__ __forceinline__ uint64_t clock_cycles() {
+  uint64_t c;
+  asm volatile("mov.u64 %0, %%clock64;" : "=l"(c));
+  return c;
+}
+
+// Streaming (evict-first) 16-byte store: the trace should not displace the kernel's L2 lines.
+__device__ __forceinline__ void store_record_cs(Record* dst, uint64_t ts_ev, uint32_t tile,
+                                                uint32_t payload) {
+  asm volatile("st.global.cs.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(dst),
+               "r"((uint32_t)ts_ev), "r"((uint32_t)(ts_ev >> 32)), "r"(tile), "r"(payload)
+               : "memory");
+}
+
+// The probe handle of one writer warp: lives in registers.
+struct Probe {
+  Record* rec;
+  SliceMeta* meta;
+  uint32_t n;
+  uint32_t cap;
+  bool writer;
+
+  __device__ __forceinline__ void open(const DeviceBuffer& b, uint32_t role, bool enabled = true) {
+    const uint32_t slice = blockIdx.x * b.roles_per_cta + role;
+    writer = enabled && ((threadIdx.x & 31) == 0) && slice < b.num_slices && b.meta != nullptr;
+    rec = b.records + (uint64_t)slice * b.capacity;
+    meta = b.meta + slice;
+    cap = b.capacity;
+    n = 0;
+    if (writer) {
+      const uint64_t g = globaltimer_ns();
+      const uint64_t c = clock_cycles();
+      meta->smid_open = smid();
+      meta->gt_open = g;
+      meta->clk_open = c;
+    }
+  }
+
+  __device__ __forceinline__ void put(uint32_t event, uint32_t kind, uint32_t tile,
+                                      uint32_t payload) {
+    const uint64_t c = clock_cycles();
+    if (writer && n < cap) {
+      const uint64_t ts_ev = (c & 0xFFFFFFFFFFFFull) | ((uint64_t)(event & 0xFF) << 48) |
+                             ((uint64_t)(kind & 0x3) << 56);
+      store_record_cs(rec + n, ts_ev, tile, payload);
+    }
+    ++n;  // every calling lane counts, so the count stays warp-uniform without a shuffle
+  }
+
+  __device__ __forceinline__ void close() {
+    if (writer) {
+      const uint64_t g = globaltimer_ns();
+      const uint64_t c = clock_cycles();
+      meta->smid_close = smid();
+      meta->gt_close = g;
+      meta->clk_close = c;
+      meta->count = n;
+      meta->closed = 1;
+    }
+  }
+};
+
+}  // namespace xstage
+
+#define XSTAGE_PROBE_OPEN(buf, role) \
+  ::xstage::Probe xstage_probe_;     \
+  xstage_probe_.open((buf), (role))
+// Only the warps for which pred holds write (one writer warp per slice).
+#define XSTAGE_PROBE_OPEN_IF(buf, role, pred) \
+  ::xstage::Probe xstage_probe_;              \
+  xstage_probe_.open((buf), (role), (pred))
+#define XSTAGE_BEGIN(event, tile) xstage_probe_.put((event), ::xstage::kKindBegin, (tile), 0u)
+#define XSTAGE_END(event, tile) xstage_probe_.put((event), ::xstage::kKindEnd, (tile), 0u)
+#define XSTAGE_END_P(event, tile, payload) \
+  xstage_probe_.put((event), ::xstage::kKindEnd, (tile), (uint32_t)(payload))
+#define XSTAGE_MARK(event, tile, payload) \
+  xstage_probe_.put((event), ::xstage::kKindMark, (tile), (uint32_t)(payload))
+#define XSTAGE_PROBE_CLOSE() xstage_probe_.close()
+
+#else  // probes compiled out: no code, no clock reads, arguments not evaluated
+
+#define XSTAGE_PROBE_OPEN(buf, role) \
+  do {                               \
+  } while (0)
+#define XSTAGE_PROBE_OPEN_IF(buf, role, pred) \
+  do {                                        \
+  } while (0)
+#define XSTAGE_BEGIN(event, tile) \
+  do {                            \
+  } while (0)
+#define XSTAGE_END(event, tile) \
+  do {                          \
+  } while (0)
+#define XSTAGE_END_P(event, tile, payload) \
+  do {                                     \
+  } while (0)
+#define XSTAGE_MARK(event, tile, payload) \
+  do {                                    \
+  } while (0)
+#define XSTAGE_PROBE_CLOSE() \
+  do {                       \
+  } while (0)
+
+#endif  // XSTAGE_TRACE
