@@ -1,0 +1,99 @@
+"""Backlog recurrence and capacity guard for non-uniform burst sequences (spec §4).
+
+Everything runs over columns. The floor-issue backlog q_{n+1} = [q_n + Δb_n]₊ is a Lindley
+recursion: with S_n = Σ_{i<n} Δb_i (S_0 = 0), q_n = S_n − min_{k≤n} S_k. The stalled trajectory
+(our extension) composes clamp maps x ↦ min(max(x + a, lo), hi), which are closed under
+composition, so it is an associative prefix scan done in ⌈log2 N⌉ vectorized steps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from xstage_trace.analysis.burst_gap import isolated_excess_bytes, offered_pressure, pos
+
+
+def byte_balance(volume_bytes, rate_gbps, issue_floor_ns, gap_ns):
+    """Spec §4: Δb_n = V_n − R·(T_iss,n^0 + G_n)."""
+    return np.asarray(volume_bytes, dtype=np.float64) - rate_gbps * (np.asarray(issue_floor_ns, dtype=np.float64) + gap_ns)
+
+
+def backlog_bytes(delta_b) -> np.ndarray:
+    """Spec §4: q_n before each burst for q_{n+1} = [q_n + Δb_n]₊, q_0 = 0 (length N; closed form)."""
+    db = np.asarray(delta_b, dtype=np.float64)
+    s = np.concatenate(([0.0], np.cumsum(db)))
+    q = s - np.minimum.accumulate(s)
+    return q[:-1]
+
+
+@dataclass
+class SequenceAudit:
+    """Per-burst columns of the audit plus the onset of backpressure."""
+
+    table: pd.DataFrame
+    onset: int | None  # first burst whose capacity guard fails
+    onset_excess_bytes: float | None
+
+
+def audit_sequence(volume_bytes, gap_ns, issue_floor_ns, rate_gbps: float, capacity_bytes: float | None) -> SequenceAudit:
+    """Spec §4: ρ_n, Δb_n, q_n, b_n^iso and the guard q_n + b_n^iso ≤ Q for every burst."""
+    v = np.asarray(volume_bytes, dtype=np.float64)
+    g = np.asarray(gap_ns, dtype=np.float64)
+    t0 = np.broadcast_to(np.asarray(issue_floor_ns, dtype=np.float64), v.shape)
+    db = byte_balance(v, rate_gbps, t0, g)
+    q = backlog_bytes(db)
+    b_iso = isolated_excess_bytes(v, rate_gbps, t0)
+    guard = np.ones(len(v), bool) if capacity_bytes is None else (q + b_iso <= capacity_bytes)
+    df = pd.DataFrame({
+        "volume_bytes": v, "gap_ns": g, "issue_floor_ns": t0,
+        "rho": offered_pressure(v, rate_gbps, t0, g), "delta_b_bytes": db,
+        "q_bytes": q, "b_iso_bytes": b_iso, "guard_ok": guard,
+    })
+    fails = np.flatnonzero(~guard)
+    onset = int(fails[0]) if len(fails) else None
+    excess = float(q[onset] + b_iso[onset] - capacity_bytes) if onset is not None else None
+    return SequenceAudit(df, onset, excess)
+
+
+def _clamp_scan(a: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Inclusive prefix composition of f_n(x) = min(max(x + a_n, lo_n), hi_n): F_n = f_n ∘ … ∘ f_0."""
+    A, L, U = a.copy(), lo.copy(), hi.copy()
+    step = 1
+    n = len(A)
+    while step < n:
+        # g = (A,L,U)[i] after f = (A,L,U)[i-step]:  g∘f(x) = clamp(x + A1 + A2, max(L1 + A2, L2), min(max(U1 + A2, L2), U2))
+        A1, L1, U1 = A[:-step], L[:-step], U[:-step]
+        A2, L2, U2 = A[step:], L[step:], U[step:]
+        newU = np.minimum(np.maximum(U1 + A2, L2), U2)
+        newL = np.minimum(np.maximum(L1 + A2, L2), newU)
+        A = np.concatenate((A[:step], A1 + A2))
+        L = np.concatenate((L[:step], newL))
+        U = np.concatenate((U[:step], newU))
+        step *= 2
+    return A, L, U
+
+
+def stalled_trajectory(volume_bytes, gap_ns, issue_floor_ns, rate_gbps: float, capacity_bytes: float,
+                       loop_overhead_ns: float = 0.0) -> pd.DataFrame:
+    """Spec §4 extension: issue stretches just enough to respect Q.
+
+    T_iss,n = max(T_iss,n^0, (q_n + V_n − Q)/R);  q_{n+1} = [q_n + V_n − R·(T_iss,n + G_n + o)]₊.
+    Substituting T_iss,n gives q_{n+1} = min(max(q_n + a_n, 0), max(c_n, 0)) with
+    a_n = V_n − R·(T^0_n + G_n + o) and c_n = Q − R·(G_n + o): a clamp map, scanned in closed form.
+    """
+    v = np.asarray(volume_bytes, dtype=np.float64)
+    g = np.asarray(gap_ns, dtype=np.float64)
+    t0 = np.broadcast_to(np.asarray(issue_floor_ns, dtype=np.float64), v.shape)
+    a = v - rate_gbps * (t0 + g + loop_overhead_ns)
+    c = pos(capacity_bytes - rate_gbps * (g + loop_overhead_ns))
+    A, L, U = _clamp_scan(a, np.zeros_like(a), c)
+    q_after = np.minimum(np.maximum(0.0 + A, L), U)
+    q_before = np.concatenate(([0.0], q_after[:-1]))
+    t_iss = np.maximum(t0, (q_before + v - capacity_bytes) / rate_gbps)
+    return pd.DataFrame({
+        "q_bytes": q_before, "issue_ns": t_iss, "issue_overhead_ns": t_iss - t0,
+        "period_ns": t_iss + g + loop_overhead_ns, "q_after_bytes": q_after,
+    })

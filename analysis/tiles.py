@@ -1,0 +1,83 @@
+"""Per-tile stall prediction vs measurement (spec §5) from the probe records of a fused kernel.
+
+Event conventions (instrument/examples/fused_moe.cu and the upstream recipes use them):
+- role "mma" (slice role 0): ``slot_wait`` begin/end before a tile's mainloop (tile = the tile about
+  to run), ``mainloop`` begin/end, ``tile_info`` mark (payload = kind | expert << 1 | wave << 16,
+  kind 1 = Linear-2 with a remote-store epilogue, 0 = Linear-1).
+- role "epi" (slice role 1): ``rs`` begin/end around a tile's remote stores (sender-visible span,
+  end payload = bytes), ``ls`` begin/end around a local-store epilogue.
+
+With S staging slots, tile i's slot is reused by the tile S positions later on the same CTA; the
+mainloops in between cover the epilogue of tile i. With S = 2 that is the successor's mainloop:
+T_cover(i) = mainloop(i+1), predicted Δt(i) = [T_RS(i) − T_cover(i)]₊, measured Δt(i) = the slot
+wait before tile i+2.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from xstage_trace.analysis.stall import predicted_stall_ns
+
+STAGING_SLOTS = 2
+MIN_NOISE_NS = 200.0
+
+
+def _spans(p: pd.DataFrame, event: str, value: str) -> pd.DataFrame:
+    e = p[p["event"] == event]
+    keys = ["rank", "dump", "cta", "tile"]
+    b = e[e["kind"] == "begin"][keys + ["t_ns"]].rename(columns={"t_ns": f"{value}_start_ns"})
+    f = e[e["kind"] == "end"][keys + ["t_ns"]].rename(columns={"t_ns": f"{value}_end_ns"})
+    s = b.merge(f, on=keys, how="inner")
+    s[f"{value}_ns"] = s[f"{value}_end_ns"] - s[f"{value}_start_ns"]
+    return s
+
+
+def tile_table(probes: pd.DataFrame, slices: pd.DataFrame, noise_ns: float | None = None, slots: int = STAGING_SLOTS) -> pd.DataFrame:
+    """One row per tile of every fused-kernel dump: kind, expert, wave, mainloop, T_RS, T_cover,
+    predicted and measured stall, backpressured flag (threshold: ``noise_ns`` or derived)."""
+    if probes.empty or "mainloop" not in set(probes["event"].astype(str).unique()):
+        return pd.DataFrame()
+    p = probes.assign(event=probes["event"].astype(str), kind=probes["kind"].astype(str), dump=probes["dump"].astype(str))
+    p = p[p["event"].isin(["mainloop", "slot_wait", "rs", "ls", "tile_info"])]
+    keys = ["rank", "dump", "cta", "tile"]
+    ml = _spans(p, "mainloop", "mainloop")
+    info = p[p["event"] == "tile_info"][keys + ["payload"]]
+    ml = ml.merge(info, on=keys, how="left")
+    ml["is_l2"] = (ml["payload"].fillna(0).astype(np.int64) & 1).astype(bool)
+    ml["expert"] = (ml["payload"].fillna(0).astype(np.int64) >> 1) & 0x7FFF
+    ml["wave"] = ml["payload"].fillna(0).astype(np.int64) >> 16
+    ml = ml.drop(columns=["payload"])
+    wait = _spans(p, "slot_wait", "wait")[keys + ["wait_ns"]]
+    rs = _spans(p, "rs", "rs")[keys + ["rs_ns"]]
+    ls = _spans(p, "ls", "ls")[keys + ["ls_ns"]]
+    t = ml.merge(wait, on=keys, how="left").merge(rs, on=keys, how="left").merge(ls, on=keys, how="left")
+    t = t.sort_values(["rank", "dump", "cta", "mainloop_start_ns"], kind="stable").reset_index(drop=True)
+    g = t.groupby(["rank", "dump", "cta"], sort=False)
+    t["position"] = g.cumcount()
+    t["cover_ns"] = sum(g["mainloop_ns"].shift(-j) for j in range(1, slots)) if slots > 1 else 0.0
+    t["measured_stall_ns"] = g["wait_ns"].shift(-slots)
+    t["epilogue_span_ns"] = t["rs_ns"].fillna(t["ls_ns"])
+    t["predicted_stall_ns"] = predicted_stall_ns(t["epilogue_span_ns"], t["cover_ns"])
+    labels = slices.drop_duplicates("dump").set_index("dump")["label"]
+    t["label"] = t["dump"].map(labels)
+    if noise_ns is None:
+        noise_ns = derive_noise_ns(t)
+    t["noise_ns"] = noise_ns
+    t["backpressured"] = (t["predicted_stall_ns"] > noise_ns) | (t["measured_stall_ns"].fillna(0) > noise_ns)
+    t["tile_kind"] = np.where(t["is_l2"], "linear2", "linear1")
+    t = t.rename(columns={"rs_ns": "rs_span_ns"})
+    return t[["rank", "dump", "label", "cta", "position", "tile", "tile_kind", "expert", "wave", "mainloop_ns", "rs_span_ns",
+              "epilogue_span_ns", "cover_ns", "predicted_stall_ns", "measured_stall_ns", "noise_ns", "backpressured"]]
+
+
+def derive_noise_ns(tiles: pd.DataFrame) -> float:
+    """Noise threshold from the control runs (label ``control=1`` or ``dest=local``): the p99 of
+    their measured slot waits, at least MIN_NOISE_NS. Without a control: MIN_NOISE_NS."""
+    lab = tiles["label"].fillna("")
+    ctrl = tiles[lab.str.contains(r"\bcontrol=1\b") | lab.str.contains(r"\bdest=local\b")]
+    waits = ctrl["measured_stall_ns"].dropna()
+    if waits.empty:
+        return MIN_NOISE_NS
+    return float(max(np.percentile(waits, 99), MIN_NOISE_NS))

@@ -1,0 +1,1 @@
+"""xstage-trace app."""

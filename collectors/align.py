@@ -1,0 +1,91 @@
+"""Common time axis: probe %globaltimer ns → nsys ns (docs/nsys-formats.md §1).
+
+Every dump is one kernel launch, so its probe span (slice open to close anchors) must lie inside
+that kernel's nsys interval. A (dump, kernel) pair therefore allows offsets in
+[dump_end − kernel_end, dump_start − kernel_start]. Matching: the offset proposed by some kernel
+for the first dump that places the most dumps inside a kernel (with a small slack, since CUPTI
+re-synchronises its clocks). Fit: a line offset(t) = c0 + c1·t through the middles of the matched
+pairs' feasible intervals (c1 is the drift between the clocks). Residual: the worst distance by
+which a matched dump leaves its kernel under the fitted line (0 when all fit).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+MATCH_SLACK_NS = 20_000.0
+
+
+@dataclass
+class Alignment:
+    """probe-clock ns → kernel-clock ns: t_kernel = t_probe − (offset_ns + drift·(t_probe − t_ref_ns))."""
+
+    offset_ns: float
+    drift: float  # dimensionless slope of the offset (ns per ns)
+    t_ref_ns: float
+    residual_ns: float
+    dumps_matched: int
+    dumps_total: int
+    kernel_of_dump: np.ndarray  # index into the kernels given, -1 where unmatched
+
+    def to_kernel_clock(self, t_probe_ns: np.ndarray) -> np.ndarray:
+        """Map probe-clock times onto the kernel (nsys) clock."""
+        return t_probe_ns - (self.offset_ns + self.drift * (t_probe_ns - self.t_ref_ns))
+
+    def as_dict(self) -> dict:
+        return {
+            "offset_ns": self.offset_ns,
+            "drift_ppm": self.drift * 1e6,
+            "residual_ns": self.residual_ns,
+            "dumps_matched": self.dumps_matched,
+            "dumps_total": self.dumps_total,
+        }
+
+
+def _match(offset: np.ndarray, a: np.ndarray, b: np.ndarray, ks: np.ndarray, ke: np.ndarray, slack: float) -> np.ndarray:
+    """For offsets (rows) × dumps (columns): index of a kernel holding the dump, -1 if none."""
+    j = np.searchsorted(ks, (a[None, :] - offset[:, None] + slack).ravel(), side="right").reshape(len(offset), len(a)) - 1
+    ok = (j >= 0) & (ke[np.maximum(j, 0)] >= b[None, :] - offset[:, None] - slack)
+    return np.where(ok, j, -1)
+
+
+def align_dumps(dump_start: np.ndarray, dump_end: np.ndarray, kern_start: np.ndarray, kern_end: np.ndarray,
+                slack_ns: float = MATCH_SLACK_NS) -> Alignment:
+    """Fit the probe→nsys clock mapping of one device from dump spans and kernel intervals (ns)."""
+    a = np.asarray(dump_start, dtype=np.float64)
+    b = np.asarray(dump_end, dtype=np.float64)
+    order = np.argsort(kern_start)
+    ks = np.asarray(kern_start, dtype=np.float64)[order]
+    ke = np.asarray(kern_end, dtype=np.float64)[order]
+    d0 = int(np.argmin(a))
+    cands = np.flatnonzero(ke - ks >= (b[d0] - a[d0]) - 2 * slack_ns)
+    best, best_n = None, -1
+    per_chunk = max(1, 4_000_000 // max(len(a), 1))
+    for start in range(0, len(cands), per_chunk):  # chunks of candidate offsets, each vectorized
+        c = cands[start : start + per_chunk]
+        offs = (a[d0] - ks[c] + b[d0] - ke[c]) / 2.0
+        n = (_match(offs, a, b, ks, ke, slack_ns) >= 0).sum(axis=1)
+        i = int(np.argmax(n))
+        if n[i] > best_n:
+            best, best_n = float(offs[i]), int(n[i])
+    if best is None or best_n == 0:
+        return Alignment(float("nan"), 0.0, 0.0, float("nan"), 0, len(a), np.full(len(a), -1))
+    k = _match(np.array([best]), a, b, ks, ke, slack_ns)[0]
+    m = k >= 0
+    lo = b[m] - ke[k[m]]
+    hi = a[m] - ks[k[m]]
+    mid = (lo + hi) / 2.0
+    t = (a[m] + b[m]) / 2.0
+    t_ref = float(t.min())
+    if m.sum() >= 3 and np.ptp(t) > 0:
+        drift, offset = np.polyfit(t - t_ref, mid, 1)
+    else:
+        drift, offset = 0.0, float(np.mean(mid))
+    fitted = offset + drift * (t - t_ref)
+    violation = np.maximum(lo - fitted, fitted - hi)  # > 0: dump sticks out of its kernel
+    residual = float(max(violation.max(), 0.0))
+    kernel_of_dump = np.full(len(a), -1)
+    kernel_of_dump[m] = order[k[m]]
+    return Alignment(float(offset), float(drift), t_ref, residual, int(m.sum()), len(a), kernel_of_dump)

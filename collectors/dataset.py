@@ -1,0 +1,66 @@
+"""The run dataset on disk: one folder, one Parquet file per table (hive-partitioned by rank when a
+table holds several ranks), zstd-compressed, plus manifest.json. Written to a temporary folder and
+renamed, so a reader never sees half a run. DuckDB reads it as is:
+``SELECT * FROM read_parquet('RUN/kernels*.parquet')`` or ``'RUN/kernels/*/*.parquet'`` with
+``hive_partitioning = true``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from xstage_trace.atomic import atomic_dir
+from xstage_trace.errors import InputError
+from xstage_trace.schema import SCHEMA_VERSION, TABLES, conform, empty_table
+
+MANIFEST = "manifest.json"
+
+
+def write_run(run_dir: str | Path, tables: dict[str, pa.Table], manifest: dict) -> Path:
+    """Write every table of TABLES (empty ones too, so the schema is always there) and the manifest."""
+    run_dir = Path(run_dir)
+    with atomic_dir(run_dir) as tmp:
+        for name in TABLES:
+            table = conform(name, tables[name]) if name in tables else empty_table(name)
+            ranks = pc.unique(table["rank"]).to_pylist() if table.num_rows else []
+            if len(ranks) > 1:
+                for r in sorted(ranks):
+                    part = table.filter(pc.equal(table["rank"], r))
+                    (tmp / name / f"rank={r}").mkdir(parents=True)
+                    pq.write_table(part, tmp / name / f"rank={r}" / "part-0.parquet", compression="zstd")
+            else:
+                pq.write_table(table, tmp / f"{name}.parquet", compression="zstd")
+        doc = dict(manifest, schema_version=SCHEMA_VERSION, tables={n: (tables[n].num_rows if n in tables else 0) for n in TABLES})
+        (tmp / MANIFEST).write_text(json.dumps(doc, indent=2, sort_keys=True, default=str))
+    return run_dir
+
+
+def is_run_dir(path: Path) -> bool:
+    """True for a folder written by write_run."""
+    return Path(path, MANIFEST).is_file()
+
+
+def read_run(run_dir: str | Path) -> tuple[dict[str, pa.Table], dict]:
+    """Read a run folder back: (tables, manifest)."""
+    run_dir = Path(run_dir)
+    if not Path(run_dir, MANIFEST).is_file():
+        raise InputError(run_dir, "not an xstage run dataset (no manifest.json)", "pass a folder written by xstage-trace analyze -o")
+    manifest = json.loads(Path(run_dir, MANIFEST).read_text())
+    if manifest.get("schema_version", 0) > SCHEMA_VERSION:
+        raise InputError(run_dir, f"run dataset schema {manifest.get('schema_version')} is newer than this xstage-trace ({SCHEMA_VERSION})", "upgrade xstage-trace")
+    tables = {}
+    for name in TABLES:
+        single = run_dir / f"{name}.parquet"
+        parts = sorted((run_dir / name).glob("rank=*/*.parquet")) if (run_dir / name).is_dir() else []
+        if single.is_file():
+            tables[name] = conform(name, pq.read_table(single))
+        elif parts:
+            tables[name] = pa.concat_tables([conform(name, pq.read_table(p, partitioning=None)) for p in parts])
+        else:
+            tables[name] = empty_table(name)
+    return tables, manifest

@@ -1,0 +1,261 @@
+"""Nsight Systems export → run-dataset tables (kernels, nvtx, gpu_metrics) plus GPU and session info.
+
+Works on SQLite exports from nsys 2022.4 to 2026.x and on parquetdir exports; every optional table
+or column is looked up before use, and what is missing is reported as a warning.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from xstage_trace.collectors import nsys_names as N
+from xstage_trace.collectors.nsys_tables import open_tables
+from xstage_trace.errors import InputError
+from xstage_trace.schema import conform
+
+UTC_NORMALIZED_THRESHOLD_NS = 10**18  # exports made with --ts-normalize carry UTC epoch ns
+
+
+@dataclass
+class NsysExport:
+    """What one nsys export holds, in run-dataset form."""
+
+    path: Path
+    kernels: pa.Table
+    nvtx: pa.Table
+    gpu_metrics: pa.Table
+    gpus: list[dict]
+    nsys_version: str | None
+    schema_version: str | None
+    utc_epoch_ns: int | None
+    warnings: list[str] = field(default_factory=list)
+
+
+def _strings(src) -> pd.Series:
+    if N.STRINGS_TABLE not in src.tables():
+        return pd.Series(dtype=object)
+    t = src.read(N.STRINGS_TABLE, ["id", "value"]).to_pandas()
+    return pd.Series(t["value"].values, index=t["id"].values)
+
+
+def _export_meta(src) -> dict:
+    if N.EXPORT_META_TABLE not in src.tables():
+        return {}
+    t = src.read(N.EXPORT_META_TABLE, ["name", "value"]).to_pandas()
+    return dict(zip(t["name"], t["value"]))
+
+
+def _session_epoch(src) -> int | None:
+    if N.SESSION_TABLE not in src.tables() or "utcEpochNs" not in src.columns(N.SESSION_TABLE):
+        return None
+    v = src.read(N.SESSION_TABLE, ["utcEpochNs"]).column(0).to_pylist()
+    return int(v[0]) if v and v[0] is not None else None
+
+
+def _gpus(src, kernel_devices: np.ndarray, warnings: list[str]) -> list[dict]:
+    if N.GPU_INFO_TABLE in src.tables():
+        cols = [c for c in ("id", "name", "smCount", "clockRate", "l2CacheSize") if c in src.columns(N.GPU_INFO_TABLE)]
+        t = src.read(N.GPU_INFO_TABLE, cols).to_pandas()
+        return [
+            {"device_id": int(r["id"]), "name": str(r.get("name", "unknown")), "sm_count": int(r["smCount"]) if "smCount" in r else None,
+             "clock_hz": int(r["clockRate"]) if "clockRate" in r else None}
+            for _, r in t.iterrows()  # one row per GPU, not per event
+        ]
+    warnings.append(f"{N.GPU_INFO_TABLE} missing: GPU names unknown")
+    if N.CUDA_DEVICE_TABLE in src.tables() and "numMultiprocessors" in src.columns(N.CUDA_DEVICE_TABLE):
+        t = src.read(N.CUDA_DEVICE_TABLE, ["gpuId", "numMultiprocessors"]).to_pandas()
+        return [{"device_id": int(g), "name": "unknown", "sm_count": int(s), "clock_hz": None} for g, s in zip(t.gpuId, t.numMultiprocessors)]
+    return [{"device_id": int(d), "name": "unknown", "sm_count": None, "clock_hz": None} for d in np.unique(kernel_devices)]
+
+
+def _nvtx(src, strings: pd.Series, rank: int, to_utc, shift: int, warnings: list[str]) -> pd.DataFrame:
+    cols_have = src.columns(N.NVTX_TABLE)
+    if not cols_have:
+        warnings.append("no NVTX ranges in this export (capture with -t cuda,nvtx to attribute kernels to ranges)")
+        return pd.DataFrame(columns=["rank", "name", "start_ns", "end_ns", "start_utc_ns", "event_type", "global_tid", "domain_id"])
+    want = [c for c in ("start", "end", "eventType", "text", "textId", "globalTid", "domainId") if c in cols_have]
+    t = src.read(N.NVTX_TABLE, want).to_pandas()
+    t = t[t["eventType"].isin(N.NVTX_RANGE_TYPES) & t["end"].notna()]
+    name = t["text"] if "text" in t else pd.Series(None, index=t.index, dtype=object)
+    if "textId" in t:
+        name = name.where(name.notna(), t["textId"].map(strings))
+    start = t["start"].astype(np.int64) - shift
+    return pd.DataFrame(
+        {
+            "rank": rank,
+            "name": name.values,
+            "start_ns": start.values,
+            "end_ns": t["end"].astype(np.int64).values - shift,
+            "start_utc_ns": to_utc(start.values),
+            "event_type": t["eventType"].astype(np.int32).values,
+            "global_tid": t["globalTid"].values if "globalTid" in t else None,
+            "domain_id": t["domainId"].values if "domainId" in t else None,
+        }
+    ).sort_values("start_ns", kind="stable")
+
+
+def _innermost_range(ranges: pd.DataFrame, tid: np.ndarray, t_ns: np.ndarray) -> np.ndarray:
+    """Index (into ``ranges``) of the innermost range on thread ``tid`` containing ``t_ns``; -1 if none.
+
+    Ranges sorted by start; the candidate is the latest range started at or before t; while it has
+    ended before t, step to its parent (pointer jumping, as many rounds as the nesting is deep).
+    """
+    out = np.full(len(t_ns), -1, dtype=np.int64)
+    if len(ranges) == 0 or len(t_ns) == 0:
+        return out
+    r = ranges.reset_index(drop=True)
+    for thread, grp in r.groupby("global_tid", sort=False):  # one group per CPU thread
+        idx = grp.index.to_numpy()
+        start = grp["start_ns"].to_numpy()
+        end = grp["end_ns"].to_numpy()
+        parent = np.arange(len(idx)) - 1
+        while True:  # parent = nearest earlier range that is still open at this range's start
+            pe = np.where(parent >= 0, end[np.maximum(parent, 0)], np.iinfo(np.int64).max)
+            step = (parent >= 0) & (pe < start)
+            if not step.any():
+                break
+            parent = np.where(step, parent[np.maximum(parent, 0)], parent)
+        sel = tid == thread
+        cand = np.searchsorted(start, t_ns[sel], side="right") - 1
+        tt = t_ns[sel]
+        while True:
+            ce = np.where(cand >= 0, end[np.maximum(cand, 0)], np.iinfo(np.int64).max)
+            step = (cand >= 0) & (ce < tt)
+            if not step.any():
+                break
+            cand = np.where(step, parent[np.maximum(cand, 0)], cand)
+        out[sel] = np.where(cand >= 0, idx[np.maximum(cand, 0)], -1)
+    return out
+
+
+def _kernels(src, strings: pd.Series, rank: int, to_utc, shift: int, nvtx: pd.DataFrame, warnings: list[str]) -> pd.DataFrame:
+    have = src.columns(N.KERNEL_TABLE)
+    missing = [c for c in N.KERNEL_CORE_COLUMNS if c not in have]
+    if missing:
+        raise InputError(src.path, f"kernel table lacks {', '.join(missing)} (nsys schema older than 2022.4?)", "re-export the report with nsys 2022.4 or newer")
+    cols = list(N.KERNEL_CORE_COLUMNS) + [c for c in N.KERNEL_OPTIONAL_COLUMNS if c in have]
+    k = src.read(N.KERNEL_TABLE, cols).to_pandas()
+    start = k["start"].astype(np.int64).to_numpy() - shift
+    df = pd.DataFrame(
+        {
+            "rank": rank,
+            "device_id": k["deviceId"].astype(np.int32).values,
+            "name": k["demangledName"].map(strings).values,
+            "short_name": k["shortName"].map(strings).values,
+            "start_ns": start,
+            "end_ns": k["end"].astype(np.int64).values - shift,
+            "duration_ns": (k["end"] - k["start"]).astype(np.int64).values,
+            "start_utc_ns": to_utc(start),
+            "stream_id": k["streamId"].astype(np.int32).values,
+        }
+    )
+    for c_src, c_dst in (("correlationId", "correlation_id"), ("gridX", "grid_x"), ("gridY", "grid_y"), ("gridZ", "grid_z"),
+                         ("blockX", "block_x"), ("blockY", "block_y"), ("blockZ", "block_z")):
+        if c_src in k:
+            df[c_dst] = k[c_src].values
+    df["nvtx_range"] = None
+    if len(nvtx) and "correlation_id" in df and N.RUNTIME_TABLE in src.tables():
+        rt = src.read(N.RUNTIME_TABLE, ["correlationId", "start", "globalTid"]).to_pandas()
+        rt = rt.drop_duplicates("correlationId").set_index("correlationId")
+        launch_t = df["correlation_id"].map(rt["start"] - shift)
+        launch_tid = df["correlation_id"].map(rt["globalTid"])
+        ok = launch_t.notna().to_numpy()
+        ranges = nvtx.reset_index(drop=True)
+        where = np.full(len(df), -1)
+        where[ok] = _innermost_range(ranges, launch_tid[ok].astype(np.int64).to_numpy(), launch_t[ok].astype(np.int64).to_numpy())
+        names = ranges["name"].to_numpy(dtype=object)
+        df["nvtx_range"] = np.where(where >= 0, names[np.maximum(where, 0)], None)
+    elif len(nvtx):
+        warnings.append(f"{N.RUNTIME_TABLE} missing: kernels not attributed to NVTX ranges")
+    return df.sort_values("start_ns", kind="stable")
+
+
+def _gpu_metrics(src, rank: int, shift: int, warnings: list[str]) -> pa.Table:
+    if N.METRICS_TABLE not in src.tables() or N.METRIC_NAMES_TABLE not in src.tables():
+        warnings.append("no GPU metrics in this export (capture with --gpu-metrics-devices=all for SM/Tensor Active)")
+        return conform("gpu_metrics", pa.table({}))
+    names = src.read(N.METRIC_NAMES_TABLE, ["typeId", "metricId", "metricName"]).to_pandas().drop_duplicates(["typeId", "metricId"])
+    m = src.read(N.METRICS_TABLE, ["timestamp", "typeId", "metricId", "value"])
+    m = m.filter(pc.is_valid(m["timestamp"]))
+    # Join on (typeId, metricId): metricId alone is "not assumed to be stable" across types.
+    key_names = names["typeId"].to_numpy(np.int64) * 4096 + names["metricId"].to_numpy(np.int64)
+    key_rows = m["typeId"].to_numpy().astype(np.int64) * 4096 + m["metricId"].to_numpy().astype(np.int64)
+    order = np.argsort(key_names)
+    pos = np.searchsorted(key_names[order], key_rows)
+    pos = np.minimum(pos, len(order) - 1)
+    found = key_names[order][pos] == key_rows
+    raw_names = names["metricName"].to_numpy(dtype=object)[order]
+    raw_dict = pa.array(list(raw_names), pa.string())
+    norm_list = [N.normalize_metric(n) for n in raw_names]  # one per metric name, not per sample
+    norm_unique = sorted(set(norm_list))
+    norm_idx = np.array([norm_unique.index(n) for n in norm_list], dtype=np.int32)
+    if not found.all():
+        warnings.append(f"{int((~found).sum())} GPU-metric samples had no name in {N.METRIC_NAMES_TABLE}; dropped")
+    pos = pos[found]
+    m = m.filter(pa.array(found))
+    return conform(
+        "gpu_metrics",
+        pa.table(
+            {
+                "rank": pa.array(np.full(len(pos), rank, np.int32)),
+                "device_id": pa.array(N.device_of_type_id(m["typeId"].to_numpy().astype(np.int64)).astype(np.int32)),
+                "metric": pa.DictionaryArray.from_arrays(pa.array(norm_idx[pos]), pa.array(norm_unique, pa.string())),
+                "metric_raw": pa.DictionaryArray.from_arrays(pa.array(pos.astype(np.int32)), raw_dict),
+                "timestamp_ns": pc.subtract(m["timestamp"].cast(pa.int64()), shift),
+                "value": m["value"].cast(pa.float64()),
+            }
+        ),
+    )
+
+
+def read_nsys_export(path: str | Path, rank: int = 0) -> NsysExport:
+    """Read an nsys SQLite or parquetdir export into run-dataset tables (session-relative ns + UTC)."""
+    path = Path(path)
+    if not path.exists():
+        raise InputError(path, "no such file or folder", "check the path")
+    src = open_tables(path)
+    try:
+        warnings: list[str] = []
+        meta = _export_meta(src)
+        if not meta and N.KERNEL_TABLE not in src.tables() and N.STRINGS_TABLE not in src.tables():
+            raise InputError(path, "not an Nsight Systems export (no META_DATA_EXPORT, StringIds or kernel table)", "export the report with: nsys export --type sqlite REPORT.nsys-rep")
+        if not meta:
+            warnings.append(f"{path.name}: no META_DATA_EXPORT (nsys 2022.4 or older); schema version unknown")
+        if N.KERNEL_TABLE not in src.tables():
+            raise InputError(path, "export has no kernels (CUPTI_ACTIVITY_KIND_KERNEL missing)", "capture with nsys profile -t cuda,nvtx so GPU kernels are traced")
+        strings = _strings(src)
+        epoch = _session_epoch(src)
+        k_start = src.read(N.KERNEL_TABLE, ["start"]).column(0)
+        if k_start.length() == 0:
+            raise InputError(path, "export has no kernels (kernel table is empty)", "capture a run that launches GPU kernels, with nsys profile -t cuda")
+        normalized = int(pc.min(k_start).as_py()) > UTC_NORMALIZED_THRESHOLD_NS
+        if epoch is None:
+            warnings.append(f"{N.SESSION_TABLE} missing: UTC times unknown, probe alignment falls back to per-kernel offsets")
+        # --ts-normalize exports store UTC ns; shift them back so *_ns is session-relative everywhere.
+        shift = (epoch or 0) if normalized else 0
+        if normalized:
+            warnings.append(f"{path.name}: export made with --ts-normalize (UTC timestamps); converted to session-relative")
+        to_utc = (lambda a: a + epoch) if epoch is not None else (lambda a: np.full(len(a), None))
+        nvtx = _nvtx(src, strings, rank, to_utc, shift, warnings)
+        kernels = _kernels(src, strings, rank, to_utc, shift, nvtx, warnings)
+        metrics = _gpu_metrics(src, rank, shift, warnings)
+        gpus = _gpus(src, kernels["device_id"].to_numpy(), warnings)
+    finally:
+        src.close()
+    return NsysExport(
+        path=path,
+        kernels=conform("kernels", pa.Table.from_pandas(kernels, preserve_index=False)),
+        nvtx=conform("nvtx", pa.Table.from_pandas(nvtx, preserve_index=False)),
+        gpu_metrics=metrics,
+        gpus=gpus,
+        nsys_version=meta.get("EXPORT_PRODUCT_VERSION"),
+        schema_version=meta.get("EXPORT_SCHEMA_VERSION"),
+        utc_epoch_ns=epoch,
+        warnings=warnings,
+    )

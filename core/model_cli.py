@@ -1,0 +1,148 @@
+"""``xstage-trace model …``: model evaluations as JSON-ready dicts (units in the key names)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from xstage_trace.errors import InputError
+
+MIB = float(1 << 20)
+
+
+def burst_doc(rate_gbps, issue_floor_us, producers, bytes_per_producer, gap_us, capacity_mib) -> dict:
+    """Spec §2–§4 for one recurring burst."""
+    from xstage_trace.analysis import burst_gap as bg
+
+    v = producers * bytes_per_producer
+    t0 = issue_floor_us * 1e3
+    g = (gap_us or 0.0) * 1e3
+    q = capacity_mib * MIB if capacity_mib is not None else None
+    b_iso = float(bg.isolated_excess_bytes(v, rate_gbps, t0))
+    verdict, failed = bg.design_verdict(v, g, rate_gbps, t0, q)
+    return {
+        "volume_bytes": v,
+        "drain_time_us": float(bg.drain_time_ns(v, rate_gbps)) / 1e3,
+        "recovery_gap_us": float(bg.recovery_gap_ns(v, rate_gbps, t0)) / 1e3,
+        "issue_time_us": float(bg.issue_time_ns(g, v, rate_gbps, t0)) / 1e3,
+        "issue_overhead_us": float(bg.issue_overhead_ns(g, v, rate_gbps, t0)) / 1e3,
+        "period_us": float(bg.period_ns(g, v, rate_gbps, t0)) / 1e3,
+        "rho": float(bg.offered_pressure(v, rate_gbps, t0, g)),
+        "isolated_excess_bytes": b_iso,
+        "capacity_ok": None if q is None else bool(b_iso <= q),
+        "verdict": verdict,
+        "failed_bounds": failed,
+    }
+
+
+def _read_table(path: Path) -> pd.DataFrame:
+    path = Path(path)
+    if not path.exists():
+        raise InputError(path, "no such file", "check the path")
+    try:
+        return pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path)
+    except Exception as exc:  # pandas raises many parser types
+        raise InputError(path, f"not a readable table ({exc.__class__.__name__})", "pass a CSV or Parquet file") from None
+
+
+def stall_doc(span_us, cover_us, tiles: Path | None, by: str | None) -> dict:
+    """Spec §5: Δt = [T_RS − T_cover]₊ for one tile or a table of tiles (+ Table-3 style summary)."""
+    from xstage_trace.analysis.stall import predicted_stall_ns, stall_summary
+
+    if tiles is None:
+        if span_us is None or cover_us is None:
+            raise InputError(None, "model stall needs --span-us and --cover-us, or --tiles", "give one of them")
+        return {"span_us": span_us, "cover_us": cover_us, "predicted_stall_us": float(predicted_stall_ns(span_us, cover_us))}
+    df = _read_table(tiles)
+    if "rs_span_ns" not in df and "span_us" in df:
+        df["rs_span_ns"] = df["span_us"] * 1e3
+    if "cover_ns" not in df and "cover_us" in df:
+        df["cover_ns"] = df["cover_us"] * 1e3
+    if "rs_span_ns" not in df or "cover_ns" not in df:
+        raise InputError(tiles, "table lacks span (span_us or rs_span_ns) or cover (cover_us or cover_ns) columns", "add them")
+    df["predicted_stall_ns"] = predicted_stall_ns(df["rs_span_ns"], df["cover_ns"])
+    groups = [c.strip() for c in by.split(",")] if by else []
+    summary = stall_summary(df, groups) if groups else stall_summary(df.assign(all="all"), ["all"])
+    return {
+        "tiles": int(len(df)),
+        "predicted_stall_us": (df["predicted_stall_ns"] / 1e3).round(6).tolist(),
+        "summary": summary.to_dict("records"),
+    }
+
+
+def qloop_doc(tile_m, head_dim, elem_bytes, kv_tile, sigma_us, producers, rate_gbps, issue_floor_us, capacity_mib, seq_len) -> dict:
+    """Spec §7 audit."""
+    from xstage_trace.analysis.whatif import qloop_audit
+
+    d = qloop_audit(tile_m, head_dim, elem_bytes, kv_tile, sigma_us * 1e3, producers, rate_gbps, issue_floor_us * 1e3,
+                    capacity_mib * MIB if capacity_mib is not None else None, seq_len)
+    return {
+        "bytes_per_producer": d["bytes_per_producer"], "volume_bytes": d["volume_bytes"],
+        "drain_time_us": d["drain_time_ns"] / 1e3, "recovery_gap_us": d["recovery_gap_ns"] / 1e3,
+        "isolated_excess_bytes": d["isolated_excess_bytes"], "capacity_ok": d["capacity_ok"], "m_ub_tokens": d["m_ub_tokens"],
+        "verdicts": [{"seq_len": r["seq_len"], "qloop_gap_lb_us": r["qloop_gap_lb_ns"] / 1e3, "verdict": r["verdict"]} for r in d["per_seq_len"]],
+    }
+
+
+def interleave_doc(volume_bytes, l1_us, l2_us, n1, n2, issue_floor_us, rate_gbps, n_tile_width, num_sms, h_inter) -> dict:
+    """Spec §6."""
+    from xstage_trace.analysis.whatif import interleave
+
+    d = interleave(volume_bytes, l1_us * 1e3, l2_us * 1e3, n1, n2, issue_floor_us * 1e3, rate_gbps, n_tile_width, num_sms, h_inter)
+    return {
+        "gap_wave_us": d["gap_wave_ns"] / 1e3, "issue_overhead_wave_us": d["issue_overhead_wave_ns"] / 1e3,
+        "gap_interleaved_us": d["gap_interleaved_ns"] / 1e3, "issue_overhead_interleaved_us": d["issue_overhead_interleaved_ns"] / 1e3,
+        "offered_rate_interleaved_gbps": d["offered_rate_interleaved_gbps"], "full_recovery": d["full_recovery"], "d_knee_rows": d["d_knee_rows"],
+    }
+
+
+def partition_doc(tokens_per_expert: str, tokens, hidden, reduction, splits, ranks, tile_m, tile_n, num_sms, rho) -> dict:
+    """Spec §9."""
+    from xstage_trace.analysis.partition import PartitionProblem, choose_comm_ctas, completion_times, scaled_rho
+
+    try:
+        m_e = tuple(int(x) for x in tokens_per_expert.split(",") if x.strip())
+    except ValueError:
+        raise InputError(None, f"--tokens-per-expert {tokens_per_expert!r} is not a list of integers", "write it as 512,480,…") from None
+    p = PartitionProblem(m_e, tokens, hidden, reduction, splits, ranks, tile_m, tile_n, num_sms=num_sms)
+    r = scaled_rho(p) if rho is None else rho
+    table = completion_times(p, r)
+    return {"rho": r, "rho_source": "measured (--rho)" if rho is not None else "reference scaled (spec §9)",
+            "comm_ctas_best": choose_comm_ctas(table), "candidates": table.to_dict("records")}
+
+
+def sequence_doc(bursts: Path, calibration: Path | None, rate_gbps, issue_floor_us, capacity_mib) -> dict:
+    """Spec §4 over a burst sequence from a table or a run folder."""
+    from xstage_trace.analysis.recurrence import audit_sequence
+    from xstage_trace.calibration_io import load_platform
+
+    bursts = Path(bursts)
+    if bursts.is_dir():
+        from xstage_trace.collectors.dataset import read_run
+
+        df = read_run(bursts)[0]["bursts"].to_pandas()
+    else:
+        df = _read_table(bursts)
+    if "volume_bytes" not in df or "gap_ns" not in df:
+        raise InputError(bursts, "burst table lacks volume_bytes or gap_ns", "give one row per burst with those columns")
+    model = load_platform(calibration) if calibration else None
+    rate = rate_gbps if rate_gbps is not None else (model.rate_gbps if model else None)
+    if rate is None:
+        raise InputError(None, "model sequence needs --calibration or --rate-gbps", "give one of them")
+    if issue_floor_us is not None:
+        t0 = np.full(len(df), issue_floor_us * 1e3)
+    elif "issue_floor_ns" in df and df["issue_floor_ns"].notna().all():
+        t0 = df["issue_floor_ns"].to_numpy()
+    elif model is not None and "producers" in df:
+        k = df["producers"].to_numpy()
+        t0 = model.floor_ns(k, df["volume_bytes"].to_numpy() / np.maximum(k, 1))
+    else:
+        raise InputError(bursts, "no issue floor: table has no issue_floor_ns and no producers column", "pass --issue-floor-us")
+    q = capacity_mib * MIB if capacity_mib is not None else (model.capacity_bytes if model else None)
+    a = audit_sequence(df["volume_bytes"].to_numpy(), df["gap_ns"].fillna(np.inf).to_numpy(), t0, rate, q)
+    rows = a.table.replace([np.inf], None)
+    return {"bursts": int(len(df)), "rate_gbps": rate, "capacity_bytes": q, "onset_burst": a.onset,
+            "onset_excess_bytes": a.onset_excess_bytes, "max_rho": float(a.table["rho"].max()) if len(df) else None,
+            "max_q_bytes": float(a.table["q_bytes"].max()) if len(df) else None, "per_burst": rows.to_dict("records")}

@@ -1,0 +1,39 @@
+"""Markdown reports (calibration; more come with the report command)."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+
+def _fmt(x, nd=1):
+    return "" if x is None or (isinstance(x, float) and x != x) else f"{x:.{nd}f}"
+
+
+def calibration_report(doc: dict, points: pd.DataFrame) -> str:
+    """Measured vs predicted tables for a calibration (period vs gap, isolated issue vs volume)."""
+    lines = [f"# Calibration: {doc['platform']} {doc['store_path']}", "",
+             "Timing scope: sender-visible (probe clock64 → ns per SM). Medians over producers × bursts.", "",
+             f"- R = {_fmt(doc['rate_gbps'])} ± {_fmt(doc['rate_uncertainty_gbps'])} GB/s ({doc['rate_points']} drain-limited zero-gap launches)",
+             f"- loop overhead o = {_fmt(doc['loop_overhead_ns'], 0)} ns",
+             f"- Q(K) = " + (", ".join(f"K={k}: {v / 2**20:.2f} MiB" for k, v in doc["capacity_by_producers_bytes"].items()) or f"n/a ({doc['capacity_reason']})")
+             + (f" ({doc['capacity_source']})" if doc.get("capacity_source") else ""),
+             f"- period error, recurrence: median {_fmt(doc['period_err_median_pct'], 2)} %, mean {_fmt(doc['period_err_mean_pct'], 2)} %"]
+    ss = doc.get("errors_steady_state") or {}
+    if ss:
+        lines.append(f"- period error, Eq. 1 alone: median {_fmt(ss['period_err_median_pct'], 2)} %, mean {_fmt(ss['period_err_mean_pct'], 2)} %")
+    from xstage_trace.analysis.calibration_fit import predict
+    from xstage_trace.calibration_io import load_platform_from_doc
+
+    model = load_platform_from_doc(doc)
+    pts = points[points["dest"] == doc["store_path"]]
+    pred = predict(pts, model)
+    lines += ["", "## Period vs gap (periodic)", "", "| K | B | G ns | period ns | Eq. 1 ns | recurrence ns | issue ns | issue Eq. 1 ns |", "|---|---|---|---|---|---|---|---|"]
+    for _, r in pred.iterrows():  # one row per launch, for the report
+        lines.append(f"| {r.K} | {r.B} | {r.gap_ns:.0f} | {r.period_med_ns:.0f} | {r.pred_period_ss_ns:.0f} | {_fmt(r.get('pred_period_rec_ns'), 0)} | {r.tiss_med_ns:.0f} | {r.pred_issue_ss_ns:.0f} |")
+    iso = pts[pts["mode"] == "isolated"]
+    if len(iso):
+        lines += ["", "## Isolated issue vs volume", "", "| K | V bytes | issue median ns | issue p90 ns | T_iss^0 ns |", "|---|---|---|---|---|"]
+        t0 = model.floor_ns(iso["K"].to_numpy(), iso["B"].to_numpy())
+        for (_, r), f in zip(iso.iterrows(), t0):
+            lines.append(f"| {r.K} | {r.V} | {r.tiss_med_ns:.0f} | {r.tiss_p90_ns:.0f} | {f:.0f} |")
+    return "\n".join(lines) + "\n"

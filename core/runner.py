@@ -1,0 +1,170 @@
+"""What the CLI commands do, as plain functions (the CLI only parses and prints)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from xstage_trace.atomic import write_text_atomic
+from xstage_trace.errors import InputError
+
+
+def _default_run_dir(first: Path) -> Path:
+    stem = first.name.split(".")[0] or "run"
+    return Path.cwd() / f"{stem}.xstage-run"
+
+
+def run_analyses(tables: dict[str, pa.Table], model) -> tuple[dict[str, pa.Table], dict]:
+    """Analyses that exist so far, over collected tables: calibration points, bursts + §4 audit, tiles."""
+    from xstage_trace.analysis.bursts import audit_bursts, reconstruct_bursts, remote_store_spans
+    from xstage_trace.analysis.calibration_points import calibration_points
+    from xstage_trace.analysis.tiles import tile_table
+
+    extra: dict = {}
+    probes = tables["probes"].to_pandas() if tables["probes"].num_rows else pd.DataFrame()
+    if probes.empty:
+        return tables, extra
+    slices = tables["probe_slices"].to_pandas()
+    pts = calibration_points(probes, slices)
+    if len(pts):
+        extra["calibration_points"] = pts
+    bursts = audit_bursts(reconstruct_bursts(remote_store_spans(probes)), model)
+    tables["bursts"] = pa.Table.from_pandas(bursts, preserve_index=False)
+    tiles = tile_table(probes, slices)
+    if len(tiles):
+        tables["tiles"] = pa.Table.from_pandas(tiles, preserve_index=False)
+    return tables, extra
+
+
+def analyze_inputs(inputs: list[Path], output: Path | None, nsys=None, calibration=None, allow_overflow=False, progress=None) -> dict:
+    """collect → align → analyses → run dataset (atomic) → summary dict (the --json object)."""
+    from xstage_trace.calibration_io import load_platform
+    from xstage_trace.collectors.collect import collect
+    from xstage_trace.collectors.dataset import write_run
+
+    model = load_platform(calibration) if calibration else None
+    c = collect(inputs, nsys=nsys, allow_overflow=allow_overflow, progress=progress)
+    tables, extra = run_analyses(c.tables, model)
+    run_dir = Path(output) if output else _default_run_dir(Path(inputs[0]))
+    manifest = dict(c.manifest, calibration=str(calibration) if calibration else None, warnings=c.warnings)
+    if "calibration_points" in extra:
+        manifest["calibration_points"] = int(len(extra["calibration_points"]))
+    write_run(run_dir, tables, manifest)
+    if "calibration_points" in extra:
+        # Beside the tables, so `calibrate fit RUN_DIR` works; written after the atomic rename is
+        # fine here because the run folder is complete without it.
+        extra["calibration_points"].to_csv(run_dir / "calibration_points.csv", index=False)
+    gm = tables["gpu_metrics"]
+    metric_counts = {}
+    if gm.num_rows:
+        vc = pc.value_counts(gm["metric"].cast(pa.string()))
+        metric_counts = {d["values"]: int(d["counts"]) for d in vc.to_pylist()}
+    tiles = tables["tiles"]
+    backpressured = int(pc.sum(tiles["backpressured"].cast(pa.int64())).as_py() or 0) if tiles.num_rows else 0
+    return {
+        "run_dir": str(run_dir),
+        "gpus": c.manifest["gpus"],
+        "kernels": tables["kernels"].num_rows,
+        "nvtx_ranges": tables["nvtx"].num_rows,
+        "gpu_metrics": metric_counts,
+        "probes": tables["probes"].num_rows,
+        "bursts": tables["bursts"].num_rows,
+        "backpressured_tiles": backpressured,
+        "tiles": tiles.num_rows,
+        "calibration_points": manifest.get("calibration_points", 0),
+        "alignment": c.manifest["alignment"],
+        "time_base": c.manifest["time_base"],
+        "warnings": c.warnings,
+    }
+
+
+def load_measurements(path: Path) -> pd.DataFrame:
+    """Calibration points from a CSV, a Parquet file, a run folder, or a folder of calibration dumps."""
+    from xstage_trace.analysis.calibration_points import calibration_points
+    from xstage_trace.collectors.collect import collect
+
+    path = Path(path)
+    if not path.exists():
+        raise InputError(path, "no such file or folder", "check the path")
+    if path.is_dir() and (path / "calibration_points.csv").is_file():
+        return pd.read_csv(path / "calibration_points.csv")
+    if path.is_dir():
+        c = collect([path])
+        pts = calibration_points(c.tables["probes"].to_pandas(), c.tables["probe_slices"].to_pandas())
+    elif path.suffix == ".parquet":
+        pts = pd.read_parquet(path)
+    else:
+        try:
+            pts = pd.read_csv(path)
+        except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError) as exc:
+            raise InputError(path, f"not a readable CSV ({exc.__class__.__name__})", "pass the calibration points CSV/Parquet or a folder of calibration dumps") from None
+    need = {"dest", "mode", "K", "B", "V", "gap_ns", "tiss_med_ns", "tiss_p90_ns", "period_med_ns"}
+    missing = need - set(pts.columns)
+    if missing:
+        raise InputError(path, f"calibration points lack columns {sorted(missing)}", "use the columns of h200_burst_gap_sweep.csv or pass calibration dumps")
+    if pts.empty:
+        raise InputError(path, "no calibration points", "run the calibration benchmark (xstage-trace calibrate run)")
+    return pts
+
+
+def fit_measurements(path: Path, dest: str | None, output: Path | None, platform: str = "") -> dict:
+    """calibrate fit: load points, fit one store path, write and return the calibration document."""
+    from xstage_trace.analysis.calibration_fit import fit_calibration
+    from xstage_trace.calibration_io import calibration_document
+    from xstage_trace.collectors.nsys_rep import sha256_of
+
+    pts = load_measurements(path)
+    dests = sorted(pts["dest"].astype(str).unique())
+    if dest is None and len(dests) > 1:
+        raise InputError(path, f"points hold several store paths ({', '.join(dests)})", "choose one with --dest")
+    dest = dest or dests[0]
+    if dest not in dests:
+        raise InputError(path, f"no points for --dest {dest} (have {', '.join(dests)})", "pick one of those")
+    fit = fit_calibration(pts, platform=platform, store_path=dest)
+    digest = sha256_of(path) if Path(path).is_file() else None
+    doc = calibration_document(fit, digest, Path(path).name)
+    if output:
+        write_text_atomic(Path(output), json.dumps(doc, indent=2, default=_num))
+    return doc
+
+
+def _num(o):
+    if isinstance(o, (np.integer,)):
+        return int(o)
+    if isinstance(o, (np.floating,)):
+        return float(o)
+    return str(o)
+
+
+def run_calibration(dest: str, output: Path, quick: bool, binary: Path | None, nvcc: str) -> dict:
+    """calibrate run: build (or take) the benchmark, run the sweep, collect, fit, write JSON and report."""
+    from xstage_trace.instrument import bench_source, include_dir
+    from xstage_trace.report import calibration_report
+
+    output = Path(output)
+    dumps = output / "dumps"
+    if binary is None:
+        exe = shutil.which(nvcc)
+        if exe is None:
+            raise InputError(None, f"{nvcc} not found", "install the CUDA toolkit or pass --binary with a built burst_gap")
+        binary = Path(tempfile.mkdtemp()) / "burst_gap"
+        cmd = [exe, "-O3", "-std=c++17", "-gencode=arch=compute_90a,code=sm_90a", f"-I{include_dir()}", "-DXSTAGE_TRACE", str(bench_source()), "-o", str(binary)]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode != 0:
+            raise InputError(bench_source(), f"nvcc failed: {r.stderr.strip().splitlines()[-1] if r.stderr.strip() else r.returncode}", "check the CUDA toolkit (sm_90a needs CUDA 12+)")
+    dumps.mkdir(parents=True, exist_ok=True)
+    r = subprocess.run([str(binary), "--dest", dest, "--out", str(dumps)] + (["--quick"] if quick else []), capture_output=True, text=True)
+    if r.returncode != 0:
+        raise InputError(binary, f"benchmark failed (exit {r.returncode}): {(r.stderr or r.stdout).strip().splitlines()[-1:]}", "check that a GPU is visible (nvidia-smi) and the destination exists")
+    summary = analyze_inputs([dumps], output / "run")
+    doc = fit_measurements(output / "run", dest, output / f"calibration_{dest}.json", platform=(summary["gpus"] or [""])[0])
+    write_text_atomic(output / "report.md", calibration_report(doc, pd.read_csv(output / "run" / "calibration_points.csv")))
+    return doc

@@ -1,0 +1,163 @@
+"""Schemas of the run dataset's Parquet tables (documented in docs/run-dataset.md).
+
+Time columns: ``*_ns`` are session-relative nanoseconds (nsys time base, 0 = capture start) unless
+named ``*_utc_ns`` (UTC epoch ns) or ``*_gt_ns`` (raw %globaltimer ns of the probe's GPU).
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+SCHEMA_VERSION = 1
+
+KERNELS = pa.schema(
+    [
+        ("rank", pa.int32()),
+        ("device_id", pa.int32()),
+        ("name", pa.string()),
+        ("short_name", pa.string()),
+        ("start_ns", pa.int64()),
+        ("end_ns", pa.int64()),
+        ("duration_ns", pa.int64()),
+        ("start_utc_ns", pa.int64()),
+        ("stream_id", pa.int32()),
+        ("correlation_id", pa.int64()),
+        ("grid_x", pa.int32()),
+        ("grid_y", pa.int32()),
+        ("grid_z", pa.int32()),
+        ("block_x", pa.int32()),
+        ("block_y", pa.int32()),
+        ("block_z", pa.int32()),
+        ("nvtx_range", pa.string()),
+    ]
+)
+
+NVTX = pa.schema(
+    [
+        ("rank", pa.int32()),
+        ("name", pa.string()),
+        ("start_ns", pa.int64()),
+        ("end_ns", pa.int64()),
+        ("start_utc_ns", pa.int64()),
+        ("event_type", pa.int32()),
+        ("global_tid", pa.int64()),
+        ("domain_id", pa.int64()),
+    ]
+)
+
+GPU_METRICS = pa.schema(
+    [
+        ("rank", pa.int32()),
+        ("device_id", pa.int32()),
+        ("metric", pa.dictionary(pa.int32(), pa.string())),
+        ("metric_raw", pa.dictionary(pa.int32(), pa.string())),
+        ("timestamp_ns", pa.int64()),
+        ("value", pa.float64()),
+    ]
+)
+
+PROBES = pa.schema(
+    [
+        ("rank", pa.int32()),
+        ("dump", pa.dictionary(pa.int32(), pa.string())),
+        ("slice", pa.int32()),
+        ("cta", pa.int32()),
+        ("role", pa.int32()),
+        ("sm_id", pa.int32()),
+        ("event", pa.dictionary(pa.int32(), pa.string())),
+        ("event_id", pa.int16()),
+        ("kind", pa.dictionary(pa.int8(), pa.string())),
+        ("tile", pa.int64()),
+        ("payload", pa.int64()),
+        ("clock", pa.int64()),
+        ("t_gt_ns", pa.int64()),
+        ("t_ns", pa.float64()),
+    ]
+)
+
+PROBE_SLICES = pa.schema(
+    [
+        ("rank", pa.int32()),
+        ("dump", pa.string()),
+        ("label", pa.string()),
+        ("slice", pa.int32()),
+        ("cta", pa.int32()),
+        ("role", pa.int32()),
+        ("sm_id", pa.int32()),
+        ("records_stored", pa.int64()),
+        ("records_dropped", pa.int64()),
+        ("closed", pa.bool_()),
+        ("open_gt_ns", pa.int64()),
+        ("close_gt_ns", pa.int64()),
+        ("ns_per_cycle", pa.float64()),
+    ]
+)
+
+BURSTS = pa.schema(
+    [
+        ("rank", pa.int32()),
+        ("dump", pa.string()),
+        ("burst", pa.int64()),
+        ("start_ns", pa.float64()),
+        ("end_ns", pa.float64()),
+        ("volume_bytes", pa.float64()),
+        ("producers", pa.int32()),
+        ("issue_ns", pa.float64()),
+        ("issue_floor_ns", pa.float64()),
+        ("gap_ns", pa.float64()),
+        ("rho", pa.float64()),
+        ("delta_b_bytes", pa.float64()),
+        ("q_bytes", pa.float64()),
+        ("b_iso_bytes", pa.float64()),
+        ("guard_ok", pa.bool_()),
+    ]
+)
+
+TILES = pa.schema(
+    [
+        ("rank", pa.int32()),
+        ("dump", pa.string()),
+        ("label", pa.string()),
+        ("cta", pa.int32()),
+        ("position", pa.int32()),
+        ("tile", pa.int64()),
+        ("tile_kind", pa.string()),
+        ("expert", pa.int32()),
+        ("wave", pa.int32()),
+        ("mainloop_ns", pa.float64()),
+        ("rs_span_ns", pa.float64()),
+        ("epilogue_span_ns", pa.float64()),
+        ("cover_ns", pa.float64()),
+        ("predicted_stall_ns", pa.float64()),
+        ("measured_stall_ns", pa.float64()),
+        ("noise_ns", pa.float64()),
+        ("backpressured", pa.bool_()),
+    ]
+)
+
+TABLES: dict[str, pa.Schema] = {
+    "kernels": KERNELS,
+    "nvtx": NVTX,
+    "gpu_metrics": GPU_METRICS,
+    "probes": PROBES,
+    "probe_slices": PROBE_SLICES,
+    "bursts": BURSTS,
+    "tiles": TILES,
+}
+
+
+def empty_table(name: str) -> pa.Table:
+    """An empty table with the named schema."""
+    return TABLES[name].empty_table()
+
+
+def conform(name: str, table: pa.Table) -> pa.Table:
+    """Cast ``table`` to the schema of ``name`` (column order and types), filling absent columns with nulls."""
+    schema = TABLES[name]
+    cols = []
+    for field in schema:
+        if field.name in table.column_names:
+            cols.append(table.column(field.name).cast(field.type))
+        else:
+            cols.append(pa.nulls(table.num_rows, field.type))
+    return pa.Table.from_arrays(cols, schema=schema)
