@@ -1,0 +1,376 @@
+// fused_moe.cu -- reference fused kernel with the structure of a Mega-MoE Linear-2 epilogue.
+//
+// Persistent, one CTA per SM, warp-specialized (256 threads):
+//   warps 0-3 (MMA role): per output tile, wait for a free staging slot (the measured stall, the
+//     analogue of tmem_empty), run a bf16 Tensor Core mainloop (WMMA m16n16k16, fp32 accumulate)
+//     for a 128x128 tile, stage the fp32 accumulators into the slot, mark it full.
+//   warps 4-7 (epilogue role): wait for a full slot, convert to bf16 and store the tile: Linear-2
+//     tiles to the "remote" buffer (host-mapped pinned memory: a real PCIe store path, or a peer
+//     GPU), Linear-1 tiles to a local buffer; after the issuing warps' barrier, free the slot.
+//   Two staging slots (double buffering) between the roles.
+// Tiles come from a host-built global order (expert-wave or interleaved, docs/xstage-model.md §6);
+// CTA c takes global tiles c, c+P, c+2P, ... as a persistent scheduler does.
+//
+// Probes (<xstage/probe.cuh>): role 0 = MMA warp 0, role 1 = epilogue warp 4.
+//   slot_wait B/E, tile_info mark (kind | expert << 1 | wave << 16), mainloop B/E,
+//   rs B/E (remote-store span, payload bytes) or ls B/E (local store) per tile.
+//
+//   fused_moe --dest host|local|peer --shape S1|S2|S3|all --out DIR [--trials N] [--no-dumps]
+//
+// Build: nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I instrument/include
+//        [-DXSTAGE_TRACE] fused_moe.cu -o fused_moe
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <mma.h>
+#include <nvtx3/nvToolsExt.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <xstage/host.hpp>
+#include <xstage/probe.cuh>
+
+using namespace nvcuda;
+
+enum Event : uint32_t { EV_SLOT_WAIT = 0, EV_MAINLOOP = 1, EV_RS = 2, EV_LS = 3, EV_TILE_INFO = 4 };
+static const std::vector<std::string> kEventNames = {"slot_wait", "mainloop", "rs", "ls", "tile_info"};
+
+constexpr int TILE_M = 128, TILE_N = 128;
+constexpr int MMA_WARPS = 4, EPI_WARPS = 4, THREADS = 32 * (MMA_WARPS + EPI_WARPS);
+constexpr int SLOTS = 2;
+constexpr int KMAX = 8192;        // deepest K of any tile
+constexpr int OPERAND_SETS = 4;   // distinct A/W operand sets (experts reuse them; L2-resident)
+constexpr int TILE_ELEMS = TILE_M * TILE_N;
+constexpr uint32_t TILE_OUT_BYTES = TILE_ELEMS * 2;  // bf16 output tile
+
+struct TileDesc {
+  int id;      // global tile id (output position)
+  int kind;    // 0 = Linear-1 (local store), 1 = Linear-2 (remote store)
+  int expert;
+  int wave;
+  int ksteps;  // mainloop depth in units of 16
+  int out_index;  // index among tiles of its kind (output slot in that kind's buffer)
+};
+
+__device__ __forceinline__ void named_barrier(int id, int count) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory");
+}
+
+__device__ __forceinline__ void st_v4(void* p, uint4 v) {
+  asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+               : "memory");
+}
+
+__global__ void __launch_bounds__(THREADS, 1)
+    fused_moe_kernel(const TileDesc* __restrict__ tiles, int num_tiles, const __nv_bfloat16* __restrict__ A,
+                     const __nv_bfloat16* __restrict__ W, __nv_bfloat16* remote_out, __nv_bfloat16* local_out,
+                     xstage::DeviceBuffer buf) {
+  extern __shared__ __align__(128) float slots[];  // SLOTS x TILE_M x TILE_N fp32
+  __shared__ volatile int full_seq[SLOTS];
+  __shared__ volatile int empty_seq[SLOTS];
+  const int warp = threadIdx.x / 32;
+  if (threadIdx.x < SLOTS) {
+    full_seq[threadIdx.x] = 0;
+    empty_seq[threadIdx.x] = 0;
+  }
+  __syncthreads();
+
+  if (warp < MMA_WARPS) {
+    XSTAGE_PROBE_OPEN_IF(buf, 0, warp == 0);
+    int i = 0;
+    for (int t = blockIdx.x; t < num_tiles; t += gridDim.x, ++i) {
+      const TileDesc d = tiles[t];
+      const int slot = i % SLOTS, use = i / SLOTS;
+      if (warp == 0) XSTAGE_BEGIN(EV_SLOT_WAIT, d.id);
+      while (empty_seq[slot] < use) {
+      }
+      __threadfence_block();
+      if (warp == 0) {
+        XSTAGE_END(EV_SLOT_WAIT, d.id);
+        XSTAGE_MARK(EV_TILE_INFO, d.id, (uint32_t)d.kind | ((uint32_t)d.expert << 1) | ((uint32_t)d.wave << 16));
+        XSTAGE_BEGIN(EV_MAINLOOP, d.id);
+      }
+      const int set = d.expert % OPERAND_SETS;
+      const __nv_bfloat16* a = A + (size_t)set * TILE_M * KMAX + (size_t)(warp * 32) * KMAX;
+      const __nv_bfloat16* w = W + (size_t)set * TILE_N * KMAX;
+      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][8];
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+#pragma unroll
+        for (int c = 0; c < 8; ++c) wmma::fill_fragment(acc[r][c], 0.0f);
+#pragma unroll 1
+      for (int k = 0; k < d.ksteps * 16; k += 16) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa[2];
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> fb;
+        wmma::load_matrix_sync(fa[0], a + k, KMAX);
+        wmma::load_matrix_sync(fa[1], a + 16 * KMAX + k, KMAX);
+#pragma unroll
+        for (int c = 0; c < 8; ++c) {
+          wmma::load_matrix_sync(fb, w + (size_t)(c * 16) * KMAX + k, KMAX);
+          wmma::mma_sync(acc[0][c], fa[0], fb, acc[0][c]);
+          wmma::mma_sync(acc[1][c], fa[1], fb, acc[1][c]);
+        }
+      }
+      float* s = slots + (size_t)slot * TILE_ELEMS + (warp * 32) * TILE_N;
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+#pragma unroll
+        for (int c = 0; c < 8; ++c) wmma::store_matrix_sync(s + r * 16 * TILE_N + c * 16, acc[r][c], TILE_N, wmma::mem_row_major);
+      named_barrier(1, 32 * MMA_WARPS);
+      if (threadIdx.x == 0) {
+        __threadfence_block();
+        full_seq[slot] = use + 1;
+      }
+      if (warp == 0) XSTAGE_END(EV_MAINLOOP, d.id);
+    }
+    if (warp == 0) XSTAGE_PROBE_CLOSE();
+  } else {
+    XSTAGE_PROBE_OPEN_IF(buf, 1, warp == MMA_WARPS);
+    const int et = threadIdx.x - 32 * MMA_WARPS;  // 0..127
+    int i = 0;
+    for (int t = blockIdx.x; t < num_tiles; t += gridDim.x, ++i) {
+      const TileDesc d = tiles[t];
+      const int slot = i % SLOTS, use = i / SLOTS;
+      while (full_seq[slot] < use + 1) {
+      }
+      __threadfence_block();
+      const bool remote = d.kind == 1;
+      __nv_bfloat16* dst = (remote ? remote_out : local_out) + (size_t)d.out_index * TILE_ELEMS;
+      const float* s = slots + (size_t)slot * TILE_ELEMS;
+      if (warp == MMA_WARPS) XSTAGE_BEGIN(remote ? EV_RS : EV_LS, d.id);
+#pragma unroll 4
+      for (int chunk = et; chunk < TILE_ELEMS / 8; chunk += 32 * EPI_WARPS) {
+        const float4 lo = *reinterpret_cast<const float4*>(s + chunk * 8);
+        const float4 hi = *reinterpret_cast<const float4*>(s + chunk * 8 + 4);
+        __nv_bfloat162 p0 = __floats2bfloat162_rn(lo.x, lo.y), p1 = __floats2bfloat162_rn(lo.z, lo.w);
+        __nv_bfloat162 p2 = __floats2bfloat162_rn(hi.x, hi.y), p3 = __floats2bfloat162_rn(hi.z, hi.w);
+        uint4 v;
+        v.x = *reinterpret_cast<uint32_t*>(&p0);
+        v.y = *reinterpret_cast<uint32_t*>(&p1);
+        v.z = *reinterpret_cast<uint32_t*>(&p2);
+        v.w = *reinterpret_cast<uint32_t*>(&p3);
+        st_v4(dst + chunk * 8, v);
+      }
+      named_barrier(2, 32 * EPI_WARPS);  // sender-visible end of the issuing warps' stores
+      if (warp == MMA_WARPS) XSTAGE_END_P(remote ? EV_RS : EV_LS, d.id, TILE_OUT_BYTES);
+      if (et == 0) {
+        __threadfence_block();
+        empty_seq[slot] = use + 1;
+      }
+    }
+    if (warp == MMA_WARPS) XSTAGE_PROBE_CLOSE();
+  }
+}
+
+// Order-independent checksum: the sum of the raw bf16 bit patterns (integers, deterministic).
+__global__ void checksum_kernel(const uint16_t* p, size_t n, unsigned long long* out) {
+  unsigned long long s = 0;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) s += p[i];
+  atomicAdd(out, s);
+}
+
+struct Shape {
+  const char* name;
+  int k1, k2;  // mainloop depth (x16) of Linear-1 and Linear-2 tiles
+  const char* note;
+};
+static const Shape kShapes[] = {
+    {"S1", 256, 64, "short Linear-2 mainloop: wave schedule drain-limited"},
+    {"S2", 256, 160, "medium Linear-2 mainloop"},
+    {"S3", 256, 512, "negative control: Linear-2 mainloop covers the span"},
+};
+
+// Skewed routing: rows (m-blocks) per expert within each wave.
+static const std::vector<std::vector<int>> kWaveRows = {{6, 3, 2, 1}, {5, 4, 2, 1}};
+constexpr int N1_PER_ROW = 132;  // Linear-1 tiles per row
+constexpr int N2_PER_ROW = 88;   // Linear-2 tiles per row
+
+// Expert-wave order: all Linear-1 tiles of a wave, then its Linear-2 tiles. Interleaved
+// (Algorithm 1): emit a Linear-2 tile only when the Linear-1 stream leads by >= D rows, else a ready
+// Linear-1 tile; when Linear-1 is exhausted, drain Linear-2.
+static std::vector<TileDesc> build_schedule(const Shape& s, bool interleaved, int lead_rows) {
+  std::vector<TileDesc> out;
+  int id = 0, n1 = 0, n2 = 0;
+  for (int w = 0; w < (int)kWaveRows.size(); ++w) {
+    std::vector<TileDesc> l1, l2;
+    std::vector<int> l1_row, l2_row;
+    int row = 0;
+    for (int e = 0; e < (int)kWaveRows[w].size(); ++e)
+      for (int r = 0; r < kWaveRows[w][e]; ++r, ++row) {
+        const int expert = w * 16 + e;
+        for (int n = 0; n < N1_PER_ROW; ++n) {
+          l1.push_back({0, 0, expert, w, s.k1, 0});
+          l1_row.push_back(row);
+        }
+        for (int n = 0; n < N2_PER_ROW; ++n) {
+          l2.push_back({0, 1, expert, w, s.k2, 0});
+          l2_row.push_back(row);
+        }
+      }
+    size_t i1 = 0, i2 = 0;
+    auto emit = [&](TileDesc d) {
+      d.id = id++;
+      d.out_index = d.kind ? n2++ : n1++;
+      out.push_back(d);
+    };
+    if (!interleaved) {
+      for (auto& d : l1) emit(d);
+      for (auto& d : l2) emit(d);
+      continue;
+    }
+    while (i1 < l1.size() || i2 < l2.size()) {
+      const int l1_rows_done = i1 == l1.size() ? row : l1_row[i1];  // rows whose L1 tiles are all emitted
+      const bool l2_ready = i2 < l2.size() && (i1 == l1.size() || l1_rows_done - l2_row[i2] >= lead_rows);
+      if (l2_ready) emit(l2[i2++]);
+      else emit(l1[i1++]);
+    }
+  }
+  return out;
+}
+
+int main(int argc, char** argv) {
+  std::string dest = "host", out = ".", shape_arg = "all";
+  int trials = 21, lead_rows = 1;
+  bool dumps = true;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--dest" && i + 1 < argc) dest = argv[++i];
+    else if (a == "--out" && i + 1 < argc) out = argv[++i];
+    else if (a == "--shape" && i + 1 < argc) shape_arg = argv[++i];
+    else if (a == "--trials" && i + 1 < argc) trials = std::atoi(argv[++i]);
+    else if (a == "--lead-rows" && i + 1 < argc) lead_rows = std::atoi(argv[++i]);
+    else if (a == "--no-dumps") dumps = false;
+    else {
+      std::fprintf(stderr, "usage: fused_moe --dest host|local|peer --shape S1|S2|S3|all --out DIR [--trials N] [--lead-rows D] [--no-dumps]\n");
+      return 2;
+    }
+  }
+#ifdef XSTAGE_TRACE
+  const bool traced = true;
+#else
+  const bool traced = false;
+  dumps = false;
+#endif
+  xstage::check_cuda(cudaSetDevice(0), "cudaSetDevice");
+  cudaDeviceProp prop;
+  cudaGetDeviceProperties(&prop, 0);
+  const int ctas = prop.multiProcessorCount;
+
+  // Operands: random bf16, L2-resident (OPERAND_SETS sets of A: 128 x KMAX and W: 128 x KMAX).
+  const size_t opn = (size_t)OPERAND_SETS * TILE_M * KMAX;
+  std::vector<__nv_bfloat16> h(opn);
+  std::mt19937 rng(1234);
+  std::uniform_real_distribution<float> U(-1.f, 1.f);
+  __nv_bfloat16 *dA, *dW;
+  cudaMalloc(&dA, opn * 2);
+  cudaMalloc(&dW, opn * 2);
+  for (auto& x : h) x = __float2bfloat16(U(rng));
+  cudaMemcpy(dA, h.data(), opn * 2, cudaMemcpyHostToDevice);
+  for (auto& x : h) x = __float2bfloat16(U(rng) * 0.05f);
+  cudaMemcpy(dW, h.data(), opn * 2, cudaMemcpyHostToDevice);
+
+  const size_t max_l2 = 2 * 12 * N2_PER_ROW, max_l1 = 2 * 12 * N1_PER_ROW;
+  __nv_bfloat16 *remote = nullptr, *local = nullptr;
+  void* host_remote = nullptr;
+  const size_t remote_bytes = max_l2 * TILE_OUT_BYTES;
+  if (dest == "host") {
+    xstage::check_cuda(cudaHostAlloc(&host_remote, remote_bytes, cudaHostAllocMapped), "cudaHostAlloc");
+    cudaHostGetDevicePointer((void**)&remote, host_remote, 0);
+  } else if (dest == "local") {
+    xstage::check_cuda(cudaMalloc(&remote, remote_bytes), "cudaMalloc(remote)");
+  } else if (dest == "peer") {
+    int n = 0, can = 0;
+    cudaGetDeviceCount(&n);
+    if (n >= 2) cudaDeviceCanAccessPeer(&can, 0, 1);
+    if (!can) {
+      std::fprintf(stderr, "fused_moe: --dest peer needs two GPUs with P2P access; this machine has %d GPU(s)\n", n);
+      return 4;
+    }
+    cudaSetDevice(1);
+    xstage::check_cuda(cudaMalloc(&remote, remote_bytes), "cudaMalloc(peer)");
+    cudaSetDevice(0);
+    xstage::check_cuda(cudaDeviceEnablePeerAccess(1, 0), "cudaDeviceEnablePeerAccess");
+  } else {
+    std::fprintf(stderr, "fused_moe: unknown --dest %s\n", dest.c_str());
+    return 2;
+  }
+  xstage::check_cuda(cudaMalloc(&local, max_l1 * TILE_OUT_BYTES), "cudaMalloc(local)");
+  const int smem = SLOTS * TILE_ELEMS * sizeof(float);
+  xstage::check_cuda(cudaFuncSetAttribute(fused_moe_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), "smem attr");
+  unsigned long long* dsum;
+  cudaMalloc(&dsum, sizeof(unsigned long long));
+
+  const std::string csv = out + "/fused_times_" + dest + (traced ? "_on" : "_off") + ".csv";
+  FILE* f = std::fopen(csv.c_str(), "w");
+  std::fprintf(f, "dest,shape,schedule,traced,k1,k2,tiles,l1_tiles,l2_tiles,ctas,trials,kernel_ms_median,kernel_ms_p10,kernel_ms_p90,checksum_remote,checksum_local\n");
+  for (const Shape& s : kShapes) {
+    if (shape_arg != "all" && shape_arg != s.name) continue;
+    unsigned long long ref_sum[2] = {0, 0};
+    for (int inter = 0; inter < 2; ++inter) {
+      std::vector<TileDesc> sched = build_schedule(s, inter, lead_rows);
+      int n_l2 = 0;
+      for (auto& d : sched) n_l2 += d.kind;
+      TileDesc* dt;
+      cudaMalloc(&dt, sched.size() * sizeof(TileDesc));
+      cudaMemcpy(dt, sched.data(), sched.size() * sizeof(TileDesc), cudaMemcpyHostToDevice);
+      const uint32_t per_cta = (uint32_t)((sched.size() + ctas - 1) / ctas);
+      xstage::HostBuffer tb(ctas, 2, per_cta * 5 + 16);
+      const char* sched_name = inter ? "interleaved" : "wave";
+      char label[256];
+      std::snprintf(label, sizeof(label), "kernel=fused_moe dest=%s shape=%s schedule=%s k1=%d k2=%d tiles=%zu l2_tiles=%d ctas=%d lead_rows=%d control=%d",
+                    dest.c_str(), s.name, sched_name, s.k1 * 16, s.k2 * 16, sched.size(), n_l2, ctas, lead_rows,
+                    (dest == "local" || std::string(s.name) == "S3") ? 1 : 0);
+      std::vector<float> ms;
+      cudaEvent_t e0, e1;
+      cudaEventCreate(&e0);
+      cudaEventCreate(&e1);
+      for (int tr = -2; tr < trials; ++tr) {  // two warm-up launches
+        tb.reset();
+        nvtxRangePushA(label);
+        cudaEventRecord(e0);
+        fused_moe_kernel<<<ctas, THREADS, smem>>>(dt, (int)sched.size(), dA, dW, remote, local, traced ? tb.view() : xstage::DeviceBuffer{});
+        cudaEventRecord(e1);
+        xstage::check_cuda(cudaGetLastError(), "fused_moe_kernel launch");
+        xstage::check_cuda(cudaEventSynchronize(e1), "fused_moe_kernel");
+        nvtxRangePop();
+        float t = 0;
+        cudaEventElapsedTime(&t, e0, e1);
+        if (tr >= 0) ms.push_back(t);
+      }
+      if (dumps) {
+        char name[512];
+        std::snprintf(name, sizeof(name), "%s/fused_%s_%s_%s.xsp", out.c_str(), dest.c_str(), s.name, sched_name);
+        tb.write_dump(name, kEventNames, label, 0);
+      }
+      unsigned long long sums[2];
+      for (int which = 0; which < 2; ++which) {
+        cudaMemset(dsum, 0, sizeof(unsigned long long));
+        const size_t n = (which == 0 ? (size_t)n_l2 : sched.size() - n_l2) * TILE_ELEMS;
+        checksum_kernel<<<264, 256>>>((const uint16_t*)(which == 0 ? remote : local), n, dsum);
+        cudaMemcpy(&sums[which], dsum, sizeof(sums[which]), cudaMemcpyDeviceToHost);
+      }
+      if (inter == 0) {
+        ref_sum[0] = sums[0];
+        ref_sum[1] = sums[1];
+      } else if (sums[0] != ref_sum[0] || sums[1] != ref_sum[1]) {
+        std::fprintf(stderr, "fused_moe: CHECKSUM MISMATCH between schedules for %s: %llu/%llu vs %llu/%llu\n", s.name,
+                     sums[0], sums[1], ref_sum[0], ref_sum[1]);
+        return 5;
+      }
+      std::sort(ms.begin(), ms.end());
+      const float med = ms[ms.size() / 2], p10 = ms[ms.size() / 10], p90 = ms[(ms.size() * 9) / 10];
+      std::fprintf(f, "%s,%s,%s,%d,%d,%d,%zu,%zu,%d,%d,%zu,%.5f,%.5f,%.5f,%llu,%llu\n", dest.c_str(), s.name, sched_name,
+                   traced, s.k1 * 16, s.k2 * 16, sched.size(), sched.size() - n_l2, n_l2, ctas, ms.size(), med, p10, p90,
+                   sums[0], sums[1]);
+      std::printf("%s %s %-11s traced=%d median %.3f ms (p10 %.3f, p90 %.3f) checksum %llu/%llu\n", dest.c_str(), s.name,
+                  sched_name, traced, med, p10, p90, sums[0], sums[1]);
+      cudaFree(dt);
+    }
+  }
+  std::fclose(f);
+  return 0;
+}
