@@ -45,9 +45,10 @@ def tile_table(probes: pd.DataFrame, slices: pd.DataFrame, noise_ns: float | Non
     ml = _spans(p, "mainloop", "mainloop")
     info = p[p["event"] == "tile_info"][keys + ["payload"]]
     ml = ml.merge(info, on=keys, how="left")
-    ml["is_l2"] = (ml["payload"].fillna(0).astype(np.int64) & 1).astype(bool)
-    ml["expert"] = (ml["payload"].fillna(0).astype(np.int64) >> 1) & 0x7FFF
-    ml["wave"] = ml["payload"].fillna(0).astype(np.int64) >> 16
+    payload = ml["payload"].fillna(0).to_numpy().astype(np.int64)
+    ml["is_l2"] = (payload & 1).astype(bool)
+    ml["expert"] = (payload >> 1) & 0x7FFF
+    ml["wave"] = payload >> 16
     ml = ml.drop(columns=["payload"])
     wait = _spans(p, "slot_wait", "wait")[keys + ["wait_ns"]]
     rs = _spans(p, "rs", "rs")[keys + ["rs_ns"]]

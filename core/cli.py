@@ -285,20 +285,9 @@ def _show(doc: dict, as_json: bool, title: str) -> None:
 
 
 def main() -> None:
-    """Entry point: bad input becomes one line on stderr and exit code 2."""
+    """Entry point: bad input becomes one line on stderr and exit code 2 (usage errors too)."""
     try:
-        app(standalone_mode=False)
+        app()
     except InputError as exc:
         err.print(f"xstage-trace: error: {exc.one_line()}", highlight=False, soft_wrap=True)
         sys.exit(2)
-    except typer.Exit as exc:
-        sys.exit(exc.exit_code)
-    except typer.Abort:
-        sys.exit(1)
-    except Exception as exc:  # click usage errors carry their own exit code
-        import click
-
-        if isinstance(exc, click.ClickException):
-            exc.show()
-            sys.exit(exc.exit_code)
-        raise

@@ -15,7 +15,7 @@
 //   slot_wait B/E, tile_info mark (kind | expert << 1 | wave << 16), mainloop B/E,
 //   rs B/E (remote-store span, payload bytes) or ls B/E (local store) per tile.
 //
-//   fused_moe --dest host|local|peer --shape S1|S2|S3|all --out DIR [--trials N] [--no-dumps]
+//   fused_moe --dest host|local|peer --shape S1|S2|S3|all --out DIR [--trials N] [--layout split|shared] [--no-dumps]
 //
 // Build: nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I instrument/include
 //        [-DXSTAGE_TRACE] fused_moe.cu -o fused_moe
@@ -46,6 +46,10 @@ constexpr int KMAX = 8192;        // deepest K of any tile
 constexpr int OPERAND_SETS = 4;   // distinct A/W operand sets (experts reuse them; L2-resident)
 constexpr int TILE_ELEMS = TILE_M * TILE_N;
 constexpr uint32_t TILE_OUT_BYTES = TILE_ELEMS * 2;  // bf16 output tile
+constexpr uint32_t MMA_TRACE_RECORDS = 256;
+constexpr int OPK = 64, OPK_LD = OPK + 8;  // shared-memory operand block: K extent and padded row
+constexpr int SMEM_BYTES_GLOBAL_OPS = SLOTS * TILE_ELEMS * 4;
+constexpr int SMEM_BYTES_SMEM_OPS = SMEM_BYTES_GLOBAL_OPS + 2 * TILE_M * OPK_LD * 2;
 
 struct TileDesc {
   int id;      // global tile id (output position)
@@ -60,6 +64,25 @@ __device__ __forceinline__ void named_barrier(int id, int count) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory");
 }
 
+// Slot flags: acquire/release on shared memory, so that no thread waits for its own outstanding
+// global stores (remote stores, probe records) just to pass a flag.
+__device__ __forceinline__ int ld_acquire_smem(const int* p) {
+  int v;
+  asm volatile("ld.acquire.cta.shared.b32 %0, [%1];" : "=r"(v) : "r"((unsigned)__cvta_generic_to_shared(p)) : "memory");
+  return v;
+}
+__device__ __forceinline__ int ld_relaxed_smem(const int* p) {
+  int v;
+  asm volatile("ld.volatile.shared.b32 %0, [%1];" : "=r"(v) : "r"((unsigned)__cvta_generic_to_shared(p)) : "memory");
+  return v;
+}
+__device__ __forceinline__ void st_release_smem(int* p, int v) {
+  asm volatile("st.release.cta.shared.b32 [%0], %1;" ::"r"((unsigned)__cvta_generic_to_shared(p)), "r"(v) : "memory");
+}
+__device__ __forceinline__ void st_relaxed_smem(int* p, int v) {
+  asm volatile("st.volatile.shared.b32 [%0], %1;" ::"r"((unsigned)__cvta_generic_to_shared(p)), "r"(v) : "memory");
+}
+
 __device__ __forceinline__ void st_v4(void* p, uint4 v) {
   asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
                : "memory");
@@ -68,27 +91,44 @@ __device__ __forceinline__ void st_v4(void* p, uint4 v) {
 __global__ void __launch_bounds__(THREADS, 1)
     fused_moe_kernel(const TileDesc* __restrict__ tiles, int num_tiles, const __nv_bfloat16* __restrict__ A,
                      const __nv_bfloat16* __restrict__ W, __nv_bfloat16* remote_out, __nv_bfloat16* local_out,
-                     xstage::DeviceBuffer buf) {
-  extern __shared__ __align__(128) float slots[];  // SLOTS x TILE_M x TILE_N fp32
-  __shared__ volatile int full_seq[SLOTS];
-  __shared__ volatile int empty_seq[SLOTS];
-  const int warp = threadIdx.x / 32;
+                     int split_smsp, int smem_operands, xstage::DeviceBuffer buf) {
+  extern __shared__ __align__(128) float slots[];  // SLOTS x TILE_M x TILE_N fp32, then the operand block
+  __nv_bfloat16* As = reinterpret_cast<__nv_bfloat16*>(slots + SLOTS * TILE_ELEMS);  // 128 x OPK (+pad), row-major
+  __nv_bfloat16* Ws = As + TILE_M * OPK_LD;                                            // 128 x OPK (+pad): B col-major
+  __shared__ int full_seq[SLOTS];
+  __shared__ int empty_seq[SLOTS];
+#ifdef XSTAGE_TRACE
+  __shared__ xstage::Record mma_trace[MMA_TRACE_RECORDS];  // MMA records stay off the memory pipe
+#endif
+  // Warp w runs on SM sub-partition w % 4. Layout "shared": MMA = warps 0-3, epilogue = 4-7 (each
+  // sub-partition hosts one of each). Layout "split": MMA = warps {0,1,4,5}, epilogue = {2,3,6,7}
+  // (no sub-partition hosts both roles).
+  const int hw_warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const bool is_mma = split_smsp ? ((hw_warp & 2) == 0) : (hw_warp < MMA_WARPS);
+  const int warp = split_smsp ? (((hw_warp >> 2) << 1) | (hw_warp & 1)) : (hw_warp % MMA_WARPS);  // index within the role
   if (threadIdx.x < SLOTS) {
     full_seq[threadIdx.x] = 0;
     empty_seq[threadIdx.x] = 0;
   }
+  if (smem_operands) {  // one 128 x 64 operand block of A and W per CTA, loaded once
+    const int set = blockIdx.x % OPERAND_SETS;
+    for (int e = threadIdx.x; e < TILE_M * OPK; e += THREADS) {
+      const int r = e / OPK, k = e % OPK;
+      As[r * OPK_LD + k] = A[(size_t)set * TILE_M * KMAX + (size_t)r * KMAX + k];
+      Ws[r * OPK_LD + k] = W[(size_t)set * TILE_N * KMAX + (size_t)r * KMAX + k];
+    }
+  }
   __syncthreads();
 
-  if (warp < MMA_WARPS) {
-    XSTAGE_PROBE_OPEN_IF(buf, 0, warp == 0);
+  if (is_mma) {
+    XSTAGE_PROBE_OPEN_SMEM(buf, 0, warp == 0, mma_trace, MMA_TRACE_RECORDS);
     int i = 0;
     for (int t = blockIdx.x; t < num_tiles; t += gridDim.x, ++i) {
       const TileDesc d = tiles[t];
       const int slot = i % SLOTS, use = i / SLOTS;
       if (warp == 0) XSTAGE_BEGIN(EV_SLOT_WAIT, d.id);
-      while (empty_seq[slot] < use) {
+      while (ld_relaxed_smem(&empty_seq[slot]) < use) {  // WAR only: no data flows back, no fence
       }
-      __threadfence_block();
       if (warp == 0) {
         XSTAGE_END(EV_SLOT_WAIT, d.id);
         XSTAGE_MARK(EV_TILE_INFO, d.id, (uint32_t)d.kind | ((uint32_t)d.expert << 1) | ((uint32_t)d.wave << 16));
@@ -102,17 +142,38 @@ __global__ void __launch_bounds__(THREADS, 1)
       for (int r = 0; r < 2; ++r)
 #pragma unroll
         for (int c = 0; c < 8; ++c) wmma::fill_fragment(acc[r][c], 0.0f);
+      if (smem_operands) {
+        // Operands from the shared-memory block (the K loop cycles over its 64 columns): the
+        // Tensor Cores are fed from shared memory, as after a TMA load, with no global traffic.
+        const __nv_bfloat16* as = As + (warp * 32) * OPK_LD;
 #pragma unroll 1
-      for (int k = 0; k < d.ksteps * 16; k += 16) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa[2];
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> fb;
-        wmma::load_matrix_sync(fa[0], a + k, KMAX);
-        wmma::load_matrix_sync(fa[1], a + 16 * KMAX + k, KMAX);
+        for (int k = 0; k < d.ksteps * 16; k += 16) {
+          const int kk = k % OPK;
+          wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa[2];
+          wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> fb;
+          wmma::load_matrix_sync(fa[0], as + kk, OPK_LD);
+          wmma::load_matrix_sync(fa[1], as + 16 * OPK_LD + kk, OPK_LD);
 #pragma unroll
-        for (int c = 0; c < 8; ++c) {
-          wmma::load_matrix_sync(fb, w + (size_t)(c * 16) * KMAX + k, KMAX);
-          wmma::mma_sync(acc[0][c], fa[0], fb, acc[0][c]);
-          wmma::mma_sync(acc[1][c], fa[1], fb, acc[1][c]);
+          for (int c = 0; c < 8; ++c) {
+            wmma::load_matrix_sync(fb, Ws + (c * 16) * OPK_LD + kk, OPK_LD);
+            wmma::mma_sync(acc[0][c], fa[0], fb, acc[0][c]);
+            wmma::mma_sync(acc[1][c], fa[1], fb, acc[1][c]);
+          }
+        }
+      } else {
+        // Operands streamed from global memory (L2-resident), one 16-wide K slice per step.
+#pragma unroll 1
+        for (int k = 0; k < d.ksteps * 16; k += 16) {
+          wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa[2];
+          wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> fb;
+          wmma::load_matrix_sync(fa[0], a + k, KMAX);
+          wmma::load_matrix_sync(fa[1], a + 16 * KMAX + k, KMAX);
+#pragma unroll
+          for (int c = 0; c < 8; ++c) {
+            wmma::load_matrix_sync(fb, w + (size_t)(c * 16) * KMAX + k, KMAX);
+            wmma::mma_sync(acc[0][c], fa[0], fb, acc[0][c]);
+            wmma::mma_sync(acc[1][c], fa[1], fb, acc[1][c]);
+          }
         }
       }
       float* s = slots + (size_t)slot * TILE_ELEMS + (warp * 32) * TILE_N;
@@ -121,31 +182,30 @@ __global__ void __launch_bounds__(THREADS, 1)
 #pragma unroll
         for (int c = 0; c < 8; ++c) wmma::store_matrix_sync(s + r * 16 * TILE_N + c * 16, acc[r][c], TILE_N, wmma::mem_row_major);
       named_barrier(1, 32 * MMA_WARPS);
-      if (threadIdx.x == 0) {
-        __threadfence_block();
-        full_seq[slot] = use + 1;
-      }
+      if (warp == 1 && lane == 0) st_release_smem(&full_seq[slot], use + 1);  // not the probe-writing lane
       if (warp == 0) XSTAGE_END(EV_MAINLOOP, d.id);
     }
     if (warp == 0) XSTAGE_PROBE_CLOSE();
   } else {
-    XSTAGE_PROBE_OPEN_IF(buf, 1, warp == MMA_WARPS);
-    const int et = threadIdx.x - 32 * MMA_WARPS;  // 0..127
+    XSTAGE_PROBE_OPEN_IF(buf, 1, warp == 0);
+    const int et = warp * 32 + lane;  // 0..127
     int i = 0;
     for (int t = blockIdx.x; t < num_tiles; t += gridDim.x, ++i) {
       const TileDesc d = tiles[t];
       const int slot = i % SLOTS, use = i / SLOTS;
-      while (full_seq[slot] < use + 1) {
+      while (ld_acquire_smem(&full_seq[slot]) < use + 1) {
       }
-      __threadfence_block();
       const bool remote = d.kind == 1;
       __nv_bfloat16* dst = (remote ? remote_out : local_out) + (size_t)d.out_index * TILE_ELEMS;
       const float* s = slots + (size_t)slot * TILE_ELEMS;
-      if (warp == MMA_WARPS) XSTAGE_BEGIN(remote ? EV_RS : EV_LS, d.id);
+      const float scale = 1.0f + 0.125f * (d.id % 7);  // makes every tile's output distinct
+      if (warp == 0) XSTAGE_BEGIN(remote ? EV_RS : EV_LS, d.id);
 #pragma unroll 4
       for (int chunk = et; chunk < TILE_ELEMS / 8; chunk += 32 * EPI_WARPS) {
-        const float4 lo = *reinterpret_cast<const float4*>(s + chunk * 8);
-        const float4 hi = *reinterpret_cast<const float4*>(s + chunk * 8 + 4);
+        float4 lo = *reinterpret_cast<const float4*>(s + chunk * 8);
+        float4 hi = *reinterpret_cast<const float4*>(s + chunk * 8 + 4);
+        lo.x *= scale; lo.y *= scale; lo.z *= scale; lo.w *= scale;
+        hi.x *= scale; hi.y *= scale; hi.z *= scale; hi.w *= scale;
         __nv_bfloat162 p0 = __floats2bfloat162_rn(lo.x, lo.y), p1 = __floats2bfloat162_rn(lo.z, lo.w);
         __nv_bfloat162 p2 = __floats2bfloat162_rn(hi.x, hi.y), p3 = __floats2bfloat162_rn(hi.z, hi.w);
         uint4 v;
@@ -156,13 +216,10 @@ __global__ void __launch_bounds__(THREADS, 1)
         st_v4(dst + chunk * 8, v);
       }
       named_barrier(2, 32 * EPI_WARPS);  // sender-visible end of the issuing warps' stores
-      if (warp == MMA_WARPS) XSTAGE_END_P(remote ? EV_RS : EV_LS, d.id, TILE_OUT_BYTES);
-      if (et == 0) {
-        __threadfence_block();
-        empty_seq[slot] = use + 1;
-      }
+      if (warp == 0) XSTAGE_END_P(remote ? EV_RS : EV_LS, d.id, TILE_OUT_BYTES);
+      if (et == 32) st_relaxed_smem(&empty_seq[slot], use + 1);  // reads of the slot ended at the barrier
     }
-    if (warp == MMA_WARPS) XSTAGE_PROBE_CLOSE();
+    if (warp == 0) XSTAGE_PROBE_CLOSE();
   }
 }
 
@@ -174,20 +231,16 @@ __global__ void checksum_kernel(const uint16_t* p, size_t n, unsigned long long*
 }
 
 struct Shape {
-  const char* name;
+  std::string name;
   int k1, k2;  // mainloop depth (x16) of Linear-1 and Linear-2 tiles
-  const char* note;
 };
-static const Shape kShapes[] = {
-    {"S1", 256, 64, "short Linear-2 mainloop: wave schedule drain-limited"},
-    {"S2", 256, 160, "medium Linear-2 mainloop"},
-    {"S3", 256, 512, "negative control: Linear-2 mainloop covers the span"},
-};
+// --shapes "S1:256:64,S2:256:160,S3:256:512" overrides these (name:k1:k2, depths in units of 16).
+static std::vector<Shape> kShapes = {{"S1", 256, 64}, {"S2", 256, 160}, {"S3", 256, 512}};
 
 // Skewed routing: rows (m-blocks) per expert within each wave.
 static const std::vector<std::vector<int>> kWaveRows = {{6, 3, 2, 1}, {5, 4, 2, 1}};
-constexpr int N1_PER_ROW = 132;  // Linear-1 tiles per row
-constexpr int N2_PER_ROW = 88;   // Linear-2 tiles per row
+static int N1_PER_ROW = 132;  // Linear-1 tiles per row (--n1-per-row)
+static int N2_PER_ROW = 88;   // Linear-2 tiles per row (--n2-per-row)
 
 // Expert-wave order: all Linear-1 tiles of a wave, then its Linear-2 tiles. Interleaved
 // (Algorithm 1): emit a Linear-2 tile only when the Linear-1 stream leads by >= D rows, else a ready
@@ -234,7 +287,7 @@ static std::vector<TileDesc> build_schedule(const Shape& s, bool interleaved, in
 
 int main(int argc, char** argv) {
   std::string dest = "host", out = ".", shape_arg = "all";
-  int trials = 21, lead_rows = 1;
+  int trials = 21, lead_rows = 1, split_smsp = 1, smem_operands = 1;
   bool dumps = true;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -244,8 +297,26 @@ int main(int argc, char** argv) {
     else if (a == "--trials" && i + 1 < argc) trials = std::atoi(argv[++i]);
     else if (a == "--lead-rows" && i + 1 < argc) lead_rows = std::atoi(argv[++i]);
     else if (a == "--no-dumps") dumps = false;
+    else if (a == "--layout" && i + 1 < argc) split_smsp = std::string(argv[++i]) == "split";
+    else if (a == "--operands" && i + 1 < argc) smem_operands = std::string(argv[++i]) == "smem";
+    else if (a == "--n1-per-row" && i + 1 < argc) N1_PER_ROW = std::atoi(argv[++i]);
+    else if (a == "--n2-per-row" && i + 1 < argc) N2_PER_ROW = std::atoi(argv[++i]);
+    else if (a == "--shapes" && i + 1 < argc) {
+      kShapes.clear();
+      std::string list = argv[++i], item;
+      for (size_t pos = 0; pos <= list.size(); ++pos) {
+        if (pos == list.size() || list[pos] == ',') {
+          char nm[32];
+          int k1, k2;
+          if (std::sscanf(item.c_str(), "%31[^:]:%d:%d", nm, &k1, &k2) == 3) kShapes.push_back({nm, k1, k2});
+          item.clear();
+        } else {
+          item += list[pos];
+        }
+      }
+    }
     else {
-      std::fprintf(stderr, "usage: fused_moe --dest host|local|peer --shape S1|S2|S3|all --out DIR [--trials N] [--lead-rows D] [--no-dumps]\n");
+      std::fprintf(stderr, "usage: fused_moe --dest host|local|peer --shape S1|S2|S3|all --out DIR [--trials N] [--lead-rows D] [--layout split|shared] [--operands smem|global] [--shapes S:k1:k2,...] [--n1-per-row N] [--n2-per-row N] [--no-dumps]\n");
       return 2;
     }
   }
@@ -273,7 +344,10 @@ int main(int argc, char** argv) {
   for (auto& x : h) x = __float2bfloat16(U(rng) * 0.05f);
   cudaMemcpy(dW, h.data(), opn * 2, cudaMemcpyHostToDevice);
 
-  const size_t max_l2 = 2 * 12 * N2_PER_ROW, max_l1 = 2 * 12 * N1_PER_ROW;
+  size_t rows_total = 0;
+  for (auto& w : kWaveRows)
+    for (int r : w) rows_total += r;
+  const size_t max_l2 = rows_total * N2_PER_ROW, max_l1 = rows_total * N1_PER_ROW;
   __nv_bfloat16 *remote = nullptr, *local = nullptr;
   void* host_remote = nullptr;
   const size_t remote_bytes = max_l2 * TILE_OUT_BYTES;
@@ -299,16 +373,17 @@ int main(int argc, char** argv) {
     return 2;
   }
   xstage::check_cuda(cudaMalloc(&local, max_l1 * TILE_OUT_BYTES), "cudaMalloc(local)");
-  const int smem = SLOTS * TILE_ELEMS * sizeof(float);
+  const int smem = smem_operands ? SMEM_BYTES_SMEM_OPS : SMEM_BYTES_GLOBAL_OPS;
   xstage::check_cuda(cudaFuncSetAttribute(fused_moe_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), "smem attr");
   unsigned long long* dsum;
   cudaMalloc(&dsum, sizeof(unsigned long long));
 
-  const std::string csv = out + "/fused_times_" + dest + (traced ? "_on" : "_off") + ".csv";
+  const std::string csv = out + "/fused_times_" + dest + (split_smsp ? "_split" : "_shared") + (smem_operands ? "_smem" : "_global") + (traced ? "_on" : "_off") + ".csv";
   FILE* f = std::fopen(csv.c_str(), "w");
-  std::fprintf(f, "dest,shape,schedule,traced,k1,k2,tiles,l1_tiles,l2_tiles,ctas,trials,kernel_ms_median,kernel_ms_p10,kernel_ms_p90,checksum_remote,checksum_local\n");
+  std::fprintf(f, "dest,layout,operands,shape,schedule,traced,k1,k2,tiles,l1_tiles,l2_tiles,ctas,trials,kernel_ms_median,kernel_ms_p10,kernel_ms_p90,checksum_remote,checksum_local\n");
   for (const Shape& s : kShapes) {
     if (shape_arg != "all" && shape_arg != s.name) continue;
+    const char* opname = smem_operands ? "smem" : "global";
     unsigned long long ref_sum[2] = {0, 0};
     for (int inter = 0; inter < 2; ++inter) {
       std::vector<TileDesc> sched = build_schedule(s, inter, lead_rows);
@@ -321,9 +396,9 @@ int main(int argc, char** argv) {
       xstage::HostBuffer tb(ctas, 2, per_cta * 5 + 16);
       const char* sched_name = inter ? "interleaved" : "wave";
       char label[256];
-      std::snprintf(label, sizeof(label), "kernel=fused_moe dest=%s shape=%s schedule=%s k1=%d k2=%d tiles=%zu l2_tiles=%d ctas=%d lead_rows=%d control=%d",
-                    dest.c_str(), s.name, sched_name, s.k1 * 16, s.k2 * 16, sched.size(), n_l2, ctas, lead_rows,
-                    (dest == "local" || std::string(s.name) == "S3") ? 1 : 0);
+      std::snprintf(label, sizeof(label), "kernel=fused_moe dest=%s shape=%s schedule=%s layout=%s operands=%s k1=%d k2=%d tiles=%zu l2_tiles=%d ctas=%d lead_rows=%d control=%d",
+                    dest.c_str(), s.name.c_str(), sched_name, split_smsp ? "split" : "shared", opname, s.k1 * 16, s.k2 * 16, sched.size(), n_l2, ctas, lead_rows,
+                    (dest == "local" || s.name == "S3") ? 1 : 0);
       std::vector<float> ms;
       cudaEvent_t e0, e1;
       cudaEventCreate(&e0);
@@ -332,7 +407,7 @@ int main(int argc, char** argv) {
         tb.reset();
         nvtxRangePushA(label);
         cudaEventRecord(e0);
-        fused_moe_kernel<<<ctas, THREADS, smem>>>(dt, (int)sched.size(), dA, dW, remote, local, traced ? tb.view() : xstage::DeviceBuffer{});
+        fused_moe_kernel<<<ctas, THREADS, smem>>>(dt, (int)sched.size(), dA, dW, remote, local, split_smsp, smem_operands, traced ? tb.view() : xstage::DeviceBuffer{});
         cudaEventRecord(e1);
         xstage::check_cuda(cudaGetLastError(), "fused_moe_kernel launch");
         xstage::check_cuda(cudaEventSynchronize(e1), "fused_moe_kernel");
@@ -343,7 +418,7 @@ int main(int argc, char** argv) {
       }
       if (dumps) {
         char name[512];
-        std::snprintf(name, sizeof(name), "%s/fused_%s_%s_%s.xsp", out.c_str(), dest.c_str(), s.name, sched_name);
+        std::snprintf(name, sizeof(name), "%s/fused_%s_%s_%s_%s_%s.xsp", out.c_str(), dest.c_str(), s.name.c_str(), sched_name, split_smsp ? "split" : "shared", opname);
         tb.write_dump(name, kEventNames, label, 0);
       }
       unsigned long long sums[2];
@@ -357,16 +432,16 @@ int main(int argc, char** argv) {
         ref_sum[0] = sums[0];
         ref_sum[1] = sums[1];
       } else if (sums[0] != ref_sum[0] || sums[1] != ref_sum[1]) {
-        std::fprintf(stderr, "fused_moe: CHECKSUM MISMATCH between schedules for %s: %llu/%llu vs %llu/%llu\n", s.name,
+        std::fprintf(stderr, "fused_moe: CHECKSUM MISMATCH between schedules for %s: %llu/%llu vs %llu/%llu\n", s.name.c_str(),
                      sums[0], sums[1], ref_sum[0], ref_sum[1]);
         return 5;
       }
       std::sort(ms.begin(), ms.end());
       const float med = ms[ms.size() / 2], p10 = ms[ms.size() / 10], p90 = ms[(ms.size() * 9) / 10];
-      std::fprintf(f, "%s,%s,%s,%d,%d,%d,%zu,%zu,%d,%d,%zu,%.5f,%.5f,%.5f,%llu,%llu\n", dest.c_str(), s.name, sched_name,
+      std::fprintf(f, "%s,%s,%s,%s,%s,%d,%d,%d,%zu,%zu,%d,%d,%zu,%.5f,%.5f,%.5f,%llu,%llu\n", dest.c_str(), split_smsp ? "split" : "shared", opname, s.name.c_str(), sched_name,
                    traced, s.k1 * 16, s.k2 * 16, sched.size(), sched.size() - n_l2, n_l2, ctas, ms.size(), med, p10, p90,
                    sums[0], sums[1]);
-      std::printf("%s %s %-11s traced=%d median %.3f ms (p10 %.3f, p90 %.3f) checksum %llu/%llu\n", dest.c_str(), s.name,
+      std::printf("%s %s %s %-11s traced=%d median %.3f ms (p10 %.3f, p90 %.3f) checksum %llu/%llu\n", dest.c_str(), opname, s.name.c_str(),
                   sched_name, traced, med, p10, p90, sums[0], sums[1]);
       cudaFree(dt);
     }

@@ -13,6 +13,12 @@
 //   XSTAGE_END_P(EV_RS, tile, bytes);      // end record carrying a payload
 //   XSTAGE_PROBE_CLOSE();                  // writes the record count and the end anchor
 //
+// A role that must not issue global stores in its hot loop (an MMA warp whose operand loads share
+// the SM's memory pipeline with a congested remote-store epilogue) stages its records in shared
+// memory instead and writes them out when the staging area is full and at close:
+//   __shared__ xstage::Record trace_smem[256];
+//   XSTAGE_PROBE_OPEN_SMEM(buf, role, pred, trace_smem, 256);
+//
 // Record and file layout: docs/probe-format.md (format version 1).
 #pragma once
 #include <stdint.h>
@@ -95,11 +101,18 @@ __device__ __forceinline__ void store_record_cs(Record* dst, uint64_t ts_ev, uin
 struct Probe {
   Record* rec;
   SliceMeta* meta;
+  Record* stage;       // shared-memory staging area (nullptr: stream every record to global)
   uint32_t n;
   uint32_t cap;
+  uint32_t flushed;    // records already written out from the staging area
+  uint32_t stage_cap;
   bool writer;
 
-  __device__ __forceinline__ void open(const DeviceBuffer& b, uint32_t role, bool enabled = true) {
+  __device__ __forceinline__ void open(const DeviceBuffer& b, uint32_t role, bool enabled = true,
+                                       Record* smem_stage = nullptr, uint32_t smem_records = 0) {
+    stage = smem_stage;
+    stage_cap = smem_records;
+    flushed = 0;
     const uint32_t slice = blockIdx.x * b.roles_per_cta + role;
     writer = enabled && ((threadIdx.x & 31) == 0) && slice < b.num_slices && b.meta != nullptr;
     rec = b.records + (uint64_t)slice * b.capacity;
@@ -115,18 +128,33 @@ struct Probe {
     }
   }
 
+  // Writes the staged records [flushed, n) to global memory (writer lane only).
+  __device__ __forceinline__ void flush() {
+    if (writer && stage != nullptr) {
+      for (uint32_t i = flushed; i < n && i < cap; ++i) {
+        const Record r = stage[i - flushed];
+        store_record_cs(rec + i, r.ts_ev, r.tile, r.payload);
+      }
+    }
+    flushed = n;
+  }
+
   __device__ __forceinline__ void put(uint32_t event, uint32_t kind, uint32_t tile,
                                       uint32_t payload) {
     const uint64_t c = clock_cycles();
-    if (writer && n < cap) {
-      const uint64_t ts_ev = (c & 0xFFFFFFFFFFFFull) | ((uint64_t)(event & 0xFF) << 48) |
-                             ((uint64_t)(kind & 0x3) << 56);
+    const uint64_t ts_ev = (c & 0xFFFFFFFFFFFFull) | ((uint64_t)(event & 0xFF) << 48) |
+                           ((uint64_t)(kind & 0x3) << 56);
+    if (stage != nullptr) {
+      if (n - flushed == stage_cap) flush();
+      if (writer) stage[n - flushed] = Record{ts_ev, tile, payload};
+    } else if (writer && n < cap) {
       store_record_cs(rec + n, ts_ev, tile, payload);
     }
     ++n;  // every calling lane counts, so the count stays warp-uniform without a shuffle
   }
 
   __device__ __forceinline__ void close() {
+    flush();
     if (writer) {
       const uint64_t g = globaltimer_ns();
       const uint64_t c = clock_cycles();
@@ -148,6 +176,10 @@ struct Probe {
 #define XSTAGE_PROBE_OPEN_IF(buf, role, pred) \
   ::xstage::Probe xstage_probe_;              \
   xstage_probe_.open((buf), (role), (pred))
+// Records staged in shared memory (smem: xstage::Record[smem_records]), written out when full and at close.
+#define XSTAGE_PROBE_OPEN_SMEM(buf, role, pred, smem, smem_records) \
+  ::xstage::Probe xstage_probe_;                                    \
+  xstage_probe_.open((buf), (role), (pred), (smem), (smem_records))
 #define XSTAGE_BEGIN(event, tile) xstage_probe_.put((event), ::xstage::kKindBegin, (tile), 0u)
 #define XSTAGE_END(event, tile) xstage_probe_.put((event), ::xstage::kKindEnd, (tile), 0u)
 #define XSTAGE_END_P(event, tile, payload) \
@@ -163,6 +195,9 @@ struct Probe {
   } while (0)
 #define XSTAGE_PROBE_OPEN_IF(buf, role, pred) \
   do {                                        \
+  } while (0)
+#define XSTAGE_PROBE_OPEN_SMEM(buf, role, pred, smem, smem_records) \
+  do {                                                              \
   } while (0)
 #define XSTAGE_BEGIN(event, tile) \
   do {                            \
