@@ -110,8 +110,8 @@ __global__ void __launch_bounds__(THREADS, 1)
     full_seq[threadIdx.x] = 0;
     empty_seq[threadIdx.x] = 0;
   }
-  if (smem_operands) {  // one 128 x 64 operand block of A and W per CTA, loaded once
-    const int set = blockIdx.x % OPERAND_SETS;
+  if (smem_operands) {  // one 128 x 64 operand block of A and W (the same in every CTA), loaded once
+    const int set = 0;
     for (int e = threadIdx.x; e < TILE_M * OPK; e += THREADS) {
       const int r = e / OPK, k = e % OPK;
       As[r * OPK_LD + k] = A[(size_t)set * TILE_M * KMAX + (size_t)r * KMAX + k];
@@ -198,7 +198,8 @@ __global__ void __launch_bounds__(THREADS, 1)
       const bool remote = d.kind == 1;
       __nv_bfloat16* dst = (remote ? remote_out : local_out) + (size_t)d.out_index * TILE_ELEMS;
       const float* s = slots + (size_t)slot * TILE_ELEMS;
-      const float scale = 1.0f + 0.125f * (d.id % 7);  // makes every tile's output distinct
+      // Makes every tile's output distinct (and independent of the CTA that ran it).
+      const float scale = 1.0f + 0.125f * (d.id % 7) + 0.0625f * (d.expert % 5);
       if (warp == 0) XSTAGE_BEGIN(remote ? EV_RS : EV_LS, d.id);
 #pragma unroll 4
       for (int chunk = et; chunk < TILE_ELEMS / 8; chunk += 32 * EPI_WARPS) {
