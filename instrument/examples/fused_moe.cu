@@ -247,6 +247,8 @@ static int N2_PER_ROW = 88;   // Linear-2 tiles per row (--n2-per-row)
 // (Algorithm 1): emit a Linear-2 tile only when the Linear-1 stream leads by >= D rows, else a ready
 // Linear-1 tile; when Linear-1 is exhausted, drain Linear-2.
 static std::vector<TileDesc> build_schedule(const Shape& s, bool interleaved, int lead_rows) {
+  // Tile identity (id, output slot) is fixed at creation, so both orders compute and store the
+  // same tiles at the same places; only the order differs.
   std::vector<TileDesc> out;
   int id = 0, n1 = 0, n2 = 0;
   for (int w = 0; w < (int)kWaveRows.size(); ++w) {
@@ -257,30 +259,24 @@ static std::vector<TileDesc> build_schedule(const Shape& s, bool interleaved, in
       for (int r = 0; r < kWaveRows[w][e]; ++r, ++row) {
         const int expert = w * 16 + e;
         for (int n = 0; n < N1_PER_ROW; ++n) {
-          l1.push_back({0, 0, expert, w, s.k1, 0});
+          l1.push_back({id++, 0, expert, w, s.k1, n1++});
           l1_row.push_back(row);
         }
         for (int n = 0; n < N2_PER_ROW; ++n) {
-          l2.push_back({0, 1, expert, w, s.k2, 0});
+          l2.push_back({id++, 1, expert, w, s.k2, n2++});
           l2_row.push_back(row);
         }
       }
-    size_t i1 = 0, i2 = 0;
-    auto emit = [&](TileDesc d) {
-      d.id = id++;
-      d.out_index = d.kind ? n2++ : n1++;
-      out.push_back(d);
-    };
     if (!interleaved) {
-      for (auto& d : l1) emit(d);
-      for (auto& d : l2) emit(d);
+      out.insert(out.end(), l1.begin(), l1.end());
+      out.insert(out.end(), l2.begin(), l2.end());
       continue;
     }
+    size_t i1 = 0, i2 = 0;
     while (i1 < l1.size() || i2 < l2.size()) {
       const int l1_rows_done = i1 == l1.size() ? row : l1_row[i1];  // rows whose L1 tiles are all emitted
       const bool l2_ready = i2 < l2.size() && (i1 == l1.size() || l1_rows_done - l2_row[i2] >= lead_rows);
-      if (l2_ready) emit(l2[i2++]);
-      else emit(l1[i1++]);
+      out.push_back(l2_ready ? l2[i2++] : l1[i1++]);
     }
   }
   return out;
