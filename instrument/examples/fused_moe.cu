@@ -216,9 +216,12 @@ __global__ void __launch_bounds__(THREADS, 1)
         v.w = *reinterpret_cast<uint32_t*>(&p3);
         st_v4(dst + chunk * 8, v);
       }
-      named_barrier(2, 32 * EPI_WARPS);  // sender-visible end of the issuing warps' stores
+      named_barrier(2, 32 * EPI_WARPS);  // the issuing warps' stores are all issued
+      // Free the slot (its reads ended at the barrier), then stamp the span's end: the flag write
+      // waits in the same memory-instruction queue as the stores, so the span ends when the slot
+      // is really released.
+      if (et == 0) st_relaxed_smem(&empty_seq[slot], use + 1);
       if (warp == 0) XSTAGE_END_P(remote ? EV_RS : EV_LS, d.id, TILE_OUT_BYTES);
-      if (et == 32) st_relaxed_smem(&empty_seq[slot], use + 1);  // reads of the slot ended at the barrier
     }
     if (warp == 0) XSTAGE_PROBE_CLOSE();
   }
