@@ -2,11 +2,12 @@
 # Runs the reference fused kernel on a GPU machine and packs the results into $OUT.
 # From the repository root: bash instrument/examples/device_fused.sh
 # 1) kernel times, probes compiled in and out (21 trials each, host and local destinations);
+#    the global-operand and shared-layout variants of S1 (traced, separate folder);
 # 2) one traced run of every shape x schedule under Nsight Systems (dumps + .nsys-rep + .sqlite).
 set -uo pipefail
 OUT=${OUT:-/tmp/xstage-out}
 W=/tmp/xstage-fused
-rm -rf "$W" && mkdir -p "$W"/{bin,times,traced,meta}
+rm -rf "$W" && mkdir -p "$W"/{bin,times,traced,global_operands,meta}
 M=$W/meta
 {
   echo "date_utc=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
@@ -21,6 +22,10 @@ for dest in host local; do
   timeout 200 $W/bin/fused_off --dest $dest --shape all --out $W/times || echo "fused_off $dest failed rc=$?"
   timeout 200 $W/bin/fused_on --dest $dest --shape all --out $W/times --no-dumps || echo "fused_on $dest failed rc=$?"
 done
+# The operand-streaming variant (mainloop reads A/W from global memory) and the shared-sub-partition
+# layout: the coupling through the SM's memory pipeline, kept as a separate finding.
+timeout 200 $W/bin/fused_on --dest host --shape S1 --operands global --trials 5 --out $W/global_operands || echo "global operands failed"
+timeout 200 $W/bin/fused_on --dest host --shape S1 --layout shared --trials 5 --out $W/global_operands || echo "shared layout failed"
 if [ -f .device-carry/nsys-env.sh ]; then
   source .device-carry/nsys-env.sh > /dev/null
   ( cd $W/traced && timeout 300 nsys profile -t cuda,nvtx --gpu-metrics-devices=0 --gpu-metrics-frequency=10000 -o fused_reference -f true \
@@ -30,6 +35,6 @@ if [ -f .device-carry/nsys-env.sh ]; then
   grep -v "Processing" "$M/nsys.log" | tail -12
 fi
 ls -la $W/traced $W/times
-tar -C $W -cf - meta times traced | xz -T16 -6 > $W/fused.tar.xz
+tar -C $W -cf - meta times traced global_operands | xz -T16 -6 > $W/fused.tar.xz
 ls -la $W/fused.tar.xz
 split -b 15M -d $W/fused.tar.xz "$OUT/fused.tar.xz.part"

@@ -239,12 +239,14 @@ struct Shape {
   int k1, k2;  // mainloop depth (x16) of Linear-1 and Linear-2 tiles
 };
 // --shapes "S1:256:64,S2:256:160,S3:256:512" overrides these (name:k1:k2, depths in units of 16).
-static std::vector<Shape> kShapes = {{"S1", 256, 64}, {"S2", 256, 160}, {"S3", 256, 512}};
+// S1: short Linear-2 mainloop (drain-limited in the expert-wave schedule); S2: medium; S3: the
+// negative control, whose Linear-2 mainloop is longer than the drain time of an aligned burst.
+static std::vector<Shape> kShapes = {{"S1", 256, 16}, {"S2", 256, 64}, {"S3", 256, 320}};
 
 // Skewed routing: rows (m-blocks) per expert within each wave.
 static const std::vector<std::vector<int>> kWaveRows = {{6, 3, 2, 1}, {5, 4, 2, 1}};
 static int N1_PER_ROW = 132;  // Linear-1 tiles per row (--n1-per-row)
-static int N2_PER_ROW = 88;   // Linear-2 tiles per row (--n2-per-row)
+static int N2_PER_ROW = 176;  // Linear-2 tiles per row (--n2-per-row)
 
 // Expert-wave order: all Linear-1 tiles of a wave, then its Linear-2 tiles. Interleaved
 // (Algorithm 1): emit a Linear-2 tile only when the Linear-1 stream leads by >= D rows, else a ready
