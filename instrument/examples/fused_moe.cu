@@ -25,6 +25,7 @@
 #include <nvtx3/nvToolsExt.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
@@ -83,6 +84,15 @@ __device__ __forceinline__ void st_relaxed_smem(int* p, int v) {
   asm volatile("st.volatile.shared.b32 [%0], %1;" ::"r"((unsigned)__cvta_generic_to_shared(p)), "r"(v) : "memory");
 }
 
+// Eight fp32 values (32-byte aligned) → eight scaled bf16 packed in a uint4.
+__device__ __forceinline__ uint4 to_bf16x8(const float* p, float scale) {
+  const float4 lo = *reinterpret_cast<const float4*>(p);
+  const float4 hi = *reinterpret_cast<const float4*>(p + 4);
+  __nv_bfloat162 q[4] = {__floats2bfloat162_rn(lo.x * scale, lo.y * scale), __floats2bfloat162_rn(lo.z * scale, lo.w * scale),
+                         __floats2bfloat162_rn(hi.x * scale, hi.y * scale), __floats2bfloat162_rn(hi.z * scale, hi.w * scale)};
+  return *reinterpret_cast<uint4*>(q);
+}
+
 __device__ __forceinline__ void st_v4(void* p, uint4 v) {
   asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
                : "memory");
@@ -91,7 +101,7 @@ __device__ __forceinline__ void st_v4(void* p, uint4 v) {
 __global__ void __launch_bounds__(THREADS, 1)
     fused_moe_kernel(const TileDesc* __restrict__ tiles, int num_tiles, const __nv_bfloat16* __restrict__ A,
                      const __nv_bfloat16* __restrict__ W, __nv_bfloat16* remote_out, __nv_bfloat16* local_out,
-                     int split_smsp, int smem_operands, xstage::DeviceBuffer buf) {
+                     int split_smsp, int smem_operands, int tma_epilogue, xstage::DeviceBuffer buf) {
   extern __shared__ __align__(128) float slots[];  // SLOTS x TILE_M x TILE_N fp32, then the operand block
   __nv_bfloat16* As = reinterpret_cast<__nv_bfloat16*>(slots + SLOTS * TILE_ELEMS);  // 128 x OPK (+pad), row-major
   __nv_bfloat16* Ws = As + TILE_M * OPK_LD;                                            // 128 x OPK (+pad): B col-major
@@ -197,25 +207,38 @@ __global__ void __launch_bounds__(THREADS, 1)
       }
       const bool remote = d.kind == 1;
       __nv_bfloat16* dst = (remote ? remote_out : local_out) + (size_t)d.out_index * TILE_ELEMS;
-      const float* s = slots + (size_t)slot * TILE_ELEMS;
+      float* s = slots + (size_t)slot * TILE_ELEMS;
       // Makes every tile's output distinct (and independent of the CTA that ran it).
       const float scale = 1.0f + 0.125f * (d.id % 7) + 0.0625f * (d.expert % 5);
+      if (tma_epilogue) {
+        // Convert the fp32 slot to bf16 in place (all reads, barrier, then writes), then one thread
+        // hands the 32 KB tile to the bulk copy engine and waits until the engine has read it: the
+        // slot is released when the remote store has been accepted, and no warp's memory queue
+        // holds the stalled stores.
+        uint4 v[TILE_ELEMS / 8 / (32 * EPI_WARPS)];
+#pragma unroll
+        for (int j = 0; j < TILE_ELEMS / 8 / (32 * EPI_WARPS); ++j) v[j] = to_bf16x8(s + (et + j * 32 * EPI_WARPS) * 8, scale);
+        named_barrier(2, 32 * EPI_WARPS);
+        uint4* sb = reinterpret_cast<uint4*>(s);
+#pragma unroll
+        for (int j = 0; j < TILE_ELEMS / 8 / (32 * EPI_WARPS); ++j) sb[et + j * 32 * EPI_WARPS] = v[j];
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+        named_barrier(2, 32 * EPI_WARPS);
+        if (et == 0) {
+          XSTAGE_BEGIN(remote ? EV_RS : EV_LS, d.id);
+          asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(dst),
+                       "r"((unsigned)__cvta_generic_to_shared(s)), "r"(TILE_OUT_BYTES)
+                       : "memory");
+          asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+          asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+          st_relaxed_smem(&empty_seq[slot], use + 1);
+          XSTAGE_END_P(remote ? EV_RS : EV_LS, d.id, TILE_OUT_BYTES);
+        }
+        continue;
+      }
       if (warp == 0) XSTAGE_BEGIN(remote ? EV_RS : EV_LS, d.id);
 #pragma unroll 4
-      for (int chunk = et; chunk < TILE_ELEMS / 8; chunk += 32 * EPI_WARPS) {
-        float4 lo = *reinterpret_cast<const float4*>(s + chunk * 8);
-        float4 hi = *reinterpret_cast<const float4*>(s + chunk * 8 + 4);
-        lo.x *= scale; lo.y *= scale; lo.z *= scale; lo.w *= scale;
-        hi.x *= scale; hi.y *= scale; hi.z *= scale; hi.w *= scale;
-        __nv_bfloat162 p0 = __floats2bfloat162_rn(lo.x, lo.y), p1 = __floats2bfloat162_rn(lo.z, lo.w);
-        __nv_bfloat162 p2 = __floats2bfloat162_rn(hi.x, hi.y), p3 = __floats2bfloat162_rn(hi.z, hi.w);
-        uint4 v;
-        v.x = *reinterpret_cast<uint32_t*>(&p0);
-        v.y = *reinterpret_cast<uint32_t*>(&p1);
-        v.z = *reinterpret_cast<uint32_t*>(&p2);
-        v.w = *reinterpret_cast<uint32_t*>(&p3);
-        st_v4(dst + chunk * 8, v);
-      }
+      for (int chunk = et; chunk < TILE_ELEMS / 8; chunk += 32 * EPI_WARPS) st_v4(dst + chunk * 8, to_bf16x8(s + chunk * 8, scale));
       named_barrier(2, 32 * EPI_WARPS);  // the issuing warps' stores are all issued
       // Free the slot (its reads ended at the barrier), then stamp the span's end: the flag write
       // waits in the same memory-instruction queue as the stores, so the span ends when the slot
@@ -223,6 +246,7 @@ __global__ void __launch_bounds__(THREADS, 1)
       if (et == 0) st_relaxed_smem(&empty_seq[slot], use + 1);
       if (warp == 0) XSTAGE_END_P(remote ? EV_RS : EV_LS, d.id, TILE_OUT_BYTES);
     }
+    if (tma_epilogue && et == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");  // writes complete before exit
     if (warp == 0) XSTAGE_PROBE_CLOSE();
   }
 }
@@ -289,7 +313,7 @@ static std::vector<TileDesc> build_schedule(const Shape& s, bool interleaved, in
 
 int main(int argc, char** argv) {
   std::string dest = "host", out = ".", shape_arg = "all";
-  int trials = 21, lead_rows = 1, split_smsp = 1, smem_operands = 1;
+  int trials = 21, lead_rows = 1, split_smsp = 1, smem_operands = 1, tma_epilogue = 1;
   bool dumps = true;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -301,6 +325,7 @@ int main(int argc, char** argv) {
     else if (a == "--no-dumps") dumps = false;
     else if (a == "--layout" && i + 1 < argc) split_smsp = std::string(argv[++i]) == "split";
     else if (a == "--operands" && i + 1 < argc) smem_operands = std::string(argv[++i]) == "smem";
+    else if (a == "--epilogue" && i + 1 < argc) tma_epilogue = std::string(argv[++i]) == "tma";
     else if (a == "--n1-per-row" && i + 1 < argc) N1_PER_ROW = std::atoi(argv[++i]);
     else if (a == "--n2-per-row" && i + 1 < argc) N2_PER_ROW = std::atoi(argv[++i]);
     else if (a == "--shapes" && i + 1 < argc) {
@@ -318,7 +343,7 @@ int main(int argc, char** argv) {
       }
     }
     else {
-      std::fprintf(stderr, "usage: fused_moe --dest host|local|peer --shape S1|S2|S3|all --out DIR [--trials N] [--lead-rows D] [--layout split|shared] [--operands smem|global] [--shapes S:k1:k2,...] [--n1-per-row N] [--n2-per-row N] [--no-dumps]\n");
+      std::fprintf(stderr, "usage: fused_moe --dest host|local|peer --shape S1|S2|S3|all --out DIR [--trials N] [--lead-rows D] [--layout split|shared] [--operands smem|global] [--epilogue tma|stg] [--shapes S:k1:k2,...] [--n1-per-row N] [--n2-per-row N] [--no-dumps]\n");
       return 2;
     }
   }
@@ -335,16 +360,37 @@ int main(int argc, char** argv) {
 
   // Operands: random bf16, L2-resident (OPERAND_SETS sets of A: 128 x KMAX and W: 128 x KMAX).
   const size_t opn = (size_t)OPERAND_SETS * TILE_M * KMAX;
-  std::vector<__nv_bfloat16> h(opn);
+  std::vector<__nv_bfloat16> hA(opn), hW(opn);
   std::mt19937 rng(1234);
   std::uniform_real_distribution<float> U(-1.f, 1.f);
   __nv_bfloat16 *dA, *dW;
   cudaMalloc(&dA, opn * 2);
   cudaMalloc(&dW, opn * 2);
-  for (auto& x : h) x = __float2bfloat16(U(rng));
-  cudaMemcpy(dA, h.data(), opn * 2, cudaMemcpyHostToDevice);
-  for (auto& x : h) x = __float2bfloat16(U(rng) * 0.05f);
-  cudaMemcpy(dW, h.data(), opn * 2, cudaMemcpyHostToDevice);
+  for (auto& x : hA) x = __float2bfloat16(U(rng));
+  cudaMemcpy(dA, hA.data(), opn * 2, cudaMemcpyHostToDevice);
+  for (auto& x : hW) x = __float2bfloat16(U(rng) * 0.05f);
+  cudaMemcpy(dW, hW.data(), opn * 2, cudaMemcpyHostToDevice);
+  // CPU reference of one tile (fp64), to check the kernel's output: C = scale * sum_k A[r][k] W[c][k].
+  auto check_tile = [&](const TileDesc& d, const __nv_bfloat16* dev_out) -> double {
+    std::vector<__nv_bfloat16> got(TILE_ELEMS);
+    cudaMemcpy(got.data(), dev_out + (size_t)d.out_index * TILE_ELEMS, TILE_ELEMS * 2, cudaMemcpyDeviceToHost);
+    const int set = smem_operands ? 0 : d.expert % OPERAND_SETS;
+    const double scale = 1.0 + 0.125 * (d.id % 7) + 0.0625 * (d.expert % 5);
+    double num = 0, den = 0;
+    for (int r = 0; r < TILE_M; ++r)
+      for (int c = 0; c < TILE_N; ++c) {
+        double acc = 0;
+        for (int k = 0; k < d.ksteps * 16; ++k) {
+          const int kk = smem_operands ? k % OPK : k;
+          acc += (double)__bfloat162float(hA[(size_t)set * TILE_M * KMAX + (size_t)r * KMAX + kk]) *
+                 (double)__bfloat162float(hW[(size_t)set * TILE_N * KMAX + (size_t)c * KMAX + kk]);
+        }
+        const double ref = acc * scale, diff = (double)__bfloat162float(got[r * TILE_N + c]) - ref;
+        num += diff * diff;
+        den += ref * ref;
+      }
+    return std::sqrt(num / den);
+  };
 
   size_t rows_total = 0;
   for (auto& w : kWaveRows)
@@ -385,7 +431,8 @@ int main(int argc, char** argv) {
   std::fprintf(f, "dest,layout,operands,shape,schedule,traced,k1,k2,tiles,l1_tiles,l2_tiles,ctas,trials,kernel_ms_median,kernel_ms_p10,kernel_ms_p90,checksum_remote,checksum_local\n");
   for (const Shape& s : kShapes) {
     if (shape_arg != "all" && shape_arg != s.name) continue;
-    const char* opname = smem_operands ? "smem" : "global";
+    const std::string opname_s = std::string(smem_operands ? "smem" : "global") + (tma_epilogue ? "_tma" : "_stg");
+    const char* opname = opname_s.c_str();
     unsigned long long ref_sum[2] = {0, 0};
     for (int inter = 0; inter < 2; ++inter) {
       std::vector<TileDesc> sched = build_schedule(s, inter, lead_rows);
@@ -398,8 +445,8 @@ int main(int argc, char** argv) {
       xstage::HostBuffer tb(ctas, 2, per_cta * 5 + 16);
       const char* sched_name = inter ? "interleaved" : "wave";
       char label[256];
-      std::snprintf(label, sizeof(label), "kernel=fused_moe dest=%s shape=%s schedule=%s layout=%s operands=%s k1=%d k2=%d tiles=%zu l2_tiles=%d ctas=%d lead_rows=%d control=%d",
-                    dest.c_str(), s.name.c_str(), sched_name, split_smsp ? "split" : "shared", opname, s.k1 * 16, s.k2 * 16, sched.size(), n_l2, ctas, lead_rows,
+      std::snprintf(label, sizeof(label), "kernel=fused_moe dest=%s shape=%s schedule=%s layout=%s operands=%s epilogue=%s k1=%d k2=%d tiles=%zu l2_tiles=%d ctas=%d lead_rows=%d control=%d",
+                    dest.c_str(), s.name.c_str(), sched_name, split_smsp ? "split" : "shared", smem_operands ? "smem" : "global", tma_epilogue ? "tma" : "stg", s.k1 * 16, s.k2 * 16, sched.size(), n_l2, ctas, lead_rows,
                     (dest == "local" || s.name == "S3") ? 1 : 0);
       std::vector<float> ms;
       cudaEvent_t e0, e1;
@@ -409,7 +456,7 @@ int main(int argc, char** argv) {
         tb.reset();
         nvtxRangePushA(label);
         cudaEventRecord(e0);
-        fused_moe_kernel<<<ctas, THREADS, smem>>>(dt, (int)sched.size(), dA, dW, remote, local, split_smsp, smem_operands, traced ? tb.view() : xstage::DeviceBuffer{});
+        fused_moe_kernel<<<ctas, THREADS, smem>>>(dt, (int)sched.size(), dA, dW, remote, local, split_smsp, smem_operands, tma_epilogue, traced ? tb.view() : xstage::DeviceBuffer{});
         cudaEventRecord(e1);
         xstage::check_cuda(cudaGetLastError(), "fused_moe_kernel launch");
         xstage::check_cuda(cudaEventSynchronize(e1), "fused_moe_kernel");
@@ -431,6 +478,18 @@ int main(int argc, char** argv) {
         cudaMemcpy(&sums[which], dsum, sizeof(sums[which]), cudaMemcpyDeviceToHost);
       }
       if (inter == 0) {
+        // Correctness against the CPU for the first Linear-1 and Linear-2 tile of this shape.
+        const TileDesc* first[2] = {nullptr, nullptr};
+        for (const auto& d : sched)
+          if (!first[d.kind]) first[d.kind] = &d;
+        for (int kind = 0; kind < 2; ++kind) {
+          const double rel = check_tile(*first[kind], kind ? remote : local);
+          std::printf("check %s tile %d (%s): rel_err %.2e\n", s.name.c_str(), first[kind]->id, kind ? "linear2" : "linear1", rel);
+          if (!(rel < 2e-2)) {
+            std::fprintf(stderr, "fused_moe: WRONG RESULT for %s tile %d: rel_err %.3e\n", s.name.c_str(), first[kind]->id, rel);
+            return 6;
+          }
+        }
         ref_sum[0] = sums[0];
         ref_sum[1] = sums[1];
       } else if (sums[0] != ref_sum[0] || sums[1] != ref_sum[1]) {
