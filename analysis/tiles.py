@@ -74,10 +74,13 @@ def tile_table(probes: pd.DataFrame, slices: pd.DataFrame, noise_ns: float | Non
 
 
 def derive_noise_ns(tiles: pd.DataFrame) -> float:
-    """Noise threshold from the control runs (label ``control=1`` or ``dest=local``): the p99 of
-    their measured slot waits, at least MIN_NOISE_NS. Without a control: MIN_NOISE_NS."""
+    """Noise threshold from the control run: the p99 of the measured slot waits of the local-store
+    control (label ``dest=local``), else of runs labelled ``control=1``; at least MIN_NOISE_NS.
+    Without a control: MIN_NOISE_NS."""
     lab = tiles["label"].fillna("")
-    ctrl = tiles[lab.str.contains(r"\bcontrol=1\b") | lab.str.contains(r"\bdest=local\b")]
+    ctrl = tiles[lab.str.contains(r"\bdest=local\b")]
+    if ctrl.empty:
+        ctrl = tiles[lab.str.contains(r"\bcontrol=1\b")]
     waits = ctrl["measured_stall_ns"].dropna()
     if waits.empty:
         return MIN_NOISE_NS

@@ -2,12 +2,12 @@
 # Runs the reference fused kernel on a GPU machine and packs the results into $OUT.
 # From the repository root: bash instrument/examples/device_fused.sh
 # 1) kernel times, probes compiled in and out (21 trials each, host and local destinations);
-#    the global-operand and shared-layout variants of S1 (traced, separate folder);
+#    st.global-epilogue variants of S1 (traced, separate folder);
 # 2) one traced run of every shape x schedule under Nsight Systems (dumps + .nsys-rep + .sqlite).
 set -uo pipefail
 OUT=${OUT:-/tmp/xstage-out}
 W=/tmp/xstage-fused
-rm -rf "$W" && mkdir -p "$W"/{bin,times,traced,global_operands,meta}
+rm -rf "$W" && mkdir -p "$W"/{bin,times,traced,variants,meta}
 M=$W/meta
 {
   echo "date_utc=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
@@ -22,10 +22,13 @@ for dest in host local; do
   timeout 200 $W/bin/fused_off --dest $dest --shape all --out $W/times || echo "fused_off $dest failed rc=$?"
   timeout 200 $W/bin/fused_on --dest $dest --shape all --out $W/times --no-dumps || echo "fused_on $dest failed rc=$?"
 done
-# The operand-streaming variant (mainloop reads A/W from global memory) and the shared-sub-partition
-# layout: the coupling through the SM's memory pipeline, kept as a separate finding.
-timeout 200 $W/bin/fused_on --dest host --shape S1 --operands global --trials 5 --out $W/global_operands || echo "global operands failed"
-timeout 200 $W/bin/fused_on --dest host --shape S1 --layout shared --trials 5 --out $W/global_operands || echo "shared layout failed"
+# Variants of S1 on the host path (traced, separate folder): the epilogue storing with st.global
+# from the epilogue warps (stg) instead of the bulk copy engine, with shared-memory or streamed
+# global operands, and with both roles sharing SM sub-partitions: the coupling through the SM's
+# memory-instruction pipeline.
+for v in "--epilogue stg" "--epilogue stg --operands global" "--epilogue stg --layout shared"; do
+  timeout 200 $W/bin/fused_on --dest host --shape S1 --trials 5 --out $W/variants $v || echo "variant $v failed"
+done
 if [ -f .device-carry/nsys-env.sh ]; then
   source .device-carry/nsys-env.sh > /dev/null
   ( cd $W/traced && timeout 300 nsys profile -t cuda,nvtx --gpu-metrics-devices=0 --gpu-metrics-frequency=10000 -o fused_reference -f true \
@@ -35,6 +38,6 @@ if [ -f .device-carry/nsys-env.sh ]; then
   grep -v "Processing" "$M/nsys.log" | tail -12
 fi
 ls -la $W/traced $W/times
-tar -C $W -cf - meta times traced global_operands | xz -T16 -6 > $W/fused.tar.xz
+tar -C $W -cf - meta times traced variants | xz -T16 -6 > $W/fused.tar.xz
 ls -la $W/fused.tar.xz
 split -b 15M -d $W/fused.tar.xz "$OUT/fused.tar.xz.part"

@@ -133,8 +133,10 @@ __global__ void __launch_bounds__(THREADS, 1)
   if (is_mma) {
     XSTAGE_PROBE_OPEN_SMEM(buf, 0, warp == 0, mma_trace, MMA_TRACE_RECORDS);
     int i = 0;
+    TileDesc next = tiles[blockIdx.x < num_tiles ? blockIdx.x : 0];
     for (int t = blockIdx.x; t < num_tiles; t += gridDim.x, ++i) {
-      const TileDesc d = tiles[t];
+      const TileDesc d = next;  // prefetched during the previous mainloop: the wait below is only the wait
+      if (t + (int)gridDim.x < num_tiles) next = tiles[t + gridDim.x];
       const int slot = i % SLOTS, use = i / SLOTS;
       if (warp == 0) XSTAGE_BEGIN(EV_SLOT_WAIT, d.id);
       while (ld_relaxed_smem(&empty_seq[slot]) < use) {  // WAR only: no data flows back, no fence
