@@ -10,7 +10,7 @@ Event conventions (instrument/examples/fused_moe.cu and the upstream recipes use
 With S staging slots, tile i's slot is reused by the tile S positions later on the same CTA; the
 mainloops in between cover the epilogue of tile i. With S = 2 that is the successor's mainloop:
 T_cover(i) = mainloop(i+1), predicted Δt(i) = [T_RS(i) − T_cover(i)]₊, measured Δt(i) = the slot
-wait before tile i+2.
+wait before tile i+2, less the wait's own instrumented cost (the control run's median wait).
 """
 
 from __future__ import annotations
@@ -58,30 +58,37 @@ def tile_table(probes: pd.DataFrame, slices: pd.DataFrame, noise_ns: float | Non
     g = t.groupby(["rank", "dump", "cta"], sort=False)
     t["position"] = g.cumcount()
     t["cover_ns"] = sum(g["mainloop_ns"].shift(-j) for j in range(1, slots)) if slots > 1 else 0.0
-    t["measured_stall_ns"] = g["wait_ns"].shift(-slots)
+    t["slot_wait_ns"] = g["wait_ns"].shift(-slots)
     t["epilogue_span_ns"] = t["rs_ns"].fillna(t["ls_ns"])
     t["predicted_stall_ns"] = predicted_stall_ns(t["epilogue_span_ns"], t["cover_ns"])
     labels = slices.drop_duplicates("dump").set_index("dump")["label"]
     t["label"] = t["dump"].map(labels)
-    if noise_ns is None:
-        noise_ns = derive_noise_ns(t)
+    floor_ns, derived_noise_ns = control_wait_stats(t)
+    noise_ns = derived_noise_ns if noise_ns is None else noise_ns
+    # The wait as instrumented costs a fixed time even when the slot is free (begin probe, one
+    # flag read, end probe): the control's median. The stall is what exceeds it.
+    t["wait_floor_ns"] = floor_ns
+    t["measured_stall_ns"] = np.maximum(t["slot_wait_ns"] - floor_ns, 0.0)
     t["noise_ns"] = noise_ns
     t["backpressured"] = (t["predicted_stall_ns"] > noise_ns) | (t["measured_stall_ns"].fillna(0) > noise_ns)
     t["tile_kind"] = np.where(t["is_l2"], "linear2", "linear1")
     t = t.rename(columns={"rs_ns": "rs_span_ns"})
     return t[["rank", "dump", "label", "cta", "position", "tile", "tile_kind", "expert", "wave", "mainloop_ns", "rs_span_ns",
-              "epilogue_span_ns", "cover_ns", "predicted_stall_ns", "measured_stall_ns", "noise_ns", "backpressured"]]
+              "epilogue_span_ns", "cover_ns", "predicted_stall_ns", "slot_wait_ns", "wait_floor_ns", "measured_stall_ns",
+              "noise_ns", "backpressured"]]
 
 
-def derive_noise_ns(tiles: pd.DataFrame) -> float:
-    """Noise threshold from the control run: the p99 of the measured slot waits of the local-store
-    control (label ``dest=local``), else of runs labelled ``control=1``; at least MIN_NOISE_NS.
-    Without a control: MIN_NOISE_NS."""
+def control_wait_stats(tiles: pd.DataFrame) -> tuple[float, float]:
+    """(floor, noise) of the slot wait from the control run: the local-store control (label
+    ``dest=local``), else runs labelled ``control=1``. Floor = median raw wait (the cost of the
+    instrumented wait itself); noise = p99 of the floor-corrected waits, at least MIN_NOISE_NS.
+    Without a control: (0, MIN_NOISE_NS)."""
     lab = tiles["label"].fillna("")
     ctrl = tiles[lab.str.contains(r"\bdest=local\b")]
     if ctrl.empty:
         ctrl = tiles[lab.str.contains(r"\bcontrol=1\b")]
-    waits = ctrl["measured_stall_ns"].dropna()
+    waits = ctrl["slot_wait_ns"].dropna()
     if waits.empty:
-        return MIN_NOISE_NS
-    return float(max(np.percentile(waits, 99), MIN_NOISE_NS))
+        return 0.0, MIN_NOISE_NS
+    floor = float(np.median(waits))
+    return floor, float(max(np.percentile(waits - floor, 99), MIN_NOISE_NS))

@@ -116,10 +116,14 @@ def calibrate_fit(
         _emit(doc)
         return
     t = Table(title=f"M_X fit: {doc['platform']} {doc['store_path']}", show_header=False)
-    t.add_row("R", f"{doc['rate_gbps']:.1f} ± {doc['rate_uncertainty_gbps'] or 0:.1f} GB/s ({doc['rate_points']} drain-limited points)")
+    if doc["rate_points"]:
+        t.add_row("R", f"{doc['rate_gbps']:.1f} ± {doc['rate_uncertainty_gbps'] or 0:.1f} GB/s ({doc['rate_points']} drain-limited points)")
+    else:
+        t.add_row("R", f">= {doc['rate_gbps']:.0f} GB/s (lower bound: no drain-limited zero-gap launch)")
     t.add_row("Q", "n/a: " + str(doc["capacity_reason"]) if doc["capacity_bytes"] is None else ", ".join(f"K={k}: {v / 2**20:.2f} MiB" for k, v in doc["capacity_by_producers_bytes"].items()) + f" ({doc['capacity_source']})")
     t.add_row("loop overhead", f"{doc['loop_overhead_ns']:.0f} ns")
-    t.add_row("period error (recurrence)", f"median {doc['period_err_median_pct']:.2f} %, mean {doc['period_err_mean_pct']:.2f} %")
+    if doc["period_err_median_pct"] is not None:
+        t.add_row("period error (recurrence)", f"median {doc['period_err_median_pct']:.2f} %, mean {doc['period_err_mean_pct']:.2f} %")
     ss = doc["errors_steady_state"]
     if ss:
         t.add_row("period error (Eq. 1 only)", f"median {ss['period_err_median_pct']:.2f} %, mean {ss['period_err_mean_pct']:.2f} %")

@@ -129,6 +129,8 @@ TILES = pa.schema(
         ("epilogue_span_ns", pa.float64()),
         ("cover_ns", pa.float64()),
         ("predicted_stall_ns", pa.float64()),
+        ("slot_wait_ns", pa.float64()),
+        ("wait_floor_ns", pa.float64()),
         ("measured_stall_ns", pa.float64()),
         ("noise_ns", pa.float64()),
         ("backpressured", pa.bool_()),
