@@ -4,9 +4,10 @@ Every dump is one kernel launch, so its probe span (slice open to close anchors)
 that kernel's nsys interval. A (dump, kernel) pair therefore allows offsets in
 [dump_end − kernel_end, dump_start − kernel_start]. Matching: the offset proposed by some kernel
 for the first dump that places the most dumps inside a kernel (with a small slack, since CUPTI
-re-synchronises its clocks). Fit: a line offset(t) = c0 + c1·t through the middles of the matched
-pairs' feasible intervals (c1 is the drift between the clocks). Residual: the worst distance by
-which a matched dump leaves its kernel under the fitted line (0 when all fit).
+re-synchronises its clocks). Fit: a line offset(t) = c0 + c1·t through the matched
+pairs' feasible intervals, placed as deep inside all of them as possible (a small linear program;
+c1 is the drift between the clocks). Residual: the worst distance by which a matched dump leaves
+its kernel under the fitted line (0 when all fit).
 """
 
 from __future__ import annotations
@@ -51,6 +52,28 @@ def _match(offset: np.ndarray, a: np.ndarray, b: np.ndarray, ks: np.ndarray, ke:
     return np.where(ok, j, -1)
 
 
+def _max_margin_line(t: np.ndarray, lo: np.ndarray, hi: np.ndarray, fit_drift: bool) -> tuple[float, float, float]:
+    """The line c0 + c1·t that lies deepest inside every interval [lo_i, hi_i] (a linear program:
+    maximise the margin m with lo_i + m ≤ c0 + c1·t_i ≤ hi_i − m); m < 0 when no line fits all."""
+    from scipy.optimize import linprog
+
+    scale = max(float(np.abs(t).max()), 1.0)
+    ts = t / scale
+    n = len(t)
+    cols = 3 if fit_drift else 2  # [c0, (c1,) m]
+    rows_hi = np.column_stack([np.ones(n), ts, np.ones(n)] if fit_drift else [np.ones(n), np.ones(n)])
+    rows_lo = np.column_stack([-np.ones(n), -ts, np.ones(n)] if fit_drift else [-np.ones(n), np.ones(n)])
+    c = np.zeros(cols)
+    c[-1] = -1.0
+    res = linprog(c, A_ub=np.vstack([rows_hi, rows_lo]), b_ub=np.concatenate([hi, -lo]),
+                  bounds=[(None, None)] * (cols - 1) + [(None, float(np.max(hi - lo)))], method="highs")
+    if not res.success:
+        mid = (lo + hi) / 2.0
+        return float(np.median(mid)), 0.0, float(-np.max(np.abs(mid - np.median(mid))))
+    x = res.x
+    return float(x[0]), (float(x[1]) / scale if fit_drift else 0.0), float(x[-1])
+
+
 def align_dumps(dump_start: np.ndarray, dump_end: np.ndarray, kern_start: np.ndarray, kern_end: np.ndarray,
                 slack_ns: float = MATCH_SLACK_NS) -> Alignment:
     """Fit the probe→nsys clock mapping of one device from dump spans and kernel intervals (ns)."""
@@ -76,16 +99,10 @@ def align_dumps(dump_start: np.ndarray, dump_end: np.ndarray, kern_start: np.nda
     m = k >= 0
     lo = b[m] - ke[k[m]]
     hi = a[m] - ks[k[m]]
-    mid = (lo + hi) / 2.0
     t = (a[m] + b[m]) / 2.0
     t_ref = float(t.min())
-    if m.sum() >= 3 and np.ptp(t) > 0:
-        drift, offset = np.polyfit(t - t_ref, mid, 1)
-    else:
-        drift, offset = 0.0, float(np.mean(mid))
-    fitted = offset + drift * (t - t_ref)
-    violation = np.maximum(lo - fitted, fitted - hi)  # > 0: dump sticks out of its kernel
-    residual = float(max(violation.max(), 0.0))
+    offset, drift, margin = _max_margin_line(t - t_ref, lo, hi, fit_drift=m.sum() >= 3 and np.ptp(t) > 0)
+    residual = float(max(-margin, 0.0))
     kernel_of_dump = np.full(len(a), -1)
     kernel_of_dump[m] = order[k[m]]
     return Alignment(float(offset), float(drift), t_ref, residual, int(m.sum()), len(a), kernel_of_dump)

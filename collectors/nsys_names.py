@@ -26,7 +26,12 @@ NVTX_RANGE_TYPES = (NVTX_PUSH_POP, NVTX_START_END)
 
 # Kernel columns every supported export has; the rest are optional.
 KERNEL_CORE_COLUMNS = ("start", "end", "deviceId", "streamId", "shortName", "demangledName")
-KERNEL_OPTIONAL_COLUMNS = ("correlationId", "gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ")
+KERNEL_OPTIONAL_COLUMNS = ("correlationId", "globalPid", "gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ")
+
+
+def pid_of_tid(global_tid):
+    """globalPid of a serialized globalTid (the low 24 bits hold the thread id); works on arrays."""
+    return global_tid & ~0xFFFFFF
 
 # Normalized GPU-metric name -> pattern over the raw names of all known versions.
 # 2022.4 "SM Active", 2023.x "SMs Active", 2025.x "SMs Active [Throughput %]", TU10x

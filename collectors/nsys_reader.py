@@ -162,9 +162,16 @@ def _kernels(src, strings: pd.Series, rank: int, to_utc, shift: int, nvtx: pd.Da
     df["nvtx_range"] = None
     if len(nvtx) and "correlation_id" in df and N.RUNTIME_TABLE in src.tables():
         rt = src.read(N.RUNTIME_TABLE, ["correlationId", "start", "globalTid"]).to_pandas()
-        rt = rt.drop_duplicates("correlationId").set_index("correlationId")
-        launch_t = df["correlation_id"].map(rt["start"] - shift)
-        launch_tid = df["correlation_id"].map(rt["globalTid"])
+        # correlationId restarts in every process: join on (process, correlationId).
+        use_pid = "globalPid" in k
+        keys = ["pid", "correlationId"] if use_pid else ["correlationId"]
+        rt["pid"] = N.pid_of_tid(rt["globalTid"].astype(np.int64))
+        rt = rt.drop_duplicates(keys)
+        launch = pd.DataFrame({"correlationId": k["correlationId"].to_numpy()})
+        if use_pid:
+            launch["pid"] = k["globalPid"].astype(np.int64).to_numpy()
+        launch = launch.merge(rt, on=keys, how="left")
+        launch_t, launch_tid = launch["start"] - shift, launch["globalTid"]
         ok = launch_t.notna().to_numpy()
         ranges = nvtx.reset_index(drop=True)
         where = np.full(len(df), -1)

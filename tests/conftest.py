@@ -1,0 +1,40 @@
+"""Shared fixtures: real captures in sample_traces/ (and ../shared/reference_traces when present)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = ROOT / "sample_traces"
+REFERENCE = SAMPLES / "h200_burst_gap_reference"
+CALIB = SAMPLES / "h200_calibration"
+FUSED = SAMPLES / "h200_fused_moe"
+SHARED = ROOT.parent / "shared" / "reference_traces"
+
+
+def reference_sqlite() -> Path:
+    """The H200 Burst–Gap export (cache-named beside its report)."""
+    return next(REFERENCE.glob("h200_burst_gap_quick.nsys-rep.*.sqlite"))
+
+
+def mock_sqlite() -> Path:
+    """nsys-ai's RTX 3080 export (shared reference traces)."""
+    p = SHARED / "nsys-ai_mock.sqlite"
+    if not p.exists():
+        pytest.skip("shared/reference_traces is not beside this checkout")
+    return p
+
+
+@pytest.fixture
+def tmp_copy(tmp_path):
+    """Copy a file into tmp_path and return the copy."""
+
+    def _copy(src: Path, name: str | None = None) -> Path:
+        dst = tmp_path / (name or src.name)
+        shutil.copyfile(src, dst)
+        return dst
+
+    return _copy
