@@ -1,0 +1,5 @@
+"""``python -m xstage_trace`` runs the CLI."""
+
+from xstage_trace.cli import main
+
+main()

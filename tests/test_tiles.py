@@ -1,0 +1,84 @@
+"""Reference fused kernel on the H200: bursts, per-tile stall prediction vs measurement, Table 3."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy.stats import spearmanr
+
+from conftest import FUSED
+from xstage_trace.analysis.stall import stall_summary
+from xstage_trace.runner import analyze_inputs
+from xstage_trace.collectors.dataset import read_run
+
+
+@pytest.fixture(scope="module")
+def fused_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("fused") / "run"
+    summary = analyze_inputs([FUSED / "traced" / "fused_reference.nsys-rep", FUSED / "traced"], out)
+    tables, _ = read_run(out)
+    return summary, tables["tiles"].to_pandas(), tables["bursts"].to_pandas()
+
+
+def _cfg(tiles, shape, schedule, dest="host"):
+    return tiles[tiles["label"].str.contains(f"dest={dest} shape={shape} schedule={schedule} ")]
+
+
+def test_alignment_and_counts(fused_run):
+    summary, tiles, bursts = fused_run
+    a = summary["alignment"]["rank0"]
+    assert a["dumps_matched"] == a["dumps_total"] == 8 and a["residual_ns"] == 0.0
+    assert summary["tiles"] == 8 * 7392 and summary["backpressured_tiles"] > 0
+    assert len(bursts) > 0 and (bursts["volume_bytes"] > 0).all()
+
+
+def test_wave_schedule_backpressures_where_the_model_says(fused_run):
+    _, tiles, _ = fused_run
+    for shape in ("S1", "S2"):
+        l2 = _cfg(tiles, shape, "wave")
+        l2 = l2[l2["tile_kind"] == "linear2"]
+        assert l2["backpressured"].mean() > 0.6
+        assert l2["rs_span_ns"].median() > 40_000  # drain-limited spans on the PCIe path
+        assert l2["predicted_stall_ns"].median() > 20_000
+
+
+def test_interleaving_recovers_the_spans(fused_run):
+    _, tiles, _ = fused_run
+    for shape in ("S1", "S2"):
+        wave, inter = _cfg(tiles, shape, "wave"), _cfg(tiles, shape, "interleaved")
+        s_w = wave[wave["tile_kind"] == "linear2"]["rs_span_ns"].median()
+        s_i = inter[inter["tile_kind"] == "linear2"]["rs_span_ns"].median()
+        assert s_i < 1_000 < 40_000 < s_w
+        assert inter["measured_stall_ns"].median() == 0.0
+        assert inter["backpressured"].mean() < 0.05
+
+
+def test_negative_controls_show_neither(fused_run):
+    _, tiles, _ = fused_run
+    for sched in ("wave", "interleaved"):
+        for t in (_cfg(tiles, "S3", sched), _cfg(tiles, "S1", sched, dest="local")):
+            assert len(t) == 7392
+            assert t["predicted_stall_ns"].max() == 0.0
+            assert t["backpressured"].sum() == 0
+
+
+def test_prediction_tracks_measurement_tile_by_tile(fused_run):
+    """Issue acceptance: over all tiles of the backpressured configurations, Spearman ≥ 0.9 and
+    median absolute error ≤ 0.5 µs (measured on this GPU; see README for the numbers)."""
+    _, tiles, _ = fused_run
+    bp = tiles[tiles["label"].str.contains("dest=host shape=S[12] schedule=wave ")].dropna(subset=["measured_stall_ns"])
+    rho = spearmanr(bp["predicted_stall_ns"], bp["measured_stall_ns"]).correlation
+    mae = np.median(np.abs(bp["predicted_stall_ns"] - bp["measured_stall_ns"]))
+    assert rho >= 0.9 and mae <= 500.0
+    l2 = bp[bp["tile_kind"] == "linear2"]
+    assert spearmanr(l2["predicted_stall_ns"], l2["measured_stall_ns"]).correlation >= 0.9
+    assert np.median(np.abs(l2["predicted_stall_ns"] - l2["measured_stall_ns"])) <= 500.0
+
+
+def test_table3_summary(fused_run):
+    _, tiles, _ = fused_run
+    cfg = tiles["label"].str.extract(r"dest=(\S+) shape=(\S+) schedule=(\S+)").agg("-".join, axis=1)
+    s = stall_summary(tiles[tiles["tile_kind"] == "linear2"].assign(cfg=cfg), ["cfg"])
+    assert set(s["cfg"]) >= {"host-S1-wave", "host-S1-interleaved", "host-S3-wave", "local-S1-wave"}
+    s1 = s.set_index("cfg").loc["host-S1-wave"]
+    assert s1["predicted_stall_med_ns"] == pytest.approx(s1["measured_stall_med_ns"], rel=0.1)
