@@ -3,7 +3,7 @@
 Everything runs over columns. The floor-issue backlog q_{n+1} = [q_n + Δb_n]₊ is a Lindley
 recursion: with S_n = Σ_{i<n} Δb_i (S_0 = 0), q_n = S_n − min_{k≤n} S_k. The stalled trajectory
 (our extension) composes clamp maps x ↦ min(max(x + a, lo), hi), which are closed under
-composition, so it is an associative prefix scan done in ⌈log2 N⌉ vectorized steps.
+composition, so it is an associative prefix scan (blocked, ⌈log2 4096⌉ vectorized steps per level).
 """
 
 from __future__ import annotations
@@ -58,22 +58,51 @@ def audit_sequence(volume_bytes, gap_ns, issue_floor_ns, rate_gbps: float, capac
     return SequenceAudit(df, onset, excess)
 
 
-def _clamp_scan(a: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Inclusive prefix composition of f_n(x) = min(max(x + a_n, lo_n), hi_n): F_n = f_n ∘ … ∘ f_0."""
-    A, L, U = a.copy(), lo.copy(), hi.copy()
+SCAN_BLOCK = 4096
+
+
+def _clamp_scan_rows(A: np.ndarray, L: np.ndarray, U: np.ndarray) -> None:
+    """In place along the last axis: Hillis–Steele scan of clamp maps x ↦ min(max(x + A, L), U);
+    g∘f = clamp(x + A1 + A2, max(L1 + A2, L2), min(max(U1 + A2, L2), U2))."""
     step = 1
-    n = len(A)
-    while step < n:
-        # g = (A,L,U)[i] after f = (A,L,U)[i-step]:  g∘f(x) = clamp(x + A1 + A2, max(L1 + A2, L2), min(max(U1 + A2, L2), U2))
-        A1, L1, U1 = A[:-step], L[:-step], U[:-step]
-        A2, L2, U2 = A[step:], L[step:], U[step:]
-        newU = np.minimum(np.maximum(U1 + A2, L2), U2)
-        newL = np.minimum(np.maximum(L1 + A2, L2), newU)
-        A = np.concatenate((A[:step], A1 + A2))
-        L = np.concatenate((L[:step], newL))
-        U = np.concatenate((U[:step], newU))
+    while step < A.shape[-1]:
+        A1, L1, U1 = A[..., :-step], L[..., :-step], U[..., :-step]
+        A2, L2, U2 = A[..., step:], L[..., step:], U[..., step:]
+        new_u = U1 + A2
+        np.maximum(new_u, L2, out=new_u)
+        np.minimum(new_u, U2, out=new_u)
+        new_l = L1 + A2
+        np.maximum(new_l, L2, out=new_l)
+        np.minimum(new_l, new_u, out=new_l)
+        A[..., step:] += A1  # numpy buffers the overlapping operands
+        U[..., step:] = new_u
+        L[..., step:] = new_l
         step *= 2
-    return A, L, U
+
+
+def _clamp_scan_apply(a: np.ndarray, lo: np.ndarray, hi: np.ndarray, x0: float = 0.0) -> np.ndarray:
+    """(f_n ∘ … ∘ f_0)(x0) for every n, f_n(x) = min(max(x + a_n, lo_n), hi_n).
+
+    Blocked: a scan inside blocks of SCAN_BLOCK maps (2-D, all blocks at once), a scan over the
+    blocks' total maps, then each block's prefix maps applied to the value entering the block.
+    """
+    n = len(a)
+    nb = -(-n // SCAN_BLOCK)
+    pad = nb * SCAN_BLOCK - n
+    A = np.concatenate((a, np.zeros(pad))).reshape(nb, SCAN_BLOCK)
+    L = np.concatenate((lo, np.full(pad, -np.inf))).reshape(nb, SCAN_BLOCK)
+    U = np.concatenate((hi, np.full(pad, np.inf))).reshape(nb, SCAN_BLOCK)
+    _clamp_scan_rows(A, L, U)
+    tA, tL, tU = A[:, -1].copy(), L[:, -1].copy(), U[:, -1].copy()
+    _clamp_scan_rows(tA, tL, tU)
+    x_in = np.empty(nb)
+    x_in[0] = x0
+    x_in[1:] = np.minimum(np.maximum(x0 + tA[:-1], tL[:-1]), tU[:-1])
+    out = A
+    out += x_in[:, None]
+    np.maximum(out, L, out=out)
+    np.minimum(out, U, out=out)
+    return out.reshape(-1)[:n]
 
 
 def stalled_trajectory(volume_bytes, gap_ns, issue_floor_ns, rate_gbps: float, capacity_bytes: float,
@@ -89,8 +118,7 @@ def stalled_trajectory(volume_bytes, gap_ns, issue_floor_ns, rate_gbps: float, c
     t0 = np.broadcast_to(np.asarray(issue_floor_ns, dtype=np.float64), v.shape)
     a = v - rate_gbps * (t0 + g + loop_overhead_ns)
     c = pos(capacity_bytes - rate_gbps * (g + loop_overhead_ns))
-    A, L, U = _clamp_scan(a, np.zeros_like(a), c)
-    q_after = np.minimum(np.maximum(0.0 + A, L), U)
+    q_after = _clamp_scan_apply(a, np.zeros_like(a), c)
     q_before = np.concatenate(([0.0], q_after[:-1]))
     t_iss = np.maximum(t0, (q_before + v - capacity_bytes) / rate_gbps)
     return pd.DataFrame({

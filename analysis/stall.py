@@ -42,3 +42,28 @@ def stall_summary(tiles: pd.DataFrame, by: list[str]) -> pd.DataFrame:
     if "backpressured" in tiles:
         agg["backpressured_tiles"] = ("backpressured", "sum")
     return tiles.groupby(by, dropna=False).agg(**agg).reset_index()
+
+
+def table3_from_tiles(tiles: pd.DataFrame) -> pd.DataFrame:
+    """Spec §5 Table 3 for measured runs: per (dest, shape), the medians of the Linear-2 remote-store
+    span per schedule, of the Linear-2 and Linear-1 mainloops, and the median predicted / measured
+    stall of the Linear-2 tiles per schedule. Configurations come from the dump labels
+    (``dest=… shape=… schedule=wave|interleaved``)."""
+    cfg = tiles["label"].str.extract(r"dest=(?P<dest>\S+).*shape=(?P<shape>\S+) schedule=(?P<schedule>\S+)")
+    t = pd.concat([tiles, cfg], axis=1).dropna(subset=["schedule"])
+    l2 = t[t["tile_kind"] == "linear2"]
+    rows = []
+    for (dest, shape), g in l2.groupby(["dest", "shape"], sort=True):  # one row per configuration
+        w, i = g[g["schedule"] == "wave"], g[g["schedule"] == "interleaved"]
+        l1 = t[(t["dest"] == dest) & (t["shape"] == shape) & (t["tile_kind"] == "linear1")]
+        rows.append({
+            "dest": dest, "shape": shape,
+            "span_wave_us": w["rs_span_ns"].median() / 1e3, "span_interleaved_us": i["rs_span_ns"].median() / 1e3,
+            "mainloop_l2_us": g["mainloop_ns"].median() / 1e3, "mainloop_l1_us": l1["mainloop_ns"].median() / 1e3,
+            "stall_wave_pred_us": w["predicted_stall_ns"].median() / 1e3, "stall_wave_meas_us": w["measured_stall_ns"].median() / 1e3,
+            "stall_interleaved_pred_us": i["predicted_stall_ns"].median() / 1e3,
+            "stall_interleaved_meas_us": i["measured_stall_ns"].median() / 1e3,
+            "backpressured_wave": int(w["backpressured"].sum()), "backpressured_interleaved": int(i["backpressured"].sum()),
+            "tiles_l2": int(len(w)),
+        })
+    return pd.DataFrame(rows)

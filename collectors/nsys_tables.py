@@ -17,10 +17,12 @@ from xstage_trace.errors import InputError
 
 
 class SqliteTables:
-    """Tables of an nsys SQLite export."""
+    """Tables of an nsys SQLite export. Column reads go through the ADBC SQLite driver (C, straight
+    to Arrow) when it is installed, else through the standard library's sqlite3."""
 
     def __init__(self, path: Path):
         self.path = Path(path)
+        self._adbc = None
         try:
             self.conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True)
             names = [r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
@@ -38,8 +40,28 @@ class SqliteTables:
         return self._cols[table]
 
     def read(self, table: str, columns: list[str]) -> pa.Table:
-        """Read ``columns`` of ``table`` column-wise into Arrow (fetch in chunks, no per-row Python objects kept)."""
+        """Read ``columns`` of ``table`` into Arrow."""
         sql = "SELECT " + ", ".join(f"[{c}]" for c in columns) + f" FROM [{table}]"
+        fast = self._read_adbc(sql)
+        return fast if fast is not None else self._read_sqlite3(sql, columns)
+
+    def _read_adbc(self, sql: str) -> pa.Table | None:
+        try:
+            if self._adbc is None:
+                import adbc_driver_sqlite.dbapi as adbc
+
+                self._adbc = adbc.connect(f"file:{self.path}?mode=ro")
+            cur = self._adbc.cursor()
+            try:
+                cur.execute(sql)
+                return cur.fetch_arrow_table()
+            finally:
+                cur.close()
+        except Exception:  # driver missing, or a column whose SQLite types vary: use sqlite3
+            return None
+
+    def _read_sqlite3(self, sql: str, columns: list[str]) -> pa.Table:
+        """Column-wise fetch in chunks through the standard library (no per-row objects kept)."""
         cur = self.conn.execute(sql)
         chunks: list[list] = [[] for _ in columns]
         while True:
@@ -52,6 +74,8 @@ class SqliteTables:
 
     def close(self) -> None:
         self.conn.close()
+        if self._adbc is not None:
+            self._adbc.close()
 
 
 def _to_array(values: tuple) -> pa.Array:

@@ -26,6 +26,7 @@ def run_analyses(tables: dict[str, pa.Table], model) -> tuple[dict[str, pa.Table
     """Analyses that exist so far, over collected tables: calibration points, bursts + §4 audit, tiles."""
     from xstage_trace.analysis.bursts import audit_bursts, reconstruct_bursts, remote_store_spans
     from xstage_trace.analysis.calibration_points import calibration_points
+    from xstage_trace.analysis.stall import table3_from_tiles
     from xstage_trace.analysis.tiles import tile_table
 
     extra: dict = {}
@@ -41,6 +42,7 @@ def run_analyses(tables: dict[str, pa.Table], model) -> tuple[dict[str, pa.Table
     tiles = tile_table(probes, slices)
     if len(tiles):
         tables["tiles"] = pa.Table.from_pandas(tiles, preserve_index=False)
+        extra["table3"] = table3_from_tiles(tiles)
     return tables, extra
 
 
@@ -80,6 +82,7 @@ def analyze_inputs(inputs: list[Path], output: Path | None, nsys=None, calibrati
         "backpressured_tiles": backpressured,
         "tiles": tiles.num_rows,
         "calibration_points": manifest.get("calibration_points", 0),
+        "table3": extra["table3"].round(3).to_dict("records") if "table3" in extra else [],
         "alignment": c.manifest["alignment"],
         "time_base": c.manifest["time_base"],
         "warnings": c.warnings,
