@@ -3,8 +3,9 @@
 Input: one row per launch with dest, mode (periodic | isolated), K, B, V, gap_ns, tiss_med_ns,
 tiss_p90_ns, period_med_ns (the calibration benchmark's reduction or the reference CSV).
 
-- T_iss^0(K, B): the large-gap plateau, i.e. the recovered launches of that (K, B) (periodic or
-  isolated) whose median issue time sits within 10 % of the smallest one.
+- T_iss^0(K, B): the large-gap plateau, i.e. the recovered launches of that (K, B) (isolated, or
+  periodic with G ≥ 1.5·V/R) whose median issue time sits within 10 % of the smallest one; a
+  (K, B) with none is interpolated from its neighbours (PlatformModel.floor_ns).
 - o: per-burst loop overhead on the plateau, period − G − T_iss^0 (median).
 - R: V / T_period over the drain-limited zero-gap points only, detected by their backpressure
   (median issue time ≥ 2 × T_iss^0); the median over those points, uncertainty = half the IQR.
@@ -29,6 +30,7 @@ from xstage_trace.analysis.platform import PlatformModel
 from xstage_trace.analysis.recurrence import stalled_trajectory
 
 PLATEAU_TOLERANCE = 0.10
+RECOVERED_GAP_FACTOR = 1.5  # a periodic launch counts as recovered when G ≥ 1.5·V/R
 BACKPRESSURE_FACTOR = 2.0
 KNEE_FACTOR = 1.15
 UNEXPLAINED_PCT = 10.0
@@ -55,9 +57,9 @@ class CalibrationFit:
 
 def _issue_floors(p: pd.DataFrame, rate_gbps: float | None = None) -> dict[tuple[int, int], float]:
     """Plateau issue time per (K, B); with a rate, only launches recovered by construction count
-    (isolated, or periodic with G ≥ V/R), and a (K, B) without one is left out (interpolated later)."""
+    (isolated, or periodic with G ≥ 1.5·V/R), and a (K, B) without one is left out (interpolated later)."""
     if rate_gbps is not None:
-        p = p[(p["mode"] == "isolated") | (p["gap_ns"] >= p["V"] / rate_gbps)]
+        p = p[(p["mode"] == "isolated") | (p["gap_ns"] >= RECOVERED_GAP_FACTOR * p["V"] / rate_gbps)]
     out = {}
     for (k, b), g in p.groupby(["K", "B"]):  # one group per (K, B) configuration
         t = g["tiss_med_ns"].to_numpy()
@@ -187,7 +189,7 @@ def fit_calibration(points: pd.DataFrame, platform: str = "", store_path: str | 
         return CalibrationFit(model, None, 0, {}, {}, {}, {}, None,
                               f"no drain-limited zero-gap point: R >= {lower:.0f} GB/s (lower bound), Q not identifiable", p, {})
     floors = _issue_floors(p, rate)
-    plateau = p[(p["mode"] == "periodic") & (p["gap_ns"] > 0) & (p["gap_ns"] >= p["V"] / rate)]
+    plateau = p[(p["mode"] == "periodic") & (p["gap_ns"] > 0) & (p["gap_ns"] >= RECOVERED_GAP_FACTOR * p["V"] / rate)]
     plateau = plateau[[kb in floors for kb in zip(plateau["K"].astype(int), plateau["B"].astype(int))]]
     t0 = np.array([floors[(int(k), int(b))] for k, b in zip(plateau["K"], plateau["B"])])
     o = float(np.median(plateau["period_med_ns"].to_numpy() - plateau["gap_ns"].to_numpy() - t0)) if len(plateau) else 0.0
