@@ -13,6 +13,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from xstage_trace.errors import InputError
+from xstage_trace.jsonable import json_default
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Tile-level profiling of GPU kernels that fuse compute with remote stores (the X-Stage model).")
 calibrate_app = typer.Typer(no_args_is_help=True, help="Calibrate the platform model M_X = (T_iss^0, R, Q).")
@@ -28,19 +29,7 @@ out = Console()
 
 def _emit(doc: dict) -> None:
     """One JSON object on stdout."""
-    sys.stdout.write(json.dumps(doc, default=_json_default) + "\n")
-
-
-def _json_default(o):
-    import numpy as np
-
-    if isinstance(o, (np.integer,)):
-        return int(o)
-    if isinstance(o, (np.floating,)):
-        return None if np.isnan(o) else float(o)
-    if isinstance(o, (np.bool_,)):
-        return bool(o)
-    return str(o)
+    sys.stdout.write(json.dumps(doc, default=json_default) + "\n")
 
 
 def _progress(enabled: bool):
@@ -284,7 +273,7 @@ def _show(doc: dict, as_json: bool, title: str) -> None:
     for k, v in doc.items():
         if isinstance(v, list) and v and isinstance(v[0], dict):
             v = f"{len(v)} rows (use --json)"
-        t.add_row(k, json.dumps(v, default=_json_default) if isinstance(v, (dict, list)) else str(v))
+        t.add_row(k, json.dumps(v, default=json_default) if isinstance(v, (dict, list)) else str(v))
     out.print(t)
 
 

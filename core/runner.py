@@ -15,6 +15,7 @@ import pyarrow.compute as pc
 
 from xstage_trace.atomic import write_text_atomic
 from xstage_trace.errors import InputError
+from xstage_trace.jsonable import json_default
 
 
 def _default_run_dir(first: Path) -> Path:
@@ -135,16 +136,8 @@ def fit_measurements(path: Path, dest: str | None, output: Path | None, platform
     digest = sha256_of(path) if Path(path).is_file() else None
     doc = calibration_document(fit, digest, Path(path).name)
     if output:
-        write_text_atomic(Path(output), json.dumps(doc, indent=2, default=_num))
+        write_text_atomic(Path(output), json.dumps(doc, indent=2, default=json_default))
     return doc
-
-
-def _num(o):
-    if isinstance(o, (np.integer,)):
-        return int(o)
-    if isinstance(o, (np.floating,)):
-        return float(o)
-    return str(o)
 
 
 def run_calibration(dest: str, output: Path, quick: bool, binary: Path | None, nvcc: str) -> dict:

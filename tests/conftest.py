@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,16 @@ def mock_sqlite() -> Path:
     if not p.exists():
         pytest.skip("shared/reference_traces is not beside this checkout")
     return p
+
+
+def run_sql(db: Path, *statements: str) -> Path:
+    """Apply SQL statements to a SQLite file (to break a copy of a real export on purpose)."""
+    con = sqlite3.connect(db)
+    for sql in statements:
+        con.execute(sql)
+    con.commit()
+    con.close()
+    return db
 
 
 @pytest.fixture

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 import subprocess
 import sys
 
 import pytest
 
-from conftest import CALIB, REFERENCE, reference_sqlite
+from conftest import CALIB, REFERENCE, reference_sqlite, run_sql
 
 EXE = [sys.executable, "-m", "xstage_trace"]
 
@@ -77,18 +76,11 @@ def test_bad_inputs(case, tmp_path):
     elif case == "overflow":
         bad = CALIB / "overflow" / "host_periodic_K132_B8192_G0.xsp"
     elif case == "not_nsys":
-        bad = tmp_path / "other.sqlite"
-        con = sqlite3.connect(bad)
-        con.execute("CREATE TABLE x (a)")
-        con.commit()
-        con.close()
+        bad = run_sql(tmp_path / "other.sqlite", "CREATE TABLE x (a)")
     elif case == "no_kernels":
         bad = tmp_path / "nokernels.sqlite"
         bad.write_bytes(reference_sqlite().read_bytes())
-        con = sqlite3.connect(bad)
-        con.execute("DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL")
-        con.commit()
-        con.close()
+        run_sql(bad, "DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL")
     elif case == "missing":
         bad = tmp_path / "nowhere.nsys-rep"
     out = tmp_path / "run"

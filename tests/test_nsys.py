@@ -9,7 +9,7 @@ import stat
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import REFERENCE, mock_sqlite, reference_sqlite
+from conftest import REFERENCE, mock_sqlite, reference_sqlite, run_sql
 from xstage_trace.collectors.nsys_names import normalize_metric
 from xstage_trace.collectors.nsys_reader import read_nsys_export
 from xstage_trace.collectors.nsys_rep import export_report
@@ -93,11 +93,7 @@ def test_nsys_rep_export_failure_leaves_nothing(tmp_copy, tmp_path, monkeypatch)
 
 
 def test_not_an_nsys_export(tmp_path):
-    p = tmp_path / "other.sqlite"
-    con = sqlite3.connect(p)
-    con.execute("CREATE TABLE t (a INTEGER)")
-    con.commit()
-    con.close()
+    p = run_sql(tmp_path / "other.sqlite", "CREATE TABLE t (a INTEGER)")
     with pytest.raises(InputError) as e:
         read_nsys_export(p)
     assert "not an Nsight Systems export" in str(e.value)
@@ -111,34 +107,22 @@ def test_garbage_file_is_not_sqlite(tmp_path):
 
 
 def test_export_without_kernels(tmp_copy):
-    p = tmp_copy(reference_sqlite(), "nokernels.sqlite")
-    con = sqlite3.connect(p)
-    con.execute("DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL")
-    con.commit()
-    con.close()
+    p = run_sql(tmp_copy(reference_sqlite(), "nokernels.sqlite"), "DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL")
     with pytest.raises(InputError) as e:
         read_nsys_export(p)
     assert "no kernels" in str(e.value)
 
 
 def test_old_schema_kernel_table(tmp_copy):
-    p = tmp_copy(reference_sqlite(), "old.sqlite")
-    con = sqlite3.connect(p)
-    con.execute("ALTER TABLE CUPTI_ACTIVITY_KIND_KERNEL DROP COLUMN shortName")
-    con.commit()
-    con.close()
+    p = run_sql(tmp_copy(reference_sqlite(), "old.sqlite"), "ALTER TABLE CUPTI_ACTIVITY_KIND_KERNEL DROP COLUMN shortName")
     with pytest.raises(InputError) as e:
         read_nsys_export(p)
     assert "shortName" in str(e.value) and "2022.4" in str(e.value)
 
 
 def test_missing_optional_tables_are_reported(tmp_copy):
-    p = tmp_copy(reference_sqlite(), "trimmed.sqlite")
-    con = sqlite3.connect(p)
-    for t in ("GPU_METRICS", "TARGET_INFO_GPU", "CUPTI_ACTIVITY_KIND_RUNTIME"):
-        con.execute(f"DROP TABLE {t}")
-    con.commit()
-    con.close()
+    p = run_sql(tmp_copy(reference_sqlite(), "trimmed.sqlite"),
+                *(f"DROP TABLE {t}" for t in ("GPU_METRICS", "TARGET_INFO_GPU", "CUPTI_ACTIVITY_KIND_RUNTIME")))
     e = read_nsys_export(p)
     assert e.kernels.num_rows == 17 and e.gpu_metrics.num_rows == 0
     assert any("GPU metrics" in w for w in e.warnings)
