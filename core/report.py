@@ -15,7 +15,7 @@ def calibration_report(doc: dict, points: pd.DataFrame) -> str:
              "Timing scope: sender-visible (probe clock64 → ns per SM). Medians over producers × bursts.", "",
              f"- R = {_fmt(doc['rate_gbps'])} ± {_fmt(doc['rate_uncertainty_gbps'])} GB/s ({doc['rate_points']} drain-limited zero-gap launches)",
              f"- loop overhead o = {_fmt(doc['loop_overhead_ns'], 0)} ns",
-             f"- Q(K) = " + (", ".join(f"K={k}: {v / 2**20:.2f} MiB" for k, v in doc["capacity_by_producers_bytes"].items()) or f"n/a ({doc['capacity_reason']})")
+             "- Q(K) = " + (", ".join(f"K={k}: {v / 2**20:.2f} MiB" for k, v in doc["capacity_by_producers_bytes"].items()) or f"n/a ({doc['capacity_reason']})")
              + (f" ({doc['capacity_source']})" if doc.get("capacity_source") else ""),
              f"- period error, recurrence: median {_fmt(doc['period_err_median_pct'], 2)} %, mean {_fmt(doc['period_err_mean_pct'], 2)} %"]
     ss = doc.get("errors_steady_state") or {}

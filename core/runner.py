@@ -8,7 +8,6 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc

@@ -73,3 +73,33 @@ def test_fused_kernel_on_gpu(tmp_path):
     r = subprocess.run([str(exe), "--dest", "local", "--shape", "S1", "--trials", "2", "--out", str(tmp_path)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert "rel_err" in r.stdout and len(list(tmp_path.glob("*.xsp"))) == 2
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _gpu(), reason="no NVIDIA GPU on this machine")
+def test_cupy_probe_buffer_on_gpu(tmp_path):
+    cp = pytest.importorskip("cupy")
+    from xstage_trace.collectors.probe_format import decode_probe_dump
+    from xstage_trace.instrument import include_dir
+    from xstage_trace.instrument.buffer import ProbeBuffer
+
+    src = r"""
+    #include <xstage/probe.cuh>
+    extern "C" __global__ void k(float* out, xstage::DeviceBuffer buf) {
+      XSTAGE_PROBE_OPEN_IF(buf, 0, threadIdx.x < 32);
+      for (int i = 0; i < 8; ++i) {
+        if (threadIdx.x < 32) XSTAGE_BEGIN(0, i);
+        out[blockIdx.x * blockDim.x + threadIdx.x] += i;
+        __syncthreads();
+        if (threadIdx.x < 32) XSTAGE_END_P(0, i, 4 * blockDim.x);
+      }
+      if (threadIdx.x < 32) XSTAGE_PROBE_CLOSE();
+    }"""
+    kern = cp.RawKernel(src, "k", options=(f"-I{include_dir()}", "-DXSTAGE_TRACE", "-std=c++17"))
+    buf = ProbeBuffer(num_ctas=4, roles_per_cta=1, capacity=32)
+    out = cp.zeros(4 * 128, cp.float32)
+    kern((4,), (128,), (out, buf.kernel_arg()))
+    d = decode_probe_dump(buf.dump(tmp_path / "cupy.xsp", ["step"], label="kernel=cupy_test"))
+    assert d.records.num_rows == 4 * 16 and d.header["num_slices"] == 4
+    assert set(d.records.column("payload").to_pylist()) == {0, 512}
+    assert float(out.sum()) == 4 * 128 * 28

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import os
 import sqlite3
 import stat
 
-import pyarrow.parquet as pq
 import pytest
 
 from conftest import REFERENCE, mock_sqlite, reference_sqlite, run_sql
