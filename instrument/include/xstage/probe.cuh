@@ -21,12 +21,17 @@
 //
 // Record and file layout: docs/probe-format.md (format version 1).
 #pragma once
-#include <stdint.h>
 
 namespace xstage {
 
-constexpr uint16_t kFormatVersion = 1;
-constexpr uint32_t kRecordBytes = 16;
+// Fixed-width types without <stdint.h>: NVRTC (CuPy RawKernel, DeepGEMM's NVRTC JIT) has no libc headers.
+using u64 = unsigned long long;
+using u32 = unsigned int;
+using u16 = unsigned short;
+static_assert(sizeof(u64) == 8 && sizeof(u32) == 4 && sizeof(u16) == 2, "xstage fixed-width types");
+
+constexpr u16 kFormatVersion = 1;
+constexpr u32 kRecordBytes = 16;
 constexpr int kKindMark = 0;
 constexpr int kKindBegin = 1;
 constexpr int kKindEnd = 2;
@@ -36,22 +41,22 @@ constexpr int kKindEnd = 2;
 //   ts_ev bits 48..55: event id
 //   ts_ev bits 56..57: kind (0 mark, 1 begin, 2 end)
 struct __align__(16) Record {
-  uint64_t ts_ev;
-  uint32_t tile;
-  uint32_t payload;
+  u64 ts_ev;
+  u32 tile;
+  u32 payload;
 };
 static_assert(sizeof(Record) == kRecordBytes, "xstage record must be 16 bytes");
 
 // Per-slice bookkeeping written by the probes: 48 bytes.
 struct SliceMeta {
-  uint32_t count;      // records attempted (stored = min(count, capacity); overflow = rest)
-  uint32_t closed;     // 1 once XSTAGE_PROBE_CLOSE ran
-  uint32_t smid_open;
-  uint32_t smid_close;
-  uint64_t gt_open;    // %globaltimer at open
-  uint64_t clk_open;   // clock64 at open
-  uint64_t gt_close;
-  uint64_t clk_close;
+  u32 count;      // records attempted (stored = min(count, capacity); overflow = rest)
+  u32 closed;     // 1 once XSTAGE_PROBE_CLOSE ran
+  u32 smid_open;
+  u32 smid_close;
+  u64 gt_open;    // %globaltimer at open
+  u64 clk_open;   // clock64 at open
+  u64 gt_close;
+  u64 clk_close;
 };
 static_assert(sizeof(SliceMeta) == 48, "xstage slice meta must be 48 bytes");
 
@@ -59,10 +64,10 @@ static_assert(sizeof(SliceMeta) == 48, "xstage slice meta must be 48 bytes");
 struct DeviceBuffer {
   SliceMeta* meta;
   Record* records;        // num_slices * capacity records
-  uint32_t capacity;      // records per slice
-  uint32_t roles_per_cta; // slices per CTA
-  uint32_t num_slices;
-  uint32_t pad;
+  u32 capacity;      // records per slice
+  u32 roles_per_cta; // slices per CTA
+  u32 num_slices;
+  u32 pad;
 };
 
 }  // namespace xstage
@@ -71,29 +76,29 @@ struct DeviceBuffer {
 
 namespace xstage {
 
-__device__ __forceinline__ uint64_t globaltimer_ns() {
-  uint64_t t;
+__device__ __forceinline__ u64 globaltimer_ns() {
+  u64 t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
 }
 
-__device__ __forceinline__ uint32_t smid() {
-  uint32_t s;
+__device__ __forceinline__ u32 smid() {
+  u32 s;
   asm volatile("mov.u32 %0, %%smid;" : "=r"(s));
   return s;
 }
 
-__device__ __forceinline__ uint64_t clock_cycles() {
-  uint64_t c;
+__device__ __forceinline__ u64 clock_cycles() {
+  u64 c;
   asm volatile("mov.u64 %0, %%clock64;" : "=l"(c));
   return c;
 }
 
 // Streaming (evict-first) 16-byte store: the trace should not displace the kernel's L2 lines.
-__device__ __forceinline__ void store_record_cs(Record* dst, uint64_t ts_ev, uint32_t tile,
-                                                uint32_t payload) {
+__device__ __forceinline__ void store_record_cs(Record* dst, u64 ts_ev, u32 tile,
+                                                u32 payload) {
   asm volatile("st.global.cs.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(dst),
-               "r"((uint32_t)ts_ev), "r"((uint32_t)(ts_ev >> 32)), "r"(tile), "r"(payload)
+               "r"((u32)ts_ev), "r"((u32)(ts_ev >> 32)), "r"(tile), "r"(payload)
                : "memory");
 }
 
@@ -102,26 +107,26 @@ struct Probe {
   Record* rec;
   SliceMeta* meta;
   Record* stage;       // shared-memory staging area (nullptr: stream every record to global)
-  uint32_t n;
-  uint32_t cap;
-  uint32_t flushed;    // records already written out from the staging area
-  uint32_t stage_cap;
+  u32 n;
+  u32 cap;
+  u32 flushed;    // records already written out from the staging area
+  u32 stage_cap;
   bool writer;
 
-  __device__ __forceinline__ void open(const DeviceBuffer& b, uint32_t role, bool enabled = true,
-                                       Record* smem_stage = nullptr, uint32_t smem_records = 0) {
+  __device__ __forceinline__ void open(const DeviceBuffer& b, u32 role, bool enabled = true,
+                                       Record* smem_stage = nullptr, u32 smem_records = 0) {
     stage = smem_stage;
     stage_cap = smem_records;
     flushed = 0;
-    const uint32_t slice = blockIdx.x * b.roles_per_cta + role;
+    const u32 slice = blockIdx.x * b.roles_per_cta + role;
     writer = enabled && ((threadIdx.x & 31) == 0) && slice < b.num_slices && b.meta != nullptr;
-    rec = b.records + (uint64_t)slice * b.capacity;
+    rec = b.records + (u64)slice * b.capacity;
     meta = b.meta + slice;
     cap = b.capacity;
     n = 0;
     if (writer) {
-      const uint64_t g = globaltimer_ns();
-      const uint64_t c = clock_cycles();
+      const u64 g = globaltimer_ns();
+      const u64 c = clock_cycles();
       meta->smid_open = smid();
       meta->gt_open = g;
       meta->clk_open = c;
@@ -131,7 +136,7 @@ struct Probe {
   // Writes the staged records [flushed, n) to global memory (writer lane only).
   __device__ __forceinline__ void flush() {
     if (writer && stage != nullptr) {
-      for (uint32_t i = flushed; i < n && i < cap; ++i) {
+      for (u32 i = flushed; i < n && i < cap; ++i) {
         const Record r = stage[i - flushed];
         store_record_cs(rec + i, r.ts_ev, r.tile, r.payload);
       }
@@ -139,11 +144,11 @@ struct Probe {
     flushed = n;
   }
 
-  __device__ __forceinline__ void put(uint32_t event, uint32_t kind, uint32_t tile,
-                                      uint32_t payload) {
-    const uint64_t c = clock_cycles();
-    const uint64_t ts_ev = (c & 0xFFFFFFFFFFFFull) | ((uint64_t)(event & 0xFF) << 48) |
-                           ((uint64_t)(kind & 0x3) << 56);
+  __device__ __forceinline__ void put(u32 event, u32 kind, u32 tile,
+                                      u32 payload) {
+    const u64 c = clock_cycles();
+    const u64 ts_ev = (c & 0xFFFFFFFFFFFFull) | ((u64)(event & 0xFF) << 48) |
+                           ((u64)(kind & 0x3) << 56);
     if (stage != nullptr) {
       if (n - flushed == stage_cap) flush();
       if (writer) stage[n - flushed] = Record{ts_ev, tile, payload};
@@ -156,8 +161,8 @@ struct Probe {
   __device__ __forceinline__ void close() {
     flush();
     if (writer) {
-      const uint64_t g = globaltimer_ns();
-      const uint64_t c = clock_cycles();
+      const u64 g = globaltimer_ns();
+      const u64 c = clock_cycles();
       meta->smid_close = smid();
       meta->gt_close = g;
       meta->clk_close = c;
@@ -183,9 +188,9 @@ struct Probe {
 #define XSTAGE_BEGIN(event, tile) xstage_probe_.put((event), ::xstage::kKindBegin, (tile), 0u)
 #define XSTAGE_END(event, tile) xstage_probe_.put((event), ::xstage::kKindEnd, (tile), 0u)
 #define XSTAGE_END_P(event, tile, payload) \
-  xstage_probe_.put((event), ::xstage::kKindEnd, (tile), (uint32_t)(payload))
+  xstage_probe_.put((event), ::xstage::kKindEnd, (tile), (::xstage::u32)(payload))
 #define XSTAGE_MARK(event, tile, payload) \
-  xstage_probe_.put((event), ::xstage::kKindMark, (tile), (uint32_t)(payload))
+  xstage_probe_.put((event), ::xstage::kKindMark, (tile), (::xstage::u32)(payload))
 #define XSTAGE_PROBE_CLOSE() xstage_probe_.close()
 
 #else  // probes compiled out: no code, no clock reads, arguments not evaluated
