@@ -5,7 +5,7 @@
 // <xstage/probe.cuh>: BURST begin before the first store, BURST end (payload = B) after the
 // __syncthreads() that follows the last store. One dump file and one NVTX range per launch.
 //
-//   burst_gap --dest host|local|peer --out DIR [--quick] [--capacity N]
+//   burst_gap --dest host|local|peer --out DIR [--quick] [--capacity N] [--device D] [--peer P]
 //                                                          sweep, one dump per configuration
 //   burst_gap --overhead --out DIR                         kernel time, median of trials, CSV
 //   burst_gap --probe-cost                                 cycles per probe (prints a line)
@@ -99,6 +99,8 @@ struct Dest {
 };
 
 static double g_ns_per_cycle = 0.5;
+static int g_device = 0;  // the GPU that runs the producers (--device)
+static int g_peer = -1;   // the GPU that holds the peer buffer (--peer; default: the other one of 0/1)
 
 static Dest make_dest(const std::string& name, size_t bytes) {
   Dest d;
@@ -111,18 +113,20 @@ static Dest make_dest(const std::string& name, size_t bytes) {
   } else if (name == "local") {
     xstage::check_cuda(cudaMalloc(&d.dev, bytes), "cudaMalloc(local)");
   } else if (name == "peer") {
+    const int peer = g_peer >= 0 ? g_peer : (g_device == 0 ? 1 : 0);
     int can = 0;
-    if (ndev >= 2) cudaDeviceCanAccessPeer(&can, 0, 1);
-    if (ndev < 2 || !can) {
+    if (ndev >= 2 && peer < ndev && peer != g_device) cudaDeviceCanAccessPeer(&can, g_device, peer);
+    if (!can) {
       std::fprintf(stderr,
                    "burst_gap: --dest peer needs two GPUs with P2P access; this machine has %d GPU(s)%s\n",
-                   ndev, ndev >= 2 ? " without P2P between 0 and 1" : "");
+                   ndev, ndev >= 2 ? " without P2P between --device and --peer" : "");
       std::exit(4);
     }
-    xstage::check_cuda(cudaSetDevice(1), "cudaSetDevice(1)");
+    xstage::check_cuda(cudaSetDevice(peer), "cudaSetDevice(peer)");
     xstage::check_cuda(cudaMalloc(&d.dev, bytes), "cudaMalloc(peer)");
-    xstage::check_cuda(cudaSetDevice(0), "cudaSetDevice(0)");
-    xstage::check_cuda(cudaDeviceEnablePeerAccess(1, 0), "cudaDeviceEnablePeerAccess");
+    xstage::check_cuda(cudaSetDevice(g_device), "cudaSetDevice(device)");
+    xstage::check_cuda(cudaDeviceEnablePeerAccess(peer, 0), "cudaDeviceEnablePeerAccess");
+    d.name = "peer" + std::to_string(g_device) + "to" + std::to_string(peer);  // the store path, with its direction
   } else {
     std::fprintf(stderr, "burst_gap: unknown --dest %s (host, local or peer)\n", name.c_str());
     std::exit(2);
@@ -161,7 +165,7 @@ static float launch(const Dest& d, const Config& c, xstage::HostBuffer* tb) {
 
 static std::vector<Config> sweep(const std::string& dest, bool quick) {
   std::vector<Config> out;
-  const double drain_guess_gbps = dest == "host" ? 30.0 : 1000.0;  // conservative: gaps ≫ V/R
+  const double drain_guess_gbps = dest == "host" ? 30.0 : dest == "peer" ? 100.0 : 1000.0;  // conservative: gaps ≫ V/R
   std::vector<int> Ks = quick ? std::vector<int>{132} : std::vector<int>{33, 66, 132};
   std::vector<uint32_t> Bs = quick ? std::vector<uint32_t>{8192, 32768}
                                    : std::vector<uint32_t>{2048, 8192, 32768, 131072};
@@ -195,12 +199,14 @@ int main(int argc, char** argv) {
     else if (a == "--overhead") overhead = true;
     else if (a == "--probe-cost") probe_cost = true;
     else if (a == "--capacity" && i + 1 < argc) capacity_override = std::atoi(argv[++i]);
+    else if (a == "--device" && i + 1 < argc) g_device = std::atoi(argv[++i]);
+    else if (a == "--peer" && i + 1 < argc) g_peer = std::atoi(argv[++i]);
     else {
-      std::fprintf(stderr, "usage: burst_gap --dest host|local|peer --out DIR [--quick] [--capacity N] | --overhead --out DIR | --probe-cost\n");
+      std::fprintf(stderr, "usage: burst_gap --dest host|local|peer --out DIR [--quick] [--capacity N] [--device D] [--peer P] | --overhead --out DIR | --probe-cost\n");
       return 2;
     }
   }
-  xstage::check_cuda(cudaSetDevice(0), "cudaSetDevice(0)");
+  xstage::check_cuda(cudaSetDevice(g_device), "cudaSetDevice(--device)");
   {
     unsigned long long* d;
     unsigned long long h[2];
@@ -270,9 +276,9 @@ int main(int argc, char** argv) {
     xstage::HostBuffer tb(c.K, 1, capacity_override > 0 ? capacity_override : 2 * c.bursts + 8);
     const float ms = launch(d, c, &tb);
     char name[256];
-    std::snprintf(name, sizeof(name), "%s/%s_%s_K%d_B%u_G%.0f.xsp", out.c_str(), dest.c_str(), c.mode, c.K,
+    std::snprintf(name, sizeof(name), "%s/%s_%s_K%d_B%u_G%.0f.xsp", out.c_str(), d.name.c_str(), c.mode, c.K,
                   c.B, c.gap_ns);
-    tb.write_dump(name, kEventNames, label_of(d, c), 0);
+    tb.write_dump(name, kEventNames, label_of(d, c), g_device, (uint32_t)g_device);
     if (++idx % 20 == 0 || idx == (int)cfgs.size())
       std::printf("%d/%zu configs, last %s %.3f ms\n", idx, cfgs.size(), name, ms);
   }

@@ -316,6 +316,7 @@ static std::vector<TileDesc> build_schedule(const Shape& s, bool interleaved, in
 int main(int argc, char** argv) {
   std::string dest = "host", out = ".", shape_arg = "all";
   int trials = 21, lead_rows = 1, split_smsp = 1, smem_operands = 1, tma_epilogue = 1;
+  int device = 0, peer = -1;  // this process's GPU (its rank) and, for --dest peer, the GPU holding the remote buffer
   bool dumps = true;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -328,6 +329,8 @@ int main(int argc, char** argv) {
     else if (a == "--layout" && i + 1 < argc) split_smsp = std::string(argv[++i]) == "split";
     else if (a == "--operands" && i + 1 < argc) smem_operands = std::string(argv[++i]) == "smem";
     else if (a == "--epilogue" && i + 1 < argc) tma_epilogue = std::string(argv[++i]) == "tma";
+    else if (a == "--device" && i + 1 < argc) device = std::atoi(argv[++i]);
+    else if (a == "--peer" && i + 1 < argc) peer = std::atoi(argv[++i]);
     else if (a == "--n1-per-row" && i + 1 < argc) N1_PER_ROW = std::atoi(argv[++i]);
     else if (a == "--n2-per-row" && i + 1 < argc) N2_PER_ROW = std::atoi(argv[++i]);
     else if (a == "--shapes" && i + 1 < argc) {
@@ -345,7 +348,7 @@ int main(int argc, char** argv) {
       }
     }
     else {
-      std::fprintf(stderr, "usage: fused_moe --dest host|local|peer --shape S1|S2|S3|all --out DIR [--trials N] [--lead-rows D] [--layout split|shared] [--operands smem|global] [--epilogue tma|stg] [--shapes S:k1:k2,...] [--n1-per-row N] [--n2-per-row N] [--no-dumps]\n");
+      std::fprintf(stderr, "usage: fused_moe --dest host|local|peer --shape S1|S2|S3|all --out DIR [--trials N] [--lead-rows D] [--layout split|shared] [--operands smem|global] [--epilogue tma|stg] [--device D] [--peer P] [--shapes S:k1:k2,...] [--n1-per-row N] [--n2-per-row N] [--no-dumps]\n");
       return 2;
     }
   }
@@ -355,9 +358,10 @@ int main(int argc, char** argv) {
   const bool traced = false;
   dumps = false;
 #endif
-  xstage::check_cuda(cudaSetDevice(0), "cudaSetDevice");
+  xstage::check_cuda(cudaSetDevice(device), "cudaSetDevice(--device)");
+  if (peer < 0) peer = device == 0 ? 1 : 0;
   cudaDeviceProp prop;
-  cudaGetDeviceProperties(&prop, 0);
+  cudaGetDeviceProperties(&prop, device);
   const int ctas = prop.multiProcessorCount;
 
   // Operands: random bf16, L2-resident (OPERAND_SETS sets of A: 128 x KMAX and W: 128 x KMAX).
@@ -409,15 +413,15 @@ int main(int argc, char** argv) {
   } else if (dest == "peer") {
     int n = 0, can = 0;
     cudaGetDeviceCount(&n);
-    if (n >= 2) cudaDeviceCanAccessPeer(&can, 0, 1);
+    if (n >= 2 && peer < n && peer != device) cudaDeviceCanAccessPeer(&can, device, peer);
     if (!can) {
       std::fprintf(stderr, "fused_moe: --dest peer needs two GPUs with P2P access; this machine has %d GPU(s)\n", n);
       return 4;
     }
-    cudaSetDevice(1);
+    cudaSetDevice(peer);
     xstage::check_cuda(cudaMalloc(&remote, remote_bytes), "cudaMalloc(peer)");
-    cudaSetDevice(0);
-    xstage::check_cuda(cudaDeviceEnablePeerAccess(1, 0), "cudaDeviceEnablePeerAccess");
+    cudaSetDevice(device);
+    xstage::check_cuda(cudaDeviceEnablePeerAccess(peer, 0), "cudaDeviceEnablePeerAccess");
   } else {
     std::fprintf(stderr, "fused_moe: unknown --dest %s\n", dest.c_str());
     return 2;
@@ -428,7 +432,8 @@ int main(int argc, char** argv) {
   unsigned long long* dsum;
   cudaMalloc(&dsum, sizeof(unsigned long long));
 
-  const std::string csv = out + "/fused_times_" + dest + (split_smsp ? "_split" : "_shared") + (smem_operands ? "_smem" : "_global") + (traced ? "_on" : "_off") + ".csv";
+  const std::string rank_tag = dest == "peer" ? "_rank" + std::to_string(device) : "";
+  const std::string csv = out + "/fused_times_" + dest + rank_tag + (split_smsp ? "_split" : "_shared") + (smem_operands ? "_smem" : "_global") + (traced ? "_on" : "_off") + ".csv";
   FILE* f = std::fopen(csv.c_str(), "w");
   std::fprintf(f, "dest,layout,operands,shape,schedule,traced,k1,k2,tiles,l1_tiles,l2_tiles,ctas,trials,kernel_ms_median,kernel_ms_p10,kernel_ms_p90,checksum_remote,checksum_local\n");
   for (const Shape& s : kShapes) {
@@ -447,8 +452,8 @@ int main(int argc, char** argv) {
       xstage::HostBuffer tb(ctas, 2, per_cta * 5 + 16);
       const char* sched_name = inter ? "interleaved" : "wave";
       char label[256];
-      std::snprintf(label, sizeof(label), "kernel=fused_moe dest=%s shape=%s schedule=%s layout=%s operands=%s epilogue=%s k1=%d k2=%d tiles=%zu l2_tiles=%d ctas=%d lead_rows=%d control=%d",
-                    dest.c_str(), s.name.c_str(), sched_name, split_smsp ? "split" : "shared", smem_operands ? "smem" : "global", tma_epilogue ? "tma" : "stg", s.k1 * 16, s.k2 * 16, sched.size(), n_l2, ctas, lead_rows,
+      std::snprintf(label, sizeof(label), "kernel=fused_moe rank=%d dest=%s shape=%s schedule=%s layout=%s operands=%s epilogue=%s k1=%d k2=%d tiles=%zu l2_tiles=%d ctas=%d lead_rows=%d control=%d",
+                    device, dest.c_str(), s.name.c_str(), sched_name, split_smsp ? "split" : "shared", smem_operands ? "smem" : "global", tma_epilogue ? "tma" : "stg", s.k1 * 16, s.k2 * 16, sched.size(), n_l2, ctas, lead_rows,
                     (dest == "local" || s.name == "S3") ? 1 : 0);
       std::vector<float> ms;
       cudaEvent_t e0, e1;
@@ -469,8 +474,16 @@ int main(int argc, char** argv) {
       }
       if (dumps) {
         char name[512];
-        std::snprintf(name, sizeof(name), "%s/fused_%s_%s_%s_%s_%s.xsp", out.c_str(), dest.c_str(), s.name.c_str(), sched_name, split_smsp ? "split" : "shared", opname);
-        tb.write_dump(name, kEventNames, label, 0);
+        std::snprintf(name, sizeof(name), "%s/fused_%s%s_%s_%s_%s_%s.xsp", out.c_str(), dest.c_str(), rank_tag.c_str(), s.name.c_str(), sched_name, split_smsp ? "split" : "shared", opname);
+        tb.write_dump(name, kEventNames, label, device, (uint32_t)device);
+      }
+      {  // every trial's kernel time, for the median over trials of the max across ranks
+        FILE* ft = std::fopen((out + "/fused_trials_" + dest + rank_tag + (traced ? "_on" : "_off") + ".csv").c_str(), "a");
+        std::fseek(ft, 0, SEEK_END);
+        if (std::ftell(ft) == 0) std::fprintf(ft, "rank,dest,shape,schedule,traced,trial,kernel_ms\n");
+        for (size_t tr = 0; tr < ms.size(); ++tr)
+          std::fprintf(ft, "%d,%s,%s,%s,%d,%zu,%.5f\n", device, dest.c_str(), s.name.c_str(), sched_name, traced, tr, ms[tr]);
+        std::fclose(ft);
       }
       unsigned long long sums[2];
       for (int which = 0; which < 2; ++which) {
