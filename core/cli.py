@@ -129,12 +129,14 @@ def calibrate_run(
     quick: bool = typer.Option(False, "--quick", help="a small sweep (seconds)"),
     binary: Optional[Path] = typer.Option(None, "--binary", help="a built burst_gap (with -DXSTAGE_TRACE); default: build it with nvcc"),
     nvcc: str = typer.Option("nvcc", "--nvcc"),
+    device: int = typer.Option(0, "--device", help="GPU that runs the producers"),
+    peer: Optional[int] = typer.Option(None, "--peer", help="GPU that holds the buffer for --dest peer (default: the other of 0/1)"),
     as_json: bool = typer.Option(False, "--json"),
 ):
     """Build and run the calibration benchmark on this machine's GPU, then collect and fit."""
     from xstage_trace.runner import run_calibration
 
-    doc = run_calibration(dest, output, quick=quick, binary=binary, nvcc=nvcc)
+    doc = run_calibration(dest, output, quick=quick, binary=binary, nvcc=nvcc, device=device, peer=peer)
     if as_json:
         _emit(doc)
     else:

@@ -139,7 +139,8 @@ def fit_measurements(path: Path, dest: str | None, output: Path | None, platform
     return doc
 
 
-def run_calibration(dest: str, output: Path, quick: bool, binary: Path | None, nvcc: str) -> dict:
+def run_calibration(dest: str, output: Path, quick: bool, binary: Path | None, nvcc: str, device: int = 0,
+                    peer: int | None = None) -> dict:
     """calibrate run: build (or take) the benchmark, run the sweep, collect, fit, write JSON and report."""
     from xstage_trace.instrument import bench_source, include_dir
     from xstage_trace.report import calibration_report
@@ -156,10 +157,13 @@ def run_calibration(dest: str, output: Path, quick: bool, binary: Path | None, n
         if r.returncode != 0:
             raise InputError(bench_source(), f"nvcc failed: {r.stderr.strip().splitlines()[-1] if r.stderr.strip() else r.returncode}", "check the CUDA toolkit (sm_90a needs CUDA 12+)")
     dumps.mkdir(parents=True, exist_ok=True)
-    r = subprocess.run([str(binary), "--dest", dest, "--out", str(dumps)] + (["--quick"] if quick else []), capture_output=True, text=True)
+    args = [str(binary), "--dest", dest, "--out", str(dumps), "--device", str(device)]
+    args += (["--peer", str(peer)] if peer is not None else []) + (["--quick"] if quick else [])
+    r = subprocess.run(args, capture_output=True, text=True)
     if r.returncode != 0:
         raise InputError(binary, f"benchmark failed (exit {r.returncode}): {(r.stderr or r.stdout).strip().splitlines()[-1:]}", "check that a GPU is visible (nvidia-smi) and the destination exists")
     summary = analyze_inputs([dumps], output / "run")
-    doc = fit_measurements(output / "run", dest, output / f"calibration_{dest}.json", platform=(summary["gpus"] or [""])[0])
+    store_path = str(pd.read_csv(output / "run" / "calibration_points.csv")["dest"].iloc[0])  # peer carries its direction
+    doc = fit_measurements(output / "run", store_path, output / f"calibration_{store_path}.json", platform=(summary["gpus"] or [""])[0])
     write_text_atomic(output / "report.md", calibration_report(doc, pd.read_csv(output / "run" / "calibration_points.csv")))
     return doc
