@@ -24,9 +24,8 @@ def byte_balance(volume_bytes, rate_gbps, issue_floor_ns, gap_ns):
 def backlog_bytes(delta_b) -> np.ndarray:
     """Spec §4: q_n before each burst for q_{n+1} = [q_n + Δb_n]₊, q_0 = 0 (length N; closed form)."""
     db = np.asarray(delta_b, dtype=np.float64)
-    s = np.concatenate(([0.0], np.cumsum(db)))
-    q = s - np.minimum.accumulate(s)
-    return q[:-1]
+    s = np.concatenate(([0.0], np.cumsum(db[:-1])))  # S_0 … S_{N-1}: the last balance only acts after the last burst
+    return s - np.minimum.accumulate(s)
 
 
 @dataclass

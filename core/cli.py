@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from xstage_trace.collectors.nsys_names import METRIC_PATTERNS
 from xstage_trace.errors import InputError
 from xstage_trace.jsonable import json_default
 
@@ -75,12 +76,27 @@ def analyze(
     t = Table(title=f"xstage-trace run: {summary['run_dir']}", show_header=False)
     for k in ("gpus", "kernels", "nvtx_ranges", "probes", "bursts", "backpressured_tiles", "time_base"):
         t.add_row(k, str(summary.get(k)))
-    t.add_row("gpu_metrics", ", ".join(f"{k}: {v}" for k, v in sorted(summary["gpu_metrics"].items())) or "none")
+    known = {name for name, _ in METRIC_PATTERNS}
+    shown = {k: v for k, v in summary["gpu_metrics"].items() if k in known}
+    others = len(summary["gpu_metrics"]) - len(shown)
+    t.add_row("gpu_metrics", (", ".join(f"{k}: {v}" for k, v in sorted(shown.items())) or "none") + (f" (+{others} more)" if others else ""))
     for r, a in summary.get("alignment", {}).items():
         t.add_row(f"alignment {r}", f"{a['dumps_matched']}/{a['dumps_total']} dumps in their kernels, residual {a['residual_ns']:.0f} ns, drift {a['drift_ppm']:.2f} ppm")
     if summary.get("calibration_points"):
         t.add_row("calibration points", str(summary["calibration_points"]))
     out.print(t)
+    if summary.get("table3"):
+        t3 = Table(title="Table 3 (Linear-2 tiles, medians, µs; timing scope: probe clock per SM)")
+        cols = {"dest": "dest", "shape": "shape", "span_wave_us": "span W", "span_interleaved_us": "span I",
+                "mainloop_l2_us": "T L2", "mainloop_l1_us": "T L1", "stall_wave_pred_us": "Δt W pred",
+                "stall_wave_meas_us": "Δt W meas", "stall_interleaved_pred_us": "Δt I pred",
+                "stall_interleaved_meas_us": "Δt I meas", "backpressured_wave": "bp W", "backpressured_interleaved": "bp I"}
+        for head in cols.values():
+            t3.add_column(head)
+        t3.caption = "W = expert-wave, I = interleaved, bp = backpressured tiles"
+        for row in summary["table3"]:  # one row per configuration
+            t3.add_row(*[f"{row[c]:.1f}" if isinstance(row[c], float) else str(row[c]) for c in cols])
+        out.print(t3)
     for w in summary["warnings"]:
         err.print(f"[yellow]warning:[/yellow] {w}")
 
