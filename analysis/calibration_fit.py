@@ -68,17 +68,17 @@ def _issue_floors(p: pd.DataFrame, rate_gbps: float | None = None) -> dict[tuple
     return out
 
 
-def _rate(p: pd.DataFrame, floors: dict) -> tuple[float | None, float | None, int, dict, np.ndarray]:
+def _rate(p: pd.DataFrame, floors: dict) -> tuple[float | None, float | None, int, dict]:
     per = p[(p["mode"] == "periodic") & (p["gap_ns"] == 0)]
     t0 = np.array([floors[(int(k), int(b))] for k, b in zip(per["K"], per["B"])])
     drain_limited = per["tiss_med_ns"].to_numpy() >= BACKPRESSURE_FACTOR * t0
     d = per[drain_limited]
     if d.empty:
-        return None, None, 0, {}, drain_limited
+        return None, None, 0, {}
     r = (d["V"] / d["period_med_ns"]).to_numpy()
     q25, q50, q75 = np.percentile(r, [25, 50, 75])
     by_k = {int(k): float(np.median(g["V"] / g["period_med_ns"])) for k, g in d.groupby("K")}
-    return float(q50), float((q75 - q25) / 2), int(len(d)), by_k, drain_limited
+    return float(q50), float((q75 - q25) / 2), int(len(d)), by_k
 
 
 def _knee_capacity(iso: pd.DataFrame, column: str, rate: float, floor_of) -> dict[int, tuple[float, float]]:
@@ -180,7 +180,7 @@ def fit_calibration(points: pd.DataFrame, platform: str = "", store_path: str | 
             raise ValueError(f"points hold several store paths {dests}; fit one at a time")
         store_path = dests[0]
     p = p[p["dest"] == store_path].reset_index(drop=True)
-    rate, rate_unc, n_rate, by_k, _ = _rate(p, _issue_floors(p))
+    rate, rate_unc, n_rate, by_k = _rate(p, _issue_floors(p))
     if rate is None:
         # No backpressured zero-gap point: the path was never drain-limited in this sweep.
         per0 = p[(p["mode"] == "periodic") & (p["gap_ns"] == 0)]

@@ -156,7 +156,7 @@ def calibrate_run(
     if as_json:
         _emit(doc)
     else:
-        out.print(f"R = {doc['rate_gbps']:.1f} GB/s, Q = {doc['capacity_bytes']}, report: {output / 'report.md'}")
+        out.print(f"R = {doc['rate_gbps']:.1f} GB/s, Q = {doc['capacity_bytes']}, report: {output / ('report_' + doc['store_path'] + '.md')}")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -143,7 +143,6 @@ def run_calibration(dest: str, output: Path, quick: bool, binary: Path | None, n
                     peer: int | None = None) -> dict:
     """calibrate run: build (or take) the benchmark, run the sweep, collect, fit, write JSON and report."""
     from xstage_trace.instrument import bench_source, include_dir
-    from xstage_trace.report import calibration_report
 
     output = Path(output)
     dumps = output / "dumps"
@@ -165,5 +164,18 @@ def run_calibration(dest: str, output: Path, quick: bool, binary: Path | None, n
     summary = analyze_inputs([dumps], output / "run")
     store_path = str(pd.read_csv(output / "run" / "calibration_points.csv")["dest"].iloc[0])  # peer carries its direction
     doc = fit_measurements(output / "run", store_path, output / f"calibration_{store_path}.json", platform=(summary["gpus"] or [""])[0])
-    write_text_atomic(output / "report.md", calibration_report(doc, pd.read_csv(output / "run" / "calibration_points.csv")))
+    points = pd.read_csv(output / "run" / "calibration_points.csv")
+    write_report(output, doc, points)
     return doc
+
+
+def write_report(folder: Path, doc: dict, points: pd.DataFrame) -> None:
+    """report.md and its figures/ (SVG) for one fitted store path."""
+    from xstage_trace.report import calibration_figures, calibration_report
+
+    figs = calibration_figures(doc, points)
+    for name, svg in figs.items():
+        write_text_atomic(Path(folder) / "figures" / name, svg)
+    text = calibration_report(doc, points)
+    text += "\n## Figures\n\n" + "\n".join(f"![{n}](figures/{n})" for n in sorted(figs)) + "\n"
+    write_text_atomic(Path(folder) / f"report_{doc['store_path']}.md", text)

@@ -65,3 +65,20 @@ def test_committed_calibration_json_is_what_the_fit_gives():
     fit = fit_calibration(pd.read_csv(CALIB / "calibration_points.csv"), store_path="host")
     assert doc["rate_gbps"] == pytest.approx(fit.model.rate_gbps)
     assert doc["capacity_bytes"] == pytest.approx(fit.model.capacity_bytes)
+
+
+def test_report_figures_show_measured_and_predicted(tmp_path):
+    from xstage_trace.runner import write_report
+
+    doc = json.loads((CALIB / "calibration_host.json").read_text())
+    pts = pd.read_csv(CALIB / "calibration_points.csv")
+    write_report(tmp_path, doc, pts)
+    figs = {p.name: p.read_text() for p in (tmp_path / "figures").glob("*.svg")}
+    assert {"host_period_vs_gap_K132.svg", "host_issue_vs_gap_K132.svg", "host_isolated_issue_K132.svg"} <= set(figs)
+    svg = figs["host_period_vs_gap_K132.svg"]
+    # 4 burst sizes × 10 gaps measured, each with an Eq. 1 and a recurrence curve
+    assert svg.count('class="point"') == 40
+    assert svg.count('data-label="B=2 KiB recurrence"') == 1 and svg.count('data-label="B=2 KiB Eq. 1"') == 1
+    assert "max(T0, (V-Q)/R)" in figs["host_isolated_issue_K132.svg"]
+    report = (tmp_path / "report_host.md").read_text()
+    assert "![host_period_vs_gap_K132.svg](figures/host_period_vs_gap_K132.svg)" in report

@@ -62,7 +62,7 @@ def test_calibration_quick_sweep_on_gpu(tmp_path):
 
     doc = run_calibration("host", tmp_path, quick=True, binary=None, nvcc=NVCC)
     assert 40 <= doc["rate_gbps"] <= 120
-    assert (tmp_path / "report.md").is_file()
+    assert (tmp_path / "report_host.md").is_file() and list((tmp_path / "figures").glob("*.svg"))
 
 
 @pytest.mark.gpu
