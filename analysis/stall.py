@@ -67,3 +67,21 @@ def table3_from_tiles(tiles: pd.DataFrame) -> pd.DataFrame:
             "tiles_l2": int(len(w)),
         })
     return pd.DataFrame(rows)
+
+
+def attach_kernel_times(table3: pd.DataFrame, kernels: pd.DataFrame) -> pd.DataFrame:
+    """Add the median kernel time per schedule (nsys kernel rows of the NVTX ranges named like the
+    dump labels, ``… dest=D shape=S schedule=X …``; timing scope: kernel time) to a Table-3 frame."""
+    out = table3.copy()
+    k = kernels.dropna(subset=["nvtx_range"])
+    if k.empty or out.empty:
+        return out
+    cfg = k["nvtx_range"].str.extract(r"dest=(?P<dest>\S+).*shape=(?P<shape>\S+) schedule=(?P<schedule>\S+)")
+    k = pd.concat([k[["duration_ns"]], cfg], axis=1).dropna(subset=["schedule"])
+    med = k.groupby(["dest", "shape", "schedule"])["duration_ns"].agg(["median", "size"]).reset_index()
+    for sched in ("wave", "interleaved"):
+        m = med[med["schedule"] == sched].set_index(["dest", "shape"])
+        idx = pd.MultiIndex.from_frame(out[["dest", "shape"]])
+        out[f"kernel_ms_{sched}"] = m["median"].reindex(idx).to_numpy() / 1e6
+        out[f"launches_{sched}"] = m["size"].reindex(idx).to_numpy()
+    return out

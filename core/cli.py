@@ -90,12 +90,14 @@ def analyze(
         cols = {"dest": "dest", "shape": "shape", "span_wave_us": "span W", "span_interleaved_us": "span I",
                 "mainloop_l2_us": "T L2", "mainloop_l1_us": "T L1", "stall_wave_pred_us": "Δt W pred",
                 "stall_wave_meas_us": "Δt W meas", "stall_interleaved_pred_us": "Δt I pred",
-                "stall_interleaved_meas_us": "Δt I meas", "backpressured_wave": "bp W", "backpressured_interleaved": "bp I"}
+                "stall_interleaved_meas_us": "Δt I meas", "backpressured_wave": "bp W", "backpressured_interleaved": "bp I",
+                "kernel_ms_wave": "ms W", "kernel_ms_interleaved": "ms I"}
+        cols = {c: h for c, h in cols.items() if c in summary["table3"][0]}
         for head in cols.values():
             t3.add_column(head)
-        t3.caption = "W = expert-wave, I = interleaved, bp = backpressured tiles"
+        t3.caption = "W = expert-wave, I = interleaved, bp = backpressured tiles, ms = median kernel time (nsys)"
         for row in summary["table3"]:  # one row per configuration
-            t3.add_row(*[f"{row[c]:.1f}" if isinstance(row[c], float) else str(row[c]) for c in cols])
+            t3.add_row(*[f"{row[c]:.3g}" if isinstance(row[c], float) else str(row[c]) for c in cols])
         out.print(t3)
     for w in summary["warnings"]:
         err.print(f"[yellow]warning:[/yellow] {w}")

@@ -26,7 +26,7 @@ def run_analyses(tables: dict[str, pa.Table], model) -> tuple[dict[str, pa.Table
     """Analyses that exist so far, over collected tables: calibration points, bursts + §4 audit, tiles."""
     from xstage_trace.analysis.bursts import audit_bursts, reconstruct_bursts, remote_store_spans
     from xstage_trace.analysis.calibration_points import calibration_points
-    from xstage_trace.analysis.stall import table3_from_tiles
+    from xstage_trace.analysis.stall import attach_kernel_times, table3_from_tiles
     from xstage_trace.analysis.tiles import tile_table
 
     extra: dict = {}
@@ -42,7 +42,7 @@ def run_analyses(tables: dict[str, pa.Table], model) -> tuple[dict[str, pa.Table
     tiles = tile_table(probes, slices)
     if len(tiles):
         tables["tiles"] = pa.Table.from_pandas(tiles, preserve_index=False)
-        extra["table3"] = table3_from_tiles(tiles)
+        extra["table3"] = attach_kernel_times(table3_from_tiles(tiles), tables["kernels"].to_pandas())
     return tables, extra
 
 

@@ -82,3 +82,23 @@ def test_table3_summary(fused_run):
     assert set(s["cfg"]) >= {"host-S1-wave", "host-S1-interleaved", "host-S3-wave", "local-S1-wave"}
     s1 = s.set_index("cfg").loc["host-S1-wave"]
     assert s1["predicted_stall_med_ns"] == pytest.approx(s1["measured_stall_med_ns"], rel=0.1)
+
+
+def test_table3_carries_kernel_times_from_nsys(fused_run):
+    summary, _, _ = fused_run
+    t3 = {(r["dest"], r["shape"]): r for r in summary["table3"]}
+    s1 = t3[("host", "S1")]
+    assert s1["launches_wave"] == 7 and s1["launches_interleaved"] == 7  # 2 warm-ups + 5 trials
+    assert s1["kernel_ms_wave"] > 1.4 * s1["kernel_ms_interleaved"]
+    assert abs(t3[("host", "S3")]["kernel_ms_wave"] / t3[("host", "S3")]["kernel_ms_interleaved"] - 1) < 0.02
+
+
+def test_model_stall_over_the_tile_table(fused_run, tmp_path):
+    from xstage_trace.model_cli import stall_doc
+
+    _, tiles, _ = fused_run
+    path = tmp_path / "tiles.parquet"
+    tiles.to_parquet(path)
+    d = stall_doc(None, None, path, "label,tile_kind")
+    assert d["tiles"] == len(tiles) and len(d["predicted_stall_us"]) == len(tiles)
+    assert len(d["summary"]) == 16  # 8 configurations × 2 tile kinds
