@@ -131,7 +131,13 @@ __global__ void __launch_bounds__(THREADS, 1)
   __syncthreads();
 
   if (is_mma) {
+#if defined(FUSED_MMA_STREAM_PROBES)  // overhead experiments: MMA records streamed to global memory
+    XSTAGE_PROBE_OPEN_IF(buf, 0, warp == 0);
+#elif defined(FUSED_NO_MMA_PROBES)     // overhead experiments: no MMA-side records at all
+    XSTAGE_PROBE_OPEN_IF(buf, 0, false);
+#else
     XSTAGE_PROBE_OPEN_SMEM(buf, 0, warp == 0, mma_trace, MMA_TRACE_RECORDS);
+#endif
     int i = 0;
     TileDesc next = tiles[blockIdx.x < num_tiles ? blockIdx.x : 0];
     for (int t = blockIdx.x; t < num_tiles; t += gridDim.x, ++i) {
