@@ -107,8 +107,8 @@ __global__ void __launch_bounds__(THREADS, 1)
   __nv_bfloat16* Ws = As + TILE_M * OPK_LD;                                            // 128 x OPK (+pad): B col-major
   __shared__ int full_seq[SLOTS];
   __shared__ int empty_seq[SLOTS];
-#ifdef XSTAGE_TRACE
-  __shared__ xstage::Record mma_trace[MMA_TRACE_RECORDS];  // MMA records stay off the memory pipe
+#if defined(XSTAGE_TRACE) && defined(FUSED_MMA_SMEM_PROBES)
+  __shared__ xstage::Record mma_trace[MMA_TRACE_RECORDS];
 #endif
   // Warp w runs on SM sub-partition w % 4. Layout "shared": MMA = warps 0-3, epilogue = 4-7 (each
   // sub-partition hosts one of each). Layout "split": MMA = warps {0,1,4,5}, epilogue = {2,3,6,7}
@@ -131,12 +131,12 @@ __global__ void __launch_bounds__(THREADS, 1)
   __syncthreads();
 
   if (is_mma) {
-#if defined(FUSED_MMA_STREAM_PROBES)  // overhead experiments: MMA records streamed to global memory
-    XSTAGE_PROBE_OPEN_IF(buf, 0, warp == 0);
-#elif defined(FUSED_NO_MMA_PROBES)     // overhead experiments: no MMA-side records at all
-    XSTAGE_PROBE_OPEN_IF(buf, 0, false);
-#else
+#if defined(FUSED_MMA_SMEM_PROBES)   // overhead experiment: MMA records staged in shared memory (+2 % measured)
     XSTAGE_PROBE_OPEN_SMEM(buf, 0, warp == 0, mma_trace, MMA_TRACE_RECORDS);
+#elif defined(FUSED_NO_MMA_PROBES)   // overhead experiment: no MMA-side records at all
+    XSTAGE_PROBE_OPEN_IF(buf, 0, false);
+#else  // default: streamed (evict-first) records; with the bulk-copy epilogue nothing congests them
+    XSTAGE_PROBE_OPEN_IF(buf, 0, warp == 0);
 #endif
     int i = 0;
     TileDesc next = tiles[blockIdx.x < num_tiles ? blockIdx.x : 0];
