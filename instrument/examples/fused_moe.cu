@@ -61,6 +61,29 @@ struct TileDesc {
   int out_index;  // index among tiles of its kind (output slot in that kind's buffer)
 };
 
+using Acc = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
+
+// The K loop of one warp's 32 x 128 slice: A is row-major (this warp's 32 rows), B column-major
+// (128 columns), both with leading dimension LD; K indices wrap at KWRAP. One body for both operand
+// sources; inlined at each call, so the compiler still sees which address space each pointer is in.
+template <int LD, int KWRAP>
+__device__ __forceinline__ void mainloop(Acc (&acc)[2][8], const __nv_bfloat16* a, const __nv_bfloat16* b, int ksteps) {
+#pragma unroll 1
+  for (int k = 0; k < ksteps * 16; k += 16) {
+    const int kk = k % KWRAP;
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa[2];
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> fb;
+    wmma::load_matrix_sync(fa[0], a + kk, LD);
+    wmma::load_matrix_sync(fa[1], a + 16 * LD + kk, LD);
+#pragma unroll
+    for (int c = 0; c < 8; ++c) {
+      wmma::load_matrix_sync(fb, b + (size_t)(c * 16) * LD + kk, LD);
+      wmma::mma_sync(acc[0][c], fa[0], fb, acc[0][c]);
+      wmma::mma_sync(acc[1][c], fa[1], fb, acc[1][c]);
+    }
+  }
+}
+
 __device__ __forceinline__ void named_barrier(int id, int count) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory");
 }
@@ -155,45 +178,15 @@ __global__ void __launch_bounds__(THREADS, 1)
       const int set = d.expert % OPERAND_SETS;
       const __nv_bfloat16* a = A + (size_t)set * TILE_M * KMAX + (size_t)(warp * 32) * KMAX;
       const __nv_bfloat16* w = W + (size_t)set * TILE_N * KMAX;
-      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][8];
+      Acc acc[2][8];
 #pragma unroll
       for (int r = 0; r < 2; ++r)
 #pragma unroll
         for (int c = 0; c < 8; ++c) wmma::fill_fragment(acc[r][c], 0.0f);
-      if (smem_operands) {
-        // Operands from the shared-memory block (the K loop cycles over its 64 columns): the
-        // Tensor Cores are fed from shared memory, as after a TMA load, with no global traffic.
-        const __nv_bfloat16* as = As + (warp * 32) * OPK_LD;
-#pragma unroll 1
-        for (int k = 0; k < d.ksteps * 16; k += 16) {
-          const int kk = k % OPK;
-          wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa[2];
-          wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> fb;
-          wmma::load_matrix_sync(fa[0], as + kk, OPK_LD);
-          wmma::load_matrix_sync(fa[1], as + 16 * OPK_LD + kk, OPK_LD);
-#pragma unroll
-          for (int c = 0; c < 8; ++c) {
-            wmma::load_matrix_sync(fb, Ws + (c * 16) * OPK_LD + kk, OPK_LD);
-            wmma::mma_sync(acc[0][c], fa[0], fb, acc[0][c]);
-            wmma::mma_sync(acc[1][c], fa[1], fb, acc[1][c]);
-          }
-        }
-      } else {
-        // Operands streamed from global memory (L2-resident), one 16-wide K slice per step.
-#pragma unroll 1
-        for (int k = 0; k < d.ksteps * 16; k += 16) {
-          wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa[2];
-          wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> fb;
-          wmma::load_matrix_sync(fa[0], a + k, KMAX);
-          wmma::load_matrix_sync(fa[1], a + 16 * KMAX + k, KMAX);
-#pragma unroll
-          for (int c = 0; c < 8; ++c) {
-            wmma::load_matrix_sync(fb, w + (size_t)(c * 16) * KMAX + k, KMAX);
-            wmma::mma_sync(acc[0][c], fa[0], fb, acc[0][c]);
-            wmma::mma_sync(acc[1][c], fa[1], fb, acc[1][c]);
-          }
-        }
-      }
+      if (smem_operands)  // the shared-memory block, its 64 columns cycled: Tensor Cores fed from shared memory, as after a TMA load
+        mainloop<OPK_LD, OPK>(acc, As + (warp * 32) * OPK_LD, Ws, d.ksteps);
+      else  // streamed from global memory (L2-resident), one 16-wide K slice per step
+        mainloop<KMAX, KMAX>(acc, a, w, d.ksteps);
       float* s = slots + (size_t)slot * TILE_ELEMS + (warp * 32) * TILE_N;
 #pragma unroll
       for (int r = 0; r < 2; ++r)
