@@ -143,11 +143,16 @@ pos_v = st.floats(min_value=0, max_value=2e7, allow_nan=False)
 pos_g = st.floats(min_value=0, max_value=1e6, allow_nan=False)
 
 
+def burst_arrays(min_size: int, max_size: int):
+    """Strategy: (volumes, gaps) arrays of one burst sequence."""
+    return st.lists(st.tuples(pos_v, pos_g), min_size=min_size, max_size=max_size).map(
+        lambda bs: (np.array([b[0] for b in bs]), np.array([b[1] for b in bs])))
+
+
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(pos_v, pos_g), min_size=1, max_size=40), st.floats(min_value=1, max_value=1000))
+@given(burst_arrays(1, 40), st.floats(min_value=1, max_value=1000))
 def test_all_rho_below_one_means_no_backlog(bursts, rate):
-    v = np.array([b[0] for b in bursts])
-    g = np.array([b[1] for b in bursts])
+    v, g = bursts
     a = audit_sequence(v, g, 100.0, rate, None)
     if np.all(a.table["rho"] <= 1):
         assert np.all(a.table["q_bytes"] == 0)
@@ -169,12 +174,11 @@ def test_homogeneous_sequence_agrees_with_eq1(v, g, rate, t0):
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.lists(st.tuples(pos_v, pos_g), min_size=2, max_size=30), st.integers(min_value=0, max_value=29),
-       st.floats(min_value=0, max_value=1), st.floats(min_value=1, max_value=1000))
+@given(burst_arrays(2, 30), st.integers(min_value=0, max_value=29), st.floats(min_value=0, max_value=1),
+       st.floats(min_value=1, max_value=1000))
 def test_splitting_a_gap_into_zero_volume_periods(bursts, where, frac, rate):
     """A gap G split into G1 + a zero-volume period of G2 gives the same backlog afterwards."""
-    v = np.array([b[0] for b in bursts])
-    g = np.array([b[1] for b in bursts])
+    v, g = bursts
     t0 = 0.0
     i = where % len(v)
     g1 = g[i] * frac
@@ -189,11 +193,10 @@ def test_splitting_a_gap_into_zero_volume_periods(bursts, where, frac, rate):
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.lists(st.tuples(pos_v, pos_g), min_size=1, max_size=50), st.floats(min_value=1, max_value=1000),
-       st.floats(min_value=1e5, max_value=5e7), st.floats(min_value=0, max_value=500))
+@given(burst_arrays(1, 50), st.floats(min_value=1, max_value=1000), st.floats(min_value=1e5, max_value=5e7),
+       st.floats(min_value=0, max_value=500))
 def test_stalled_trajectory_matches_its_recursion(bursts, rate, cap, overhead):
-    v = np.array([b[0] for b in bursts])
-    g = np.array([b[1] for b in bursts])
+    v, g = bursts
     t0 = np.full(len(v), 200.0)
     df = stalled_trajectory(v, g, t0, rate, cap, overhead)
     q, qs, ts = 0.0, [], []
