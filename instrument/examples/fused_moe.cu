@@ -47,7 +47,9 @@ constexpr int KMAX = 8192;        // deepest K of any tile
 constexpr int OPERAND_SETS = 4;   // distinct A/W operand sets (experts reuse them; L2-resident)
 constexpr int TILE_ELEMS = TILE_M * TILE_N;
 constexpr uint32_t TILE_OUT_BYTES = TILE_ELEMS * 2;  // bf16 output tile
-constexpr uint32_t MMA_TRACE_RECORDS = 256;
+#if defined(XSTAGE_TRACE) && defined(FUSED_MMA_SMEM_PROBES)
+constexpr uint32_t MMA_TRACE_RECORDS = 256;  // staging area of the shared-memory-probe experiment
+#endif
 constexpr int OPK = 64, OPK_LD = OPK + 8;  // shared-memory operand block: K extent and padded row
 constexpr int SMEM_BYTES_GLOBAL_OPS = SLOTS * TILE_ELEMS * 4;
 constexpr int SMEM_BYTES_SMEM_OPS = SMEM_BYTES_GLOBAL_OPS + 2 * TILE_M * OPK_LD * 2;
