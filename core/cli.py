@@ -25,7 +25,7 @@ app.add_typer(model_app, name="model")
 app.add_typer(instrument_app, name="instrument")
 
 err = Console(stderr=True)
-out = Console()
+out = Console(width=None if sys.stdout.isatty() else 160)  # piped or logged: wide enough for Table 3
 
 
 def _emit(doc: dict) -> None:
