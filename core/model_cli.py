@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from xstage_trace.errors import InputError
+from xstage_trace.table_files import read_table_file
 
 MIB = float(1 << 20)
 
@@ -37,16 +38,6 @@ def burst_doc(rate_gbps, issue_floor_us, producers, bytes_per_producer, gap_us, 
     }
 
 
-def _read_table(path: Path) -> pd.DataFrame:
-    path = Path(path)
-    if not path.exists():
-        raise InputError(path, "no such file", "check the path")
-    try:
-        return pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path)
-    except Exception as exc:  # pandas raises many parser types
-        raise InputError(path, f"not a readable table ({exc.__class__.__name__})", "pass a CSV or Parquet file") from None
-
-
 def stall_doc(span_us, cover_us, tiles: Path | None, by: str | None) -> dict:
     """Spec §5: Δt = [T_RS − T_cover]₊ for one tile or a table of tiles (+ Table-3 style summary)."""
     from xstage_trace.analysis.stall import predicted_stall_ns, stall_summary
@@ -55,7 +46,7 @@ def stall_doc(span_us, cover_us, tiles: Path | None, by: str | None) -> dict:
         if span_us is None or cover_us is None:
             raise InputError(None, "model stall needs --span-us and --cover-us, or --tiles", "give one of them")
         return {"span_us": span_us, "cover_us": cover_us, "predicted_stall_us": float(predicted_stall_ns(span_us, cover_us))}
-    df = _read_table(tiles)
+    df = read_table_file(tiles)
     if "rs_span_ns" not in df and "span_us" in df:
         df["rs_span_ns"] = df["span_us"] * 1e3
     if "cover_ns" not in df and "cover_us" in df:
@@ -124,7 +115,7 @@ def sequence_doc(bursts: Path, calibration: Path | None, rate_gbps, issue_floor_
 
         df = read_run(bursts)[0]["bursts"].to_pandas()
     else:
-        df = _read_table(bursts)
+        df = read_table_file(bursts)
     if "volume_bytes" not in df or "gap_ns" not in df:
         raise InputError(bursts, "burst table lacks volume_bytes or gap_ns", "give one row per burst with those columns")
     model = load_platform(calibration) if calibration else None

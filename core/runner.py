@@ -14,6 +14,7 @@ import pyarrow.compute as pc
 
 from xstage_trace.atomic import write_text_atomic
 from xstage_trace.errors import InputError
+from xstage_trace.table_files import read_table_file
 from xstage_trace.jsonable import json_default
 
 
@@ -102,13 +103,8 @@ def load_measurements(path: Path) -> pd.DataFrame:
     if path.is_dir():
         c = collect([path])
         pts = calibration_points(c.tables["probes"].to_pandas(), c.tables["probe_slices"].to_pandas())
-    elif path.suffix == ".parquet":
-        pts = pd.read_parquet(path)
     else:
-        try:
-            pts = pd.read_csv(path)
-        except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError) as exc:
-            raise InputError(path, f"not a readable CSV ({exc.__class__.__name__})", "pass the calibration points CSV/Parquet or a folder of calibration dumps") from None
+        pts = read_table_file(path, "the calibration points CSV/Parquet or a folder of calibration dumps")
     need = {"dest", "mode", "K", "B", "V", "gap_ns", "tiss_med_ns", "tiss_p90_ns", "period_med_ns"}
     missing = need - set(pts.columns)
     if missing:
@@ -162,9 +158,9 @@ def run_calibration(dest: str, output: Path, quick: bool, binary: Path | None, n
     if r.returncode != 0:
         raise InputError(binary, f"benchmark failed (exit {r.returncode}): {(r.stderr or r.stdout).strip().splitlines()[-1:]}", "check that a GPU is visible (nvidia-smi) and the destination exists")
     summary = analyze_inputs([dumps], output / "run")
-    store_path = str(pd.read_csv(output / "run" / "calibration_points.csv")["dest"].iloc[0])  # peer carries its direction
-    doc = fit_measurements(output / "run", store_path, output / f"calibration_{store_path}.json", platform=(summary["gpus"] or [""])[0])
     points = pd.read_csv(output / "run" / "calibration_points.csv")
+    store_path = str(points["dest"].iloc[0])  # for peer runs this carries the direction (peer0to1)
+    doc = fit_measurements(output / "run", store_path, output / f"calibration_{store_path}.json", platform=(summary["gpus"] or [""])[0])
     write_report(output, doc, points)
     return doc
 

@@ -167,3 +167,10 @@ def test_instrument_flags():
     assert flags.startswith("-I") and flags.endswith("-DXSTAGE_TRACE=1")
     inc = flags.split()[0][2:]
     assert os.path.isfile(os.path.join(inc, "xstage", "probe.cuh"))
+
+
+def test_calibrate_fit_rejects_a_non_table(tmp_path):
+    bad = tmp_path / "points.parquet"
+    bad.write_bytes(b"not parquet at all")
+    line = _one_line_error(run("calibrate", "fit", bad, "--dest", "host"), bad.name)
+    assert "calibration points CSV/Parquet" in line
