@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from xstage_trace.errors import InputError
 from xstage_trace.table_files import read_table_file
