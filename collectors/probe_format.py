@@ -24,6 +24,7 @@ EVENT_NAME_BYTES = 32
 KINDS = ("mark", "begin", "end")
 CLOCK_BITS = 48
 CLOCK_MASK = (1 << CLOCK_BITS) - 1
+MMAP_MIN_BYTES = 8 << 20
 # Below this anchor span the 32 ns %globaltimer tick makes a poor clock-rate estimate.
 MIN_ANCHOR_SPAN_NS = 20_000
 
@@ -205,7 +206,9 @@ def decode_probe_dump(path: str | Path, rank: int | None = None, allow_overflow:
     """Decode one dump into Arrow tables (per-slice and per-record), clock64 converted to ns per SM."""
     path = Path(path)
     try:
-        raw = np.fromfile(path, dtype=np.uint8)
+        size = path.stat().st_size
+        # Large dumps are mapped (no copy; pages come in as the columns are computed), small ones read.
+        raw = np.memmap(path, dtype=np.uint8, mode="r") if size >= MMAP_MIN_BYTES else np.fromfile(path, dtype=np.uint8)
     except OSError as exc:
         raise InputError(path, f"cannot read probe dump ({exc.strerror or exc})", "check the path and its permissions") from None
     h, names, sl = read_header(path, raw)
