@@ -12,20 +12,17 @@ import pandas as pd
 
 from xstage_trace.analysis.platform import PlatformModel
 from xstage_trace.analysis.recurrence import audit_sequence
+from xstage_trace.analysis.spans import pair_spans
 
 REMOTE_STORE_EVENTS = ("burst", "rs", "remote_store", "l2_rs")
 
 
 def remote_store_spans(probes: pd.DataFrame, events=REMOTE_STORE_EVENTS) -> pd.DataFrame:
     """Begin/end pairs of the remote-store events: one row per (dump, slice, tile) with start, end, bytes."""
-    p = probes[probes["event"].astype(str).isin(events)]
-    if p.empty:
-        return pd.DataFrame(columns=["rank", "dump", "slice", "cta", "tile", "start_ns", "end_ns", "bytes"])
     keys = ["rank", "dump", "slice", "cta", "event", "tile"]
-    p = p.assign(dump=p["dump"].astype(str), event=p["event"].astype(str), kind=p["kind"].astype(str))
-    b = p[p["kind"] == "begin"][keys + ["t_ns"]].rename(columns={"t_ns": "start_ns"})
-    e = p[p["kind"] == "end"][keys + ["t_ns", "payload"]].rename(columns={"t_ns": "end_ns", "payload": "bytes"})
-    return b.merge(e, on=keys, how="inner")
+    s = pair_spans(probes, events, keys).rename(columns={"start": "start_ns", "end": "end_ns", "payload": "bytes"})
+    s["dump"] = s["dump"].astype(str)
+    return s.drop(columns=["duration"])
 
 
 def reconstruct_bursts(spans: pd.DataFrame) -> pd.DataFrame:

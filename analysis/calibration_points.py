@@ -9,6 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from xstage_trace.analysis.spans import pair_spans
+
 BURST_EVENT = "burst"
 PERIODIC_WARMUP_BURSTS = 16  # steady-state statistics skip the first bursts of a periodic launch
 ISOLATED_WARMUP_BURSTS = 1
@@ -19,13 +21,10 @@ def burst_spans(probes: pd.DataFrame, event: str = BURST_EVENT) -> pd.DataFrame:
     p = probes[probes["event"].astype(str) == event]
     # Epoch ns do not fit float64 exactly: work in float ns relative to the earliest record.
     t = (p["t_gt_ns"] - p["t_gt_ns"].min()).astype(np.float64) if len(p) else p["t_gt_ns"].astype(np.float64)
-    p = p.assign(t=t)
     keys = ["dump", "cta", "tile"]
-    begin = p[p["kind"].astype(str) == "begin"][keys + ["t"]].rename(columns={"t": "begin"})
-    end = p[p["kind"].astype(str) == "end"][keys + ["t", "payload"]].rename(columns={"t": "end"})
-    s = begin.merge(end, on=keys, how="inner").sort_values(keys, kind="stable")
+    s = pair_spans(p.assign(t=t), [event], keys, time_col="t").rename(columns={"start": "begin", "duration": "issue_ns"})
+    s = s.sort_values(keys, kind="stable")
     s["dump"] = s["dump"].astype(str)
-    s["issue_ns"] = s["end"] - s["begin"]
     nxt = s.groupby(["dump", "cta"], sort=False)["begin"].shift(-1)
     s["period_ns"] = nxt - s["begin"]
     s["gap_meas_ns"] = nxt - s["end"]

@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from xstage_trace.analysis.spans import pair_spans
 from xstage_trace.analysis.stall import predicted_stall_ns
 
 STAGING_SLOTS = 2
@@ -25,13 +26,8 @@ MIN_NOISE_NS = 200.0
 
 
 def _spans(p: pd.DataFrame, event: str, value: str) -> pd.DataFrame:
-    e = p[p["event"] == event]
-    keys = ["rank", "dump", "cta", "tile"]
-    b = e[e["kind"] == "begin"][keys + ["t_ns"]].rename(columns={"t_ns": f"{value}_start_ns"})
-    f = e[e["kind"] == "end"][keys + ["t_ns"]].rename(columns={"t_ns": f"{value}_end_ns"})
-    s = b.merge(f, on=keys, how="inner")
-    s[f"{value}_ns"] = s[f"{value}_end_ns"] - s[f"{value}_start_ns"]
-    return s
+    s = pair_spans(p, [event], ["rank", "dump", "cta", "tile"]).drop(columns=["payload"])
+    return s.rename(columns={"start": f"{value}_start_ns", "end": f"{value}_end_ns", "duration": f"{value}_ns"})
 
 
 def tile_table(probes: pd.DataFrame, slices: pd.DataFrame, noise_ns: float | None = None, slots: int = STAGING_SLOTS) -> pd.DataFrame:
