@@ -117,11 +117,9 @@ def collect(inputs: list[str | Path], nsys: str | None = None, allow_overflow: b
         tables["gpu_metrics"].append(e.gpu_metrics)
 
     alignments = _align(exports, dumps, warnings)
-    for d in dumps:
-        tables["probes"].append(d.records)
-        tables["probe_slices"].append(d.slices)
-    probes = _concat("probes", tables["probes"])
-    probes = _apply_time_base(probes, alignments)
+    if dumps:  # only the newly decoded records get a time base; a prior run's probes keep theirs
+        tables["probes"].append(_apply_time_base(_concat("probes", [d.records for d in dumps]), alignments))
+    tables["probe_slices"] += [d.slices for d in dumps]
 
     gpus = []
     for e in exports:
@@ -139,9 +137,7 @@ def collect(inputs: list[str | Path], nsys: str | None = None, allow_overflow: b
         "alignment": {f"rank{r}": a.as_dict() for r, (a, _) in alignments.items()},
         "time_base": "nsys session start" if alignments else ("first probe record" if dumps else "nsys session start"),
     }
-    out = {n: _concat(n, parts) for n, parts in tables.items() if n != "probes"}
-    out["probes"] = probes
-    return Collected(out, manifest, warnings)
+    return Collected({n: _concat(n, parts) for n, parts in tables.items()}, manifest, warnings)
 
 
 def _align(exports, dumps, warnings: list[str]) -> dict:

@@ -105,3 +105,12 @@ def test_probe_only_run_uses_first_probe_time_base():
     assert c.manifest["time_base"] == "first probe record"
     t = c.tables["probes"].column("t_ns")
     assert pc.min(t).as_py() == 0.0
+
+
+def test_reanalysing_a_run_keeps_its_aligned_times(quick_run, tmp_path):
+    run = tmp_path / "run"
+    write_run(run, quick_run.tables, quick_run.manifest)
+    again = collect([run])
+    before = quick_run.tables["probes"].column("t_ns").to_numpy()
+    after = again.tables["probes"].column("t_ns").to_numpy()
+    assert np.array_equal(before, after)  # still on the nsys time base, not re-based to the first probe
