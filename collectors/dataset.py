@@ -21,8 +21,9 @@ from xstage_trace.schema import SCHEMA_VERSION, TABLES, conform, empty_table
 MANIFEST = "manifest.json"
 
 
-def write_run(run_dir: str | Path, tables: dict[str, pa.Table], manifest: dict) -> Path:
-    """Write every table of TABLES (empty ones too, so the schema is always there) and the manifest."""
+def write_run(run_dir: str | Path, tables: dict[str, pa.Table], manifest: dict, extra_files: dict[str, str] | None = None) -> Path:
+    """Write every table of TABLES (empty ones too, so the schema is always there), the manifest and
+    ``extra_files`` (name → text, e.g. calibration_points.csv), all inside the one atomic rename."""
     run_dir = Path(run_dir)
     with atomic_dir(run_dir) as tmp:
         for name in TABLES:
@@ -37,6 +38,8 @@ def write_run(run_dir: str | Path, tables: dict[str, pa.Table], manifest: dict) 
                 pq.write_table(table, tmp / f"{name}.parquet", compression="zstd")
         doc = dict(manifest, schema_version=SCHEMA_VERSION, tables={n: (tables[n].num_rows if n in tables else 0) for n in TABLES})
         (tmp / MANIFEST).write_text(json.dumps(doc, indent=2, sort_keys=True, default=str))
+        for name, text in (extra_files or {}).items():
+            (tmp / name).write_text(text)
     return run_dir
 
 

@@ -60,11 +60,9 @@ def analyze_inputs(inputs: list[Path], output: Path | None, nsys=None, calibrati
     manifest = dict(c.manifest, calibration=str(calibration) if calibration else None, warnings=c.warnings)
     if "calibration_points" in extra:
         manifest["calibration_points"] = int(len(extra["calibration_points"]))
-    write_run(run_dir, tables, manifest)
-    if "calibration_points" in extra:
-        # Beside the tables, so `calibrate fit RUN_DIR` works; written after the atomic rename is
-        # fine here because the run folder is complete without it.
-        extra["calibration_points"].to_csv(run_dir / "calibration_points.csv", index=False)
+    # calibration_points.csv beside the tables, so that `calibrate fit RUN_DIR` works
+    extra_files = {"calibration_points.csv": extra["calibration_points"].to_csv(index=False)} if "calibration_points" in extra else None
+    write_run(run_dir, tables, manifest, extra_files)
     gm = tables["gpu_metrics"]
     metric_counts = {}
     if gm.num_rows:
