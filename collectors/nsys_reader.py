@@ -191,8 +191,9 @@ def _gpu_metrics(src, rank: int, shift: int, warnings: list[str]) -> pa.Table:
     m = src.read(N.METRICS_TABLE, ["timestamp", "typeId", "metricId", "value"])
     m = m.filter(pc.is_valid(m["timestamp"]))
     # Join on (typeId, metricId): metricId alone is "not assumed to be stable" across types.
-    key_names = names["typeId"].to_numpy(np.int64) * 4096 + names["metricId"].to_numpy(np.int64)
-    key_rows = m["typeId"].to_numpy().astype(np.int64) * 4096 + m["metricId"].to_numpy().astype(np.int64)
+    base = int(names["metricId"].max()) + 1  # (typeId, metricId) → one int64 key, no collisions
+    key_names = names["typeId"].to_numpy(np.int64) * base + names["metricId"].to_numpy(np.int64)
+    key_rows = m["typeId"].to_numpy().astype(np.int64) * base + m["metricId"].to_numpy().astype(np.int64)
     order = np.argsort(key_names)
     pos = np.searchsorted(key_names[order], key_rows)
     pos = np.minimum(pos, len(order) - 1)
