@@ -14,10 +14,11 @@ from xstage_trace import __version__
 from xstage_trace.collectors.align import align_dumps
 from xstage_trace.collectors.dataset import is_run_dir, read_run
 from xstage_trace.collectors.nsys_reader import read_nsys_export
-from xstage_trace.collectors.nsys_rep import export_report, sha256_of
+from xstage_trace.collectors.nsys_rep import export_report
+from xstage_trace.base.hashing import sha256_of
 from xstage_trace.collectors.probe_format import decode_probe_dump
-from xstage_trace.errors import InputError
-from xstage_trace.schema import TABLES, conform, empty_table
+from xstage_trace.base.errors import InputError
+from xstage_trace.base.schema import TABLES, conform, empty_table
 
 PROBE_SUFFIX = ".xsp"
 

@@ -14,9 +14,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from xstage_trace.atomic import atomic_dir
-from xstage_trace.errors import InputError
-from xstage_trace.schema import SCHEMA_VERSION, TABLES, conform, empty_table
+from xstage_trace.base.atomic import atomic_dir
+from xstage_trace.base.errors import InputError
+from xstage_trace.base.schema import SCHEMA_VERSION, TABLES, conform, empty_table
 
 MANIFEST = "manifest.json"
 

@@ -16,8 +16,8 @@ import pyarrow.compute as pc
 
 from xstage_trace.collectors import nsys_names as N
 from xstage_trace.collectors.nsys_tables import open_tables
-from xstage_trace.errors import InputError
-from xstage_trace.schema import conform
+from xstage_trace.base.errors import InputError
+from xstage_trace.base.schema import conform
 
 UTC_NORMALIZED_THRESHOLD_NS = 10**18  # exports made with --ts-normalize carry UTC epoch ns
 

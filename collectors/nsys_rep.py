@@ -2,29 +2,20 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import shutil
 import subprocess
 from pathlib import Path
 
+from xstage_trace.base.hashing import sha256_of
 from xstage_trace.collectors.nsys_names import parse_version
-from xstage_trace.errors import InputError
+from xstage_trace.base.errors import InputError
 
 REPORT_MAGIC = b"NVIDIA Tegra Profiler Report"
 _VERSION_RE = re.compile(rb"(20[12]\d\.\d+\.\d+\.\d+)-\d+")
 _NSYS_GLOBS = ("/opt/nvidia/nsight-systems/*/bin/nsys", "/opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys",
                "/usr/local/cuda*/bin/nsys")
-
-
-def sha256_of(path: Path, chunk_bytes: int = 1 << 22) -> str:
-    """Hex sha256 of a file, read in chunks."""
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(chunk_bytes):
-            h.update(block)
-    return h.hexdigest()
 
 
 def report_version(path: Path) -> str | None:

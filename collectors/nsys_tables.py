@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from xstage_trace.errors import InputError
+from xstage_trace.base.errors import InputError
 
 
 class SqliteTables:

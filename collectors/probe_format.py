@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from xstage_trace.atomic import atomic_file
-from xstage_trace.errors import InputError
-from xstage_trace.schema import PROBE_SLICES, PROBES
+from xstage_trace.base.atomic import atomic_file
+from xstage_trace.base.errors import InputError
+from xstage_trace.base.schema import PROBE_SLICES, PROBES
 
 MAGIC = b"XSTPROBE"
 FORMAT_VERSION = 1

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from xstage_trace.analysis.calibration_fit import CalibrationFit
 from xstage_trace.analysis.platform import PlatformModel
-from xstage_trace.errors import InputError
+from xstage_trace.base.errors import InputError
 
 CALIBRATION_VERSION = 1
 

@@ -12,10 +12,10 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from xstage_trace.atomic import write_text_atomic
-from xstage_trace.errors import InputError
-from xstage_trace.table_files import read_table_file
-from xstage_trace.jsonable import json_default
+from xstage_trace.base.atomic import write_text_atomic
+from xstage_trace.base.errors import InputError
+from xstage_trace.base.table_files import read_table_file
+from xstage_trace.base.jsonable import json_default
 
 
 def _default_run_dir(first: Path) -> Path:
@@ -116,7 +116,7 @@ def fit_measurements(path: Path, dest: str | None, output: Path | None, platform
     """calibrate fit: load points, fit one store path, write and return the calibration document."""
     from xstage_trace.analysis.calibration_fit import fit_calibration
     from xstage_trace.calibration_io import calibration_document
-    from xstage_trace.collectors.nsys_rep import sha256_of
+    from xstage_trace.base.hashing import sha256_of
 
     pts = load_measurements(path)
     dests = sorted(pts["dest"].astype(str).unique())
@@ -165,7 +165,7 @@ def run_calibration(dest: str, output: Path, quick: bool, binary: Path | None, n
 
 def write_report(folder: Path, doc: dict, points: pd.DataFrame) -> None:
     """report.md and its figures/ (SVG) for one fitted store path."""
-    from xstage_trace.report import calibration_figures, calibration_report
+    from xstage_trace.reports.calibration import calibration_figures, calibration_report
 
     figs = calibration_figures(doc, points)
     for name, svg in figs.items():

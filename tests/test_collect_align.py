@@ -14,7 +14,7 @@ from conftest import CALIB
 from xstage_trace.collectors.align import align_dumps
 from xstage_trace.collectors.collect import collect
 from xstage_trace.collectors.dataset import read_run, write_run
-from xstage_trace.schema import TABLES
+from xstage_trace.base.schema import TABLES
 
 
 @pytest.fixture(scope="module")

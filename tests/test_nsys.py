@@ -11,7 +11,7 @@ from conftest import REFERENCE, mock_sqlite, reference_sqlite, run_sql
 from xstage_trace.collectors.nsys_names import normalize_metric
 from xstage_trace.collectors.nsys_reader import read_nsys_export
 from xstage_trace.collectors.nsys_rep import export_report
-from xstage_trace.errors import InputError
+from xstage_trace.base.errors import InputError
 
 
 def test_h200_export():

@@ -9,7 +9,7 @@ from conftest import CALIB
 from xstage_trace.collectors.probe_format import (
     HEADER_DTYPE, RECORD_DTYPE, SLICE_DTYPE, decode_probe_dump, read_header, write_probe_dump,
 )
-from xstage_trace.errors import InputError
+from xstage_trace.base.errors import InputError
 
 DUMP = CALIB / "sweep_host" / "host_periodic_K132_B32768_G2000.xsp"
 

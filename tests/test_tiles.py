@@ -94,7 +94,7 @@ def test_table3_carries_kernel_times_from_nsys(fused_run):
 
 
 def test_model_stall_over_the_tile_table(fused_run, tmp_path):
-    from xstage_trace.model_cli import stall_doc
+    from xstage_trace.model_docs import stall_doc
 
     _, tiles, _ = fused_run
     path = tmp_path / "tiles.parquet"

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from xstage_trace.errors import InputError
+from xstage_trace.base.errors import InputError
 
 
 def read_table_file(path: str | Path, what: str = "a CSV or Parquet file") -> pd.DataFrame:

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import numpy as np
 
-from xstage_trace.errors import InputError
-from xstage_trace.table_files import read_table_file
+from xstage_trace.base.errors import InputError
+from xstage_trace.base.table_files import read_table_file
 
 MIB = float(1 << 20)
 

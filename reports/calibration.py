@@ -46,7 +46,7 @@ def calibration_figures(doc: dict, points: pd.DataFrame) -> dict[str, str]:
 
     from xstage_trace.analysis.calibration_fit import predict
     from xstage_trace.calibration_io import load_platform_from_doc
-    from xstage_trace.svgplot import PALETTE, Chart, Series, render
+    from xstage_trace.reports.svgplot import PALETTE, Chart, Series, render
 
     model = load_platform_from_doc(doc)
     pts = points[points["dest"] == doc["store_path"]]

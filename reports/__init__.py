@@ -1,0 +1,1 @@
+"""Reports: Markdown/HTML reports, figures and exports built over the run API."""
