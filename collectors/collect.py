@@ -16,11 +16,10 @@ from xstage_trace.collectors.dataset import is_run_dir, read_run
 from xstage_trace.collectors.nsys_reader import read_nsys_export
 from xstage_trace.collectors.nsys_rep import export_report
 from xstage_trace.base.hashing import sha256_of
-from xstage_trace.collectors.probe_format import decode_probe_dump
+from xstage_trace.collectors.probe_format import decode_probe_dump, is_probe_dump_name
 from xstage_trace.base.errors import InputError
 from xstage_trace.base.schema import TABLES, conform, empty_table
 
-PROBE_SUFFIX = ".xsp"
 
 
 @dataclass
@@ -39,17 +38,19 @@ def classify(path: Path) -> str:
     if path.is_dir():
         if is_run_dir(path):
             return "run"
-        if any(path.glob(f"*{PROBE_SUFFIX}")):
+        if any(is_probe_dump_name(p.name) for p in path.iterdir()):
             return "probe-dir"
         if any(path.glob("*.parquet")):
             return "parquetdir"
         raise InputError(path, "folder holds no probe dumps (*.xsp), nsys parquet tables or run dataset", "pass a .nsys-rep, .sqlite, parquetdir, .xsp dumps or a run folder")
     suffix = path.suffix.lower()
+    if suffix == ".zst":  # a compressed export or dump: classify by the name inside
+        suffix = Path(path.stem).suffix.lower()
     if suffix == ".nsys-rep":
         return "nsys-rep"
     if suffix in (".sqlite", ".db", ".sqlite3"):
         return "sqlite"
-    if suffix == PROBE_SUFFIX:
+    if suffix == ".xsp":
         return "probe"
     with open(path, "rb") as fh:
         head = fh.read(16)
@@ -94,7 +95,7 @@ def collect(inputs: list[str | Path], nsys: str | None = None, allow_overflow: b
             sources.append({"path": str(path), "kind": kind, "sha256": info.get("report_sha256") or (sha256_of(path) if path.is_file() else None),
                             "nsys_version": exp.nsys_version, "schema_version": exp.schema_version, **{k: v for k, v in info.items() if k != "report_sha256"}})
         elif kind == "probe-dir":
-            probe_paths += sorted(path.glob(f"*{PROBE_SUFFIX}"))
+            probe_paths += sorted(p for p in path.iterdir() if is_probe_dump_name(p.name))
         else:
             probe_paths.append(path)
     tick = progress("decoding probe dumps", len(probe_paths)) if (progress and probe_paths) else None

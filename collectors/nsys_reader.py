@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from xstage_trace.collectors import nsys_names as N
+from xstage_trace.collectors.compressed import ZST_SUFFIX, decompressed_export
 from xstage_trace.collectors.nsys_tables import open_tables
 from xstage_trace.base.errors import InputError
 from xstage_trace.base.schema import conform
@@ -227,7 +228,7 @@ def read_nsys_export(path: str | Path, rank: int = 0) -> NsysExport:
     path = Path(path)
     if not path.exists():
         raise InputError(path, "no such file or folder", "check the path")
-    src = open_tables(path)
+    src = open_tables(decompressed_export(path) if path.name.endswith(ZST_SUFFIX) else path)
     try:
         warnings: list[str] = []
         meta = _export_meta(src)

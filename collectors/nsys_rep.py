@@ -73,7 +73,7 @@ def export_report(report: str | Path, nsys: str | None = None) -> tuple[Path, di
     digest = sha256_of(report)
     cache = cached_export_path(report, digest)
     info = {"report_sha256": digest, "report_nsys_version": rep_ver, "export": str(cache)}
-    for hit in (cache, _user_cache(cache.name)):
+    for hit in (cache, cache.with_name(cache.name + ".zst"), _user_cache(cache.name)):  # .zst: a shipped, compressed export
         if hit.is_file():
             info.update(cached=True, export=str(hit))
             return hit, info

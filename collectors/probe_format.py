@@ -202,15 +202,38 @@ def _record_columns(rec8: np.ndarray, sl: np.ndarray, stored: np.ndarray, npc: n
     return out
 
 
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+PROBE_SUFFIXES = (".xsp", ".xsp.zst")
+
+
+def is_probe_dump_name(name: str) -> bool:
+    """True for a probe dump file name: ``*.xsp`` or its zstd-compressed form ``*.xsp.zst``."""
+    return name.lower().endswith(PROBE_SUFFIXES)
+
+
+def read_dump_bytes(path: Path) -> np.ndarray:
+    """A dump's bytes: memory-mapped when plain and large, read when small, decompressed when the file is
+    a zstd frame (``.xsp.zst``, recognised by its magic whatever the name)."""
+    try:
+        with open(path, "rb") as fh:
+            compressed = fh.read(4) == ZSTD_MAGIC
+        if compressed:
+            try:
+                with pa.input_stream(str(path), compression="zstd") as fh:
+                    return np.frombuffer(fh.read(), dtype=np.uint8)
+            except (OSError, pa.ArrowException) as exc:
+                _fail(path, f"corrupt zstd-compressed probe dump ({exc})", "copy the whole file again or decompress it with zstd -d and pass the .xsp")
+        # Large dumps are mapped (no copy; pages come in as the columns are computed), small ones read.
+        size = path.stat().st_size
+        return np.memmap(path, dtype=np.uint8, mode="r") if size >= MMAP_MIN_BYTES else np.fromfile(path, dtype=np.uint8)
+    except OSError as exc:
+        raise InputError(path, f"cannot read probe dump ({exc.strerror or exc})", "check the path and its permissions") from None
+
+
 def decode_probe_dump(path: str | Path, rank: int | None = None, allow_overflow: bool = False) -> ProbeDump:
     """Decode one dump into Arrow tables (per-slice and per-record), clock64 converted to ns per SM."""
     path = Path(path)
-    try:
-        size = path.stat().st_size
-        # Large dumps are mapped (no copy; pages come in as the columns are computed), small ones read.
-        raw = np.memmap(path, dtype=np.uint8, mode="r") if size >= MMAP_MIN_BYTES else np.fromfile(path, dtype=np.uint8)
-    except OSError as exc:
-        raise InputError(path, f"cannot read probe dump ({exc.strerror or exc})", "check the path and its permissions") from None
+    raw = read_dump_bytes(path)
     h, names, sl = read_header(path, raw)
     warnings: list[str] = []
     cap = int(h["capacity"])

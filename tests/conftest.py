@@ -17,8 +17,17 @@ SHARED = ROOT.parent / "shared" / "reference_traces"
 
 
 def reference_sqlite() -> Path:
-    """The H200 Burst–Gap export (cache-named beside its report)."""
-    return next(REFERENCE.glob("h200_burst_gap_quick.nsys-rep.*.sqlite"))
+    """The H200 Burst–Gap export (shipped zstd-compressed beside its report), decompressed."""
+    from xstage_trace.collectors.compressed import decompressed_export
+
+    return decompressed_export(next(REFERENCE.glob("h200_burst_gap_quick.nsys-rep.*.sqlite.zst")))
+
+
+def dump_bytes(path: Path) -> bytes:
+    """The plain bytes of a probe dump (sample dumps are shipped zstd-compressed)."""
+    from xstage_trace.collectors.probe_format import read_dump_bytes
+
+    return read_dump_bytes(Path(path)).tobytes()
 
 
 def mock_sqlite() -> Path:

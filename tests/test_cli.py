@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from conftest import CALIB, REFERENCE, reference_sqlite, run_sql
+from conftest import CALIB, REFERENCE, dump_bytes, reference_sqlite, run_sql
 
 EXE = [sys.executable, "-m", "xstage_trace"]
 
@@ -59,22 +59,22 @@ def _one_line_error(r, path_part: str):
 
 @pytest.mark.parametrize("case", ["truncated", "corrupt", "magic", "version", "overflow", "not_nsys", "no_kernels", "missing"])
 def test_bad_inputs(case, tmp_path):
-    src = CALIB / "sweep_host" / "host_periodic_K132_B8192_G0.xsp"
+    src = CALIB / "sweep_host" / "host_periodic_K132_B8192_G0.xsp.zst"
     bad = tmp_path / f"{case}.xsp"
     if case == "truncated":
-        bad.write_bytes(src.read_bytes()[:-4096])
+        bad.write_bytes(dump_bytes(src)[:-4096])
     elif case == "corrupt":
-        data = bytearray(src.read_bytes())
+        data = bytearray(dump_bytes(src))
         data[-9] = 0xFF
         bad.write_bytes(bytes(data))
     elif case == "magic":
-        bad.write_bytes(b"GARBAGE!" + src.read_bytes()[8:])
+        bad.write_bytes(b"GARBAGE!" + dump_bytes(src)[8:])
     elif case == "version":
-        data = bytearray(src.read_bytes())
+        data = bytearray(dump_bytes(src))
         data[8] = 9
         bad.write_bytes(bytes(data))
     elif case == "overflow":
-        bad = CALIB / "overflow" / "host_periodic_K132_B8192_G0.xsp"
+        bad = CALIB / "overflow" / "host_periodic_K132_B8192_G0.xsp.zst"
     elif case == "not_nsys":
         bad = run_sql(tmp_path / "other.sqlite", "CREATE TABLE x (a)")
     elif case == "no_kernels":
@@ -102,7 +102,7 @@ def test_unreadable_input(tmp_path):
     if os.geteuid() == 0:
         pytest.skip("root reads every file")
     p = tmp_path / "locked.xsp"
-    p.write_bytes((CALIB / "quick" / "host_periodic_K132_B8192_G0.xsp").read_bytes())
+    p.write_bytes(dump_bytes(CALIB / "quick" / "host_periodic_K132_B8192_G0.xsp.zst"))
     p.chmod(0)
     _one_line_error(run("analyze", p, "-o", tmp_path / "run"), p.name)
 
@@ -153,7 +153,7 @@ def test_model_qloop_interleave_partition_stall():
 
 
 def test_model_sequence_from_a_run(tmp_path):
-    r = run("analyze", CALIB / "quick" / "host_periodic_K132_B32768_G0.xsp", "-o", tmp_path / "run", "--json",
+    r = run("analyze", CALIB / "quick" / "host_periodic_K132_B32768_G0.xsp.zst", "-o", tmp_path / "run", "--json",
             "--calibration", CALIB / "calibration_host.json")
     assert r.returncode == 0
     d = json.loads(run("model", "sequence", tmp_path / "run", "--calibration", CALIB / "calibration_host.json", "--json").stdout)

@@ -101,7 +101,7 @@ def test_failed_write_leaves_no_run_dir(quick_run, tmp_path, monkeypatch):
 
 
 def test_probe_only_run_uses_first_probe_time_base():
-    c = collect([CALIB / "quick" / "host_periodic_K132_B8192_G0.xsp"])
+    c = collect([CALIB / "quick" / "host_periodic_K132_B8192_G0.xsp.zst"])
     assert c.manifest["time_base"] == "first probe record"
     t = c.tables["probes"].column("t_ns")
     assert pc.min(t).as_py() == 0.0

@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conftest import CALIB
+from conftest import CALIB, dump_bytes
 from xstage_trace.collectors.probe_format import (
     HEADER_DTYPE, RECORD_DTYPE, SLICE_DTYPE, decode_probe_dump, read_header, write_probe_dump,
 )
 from xstage_trace.base.errors import InputError
 
-DUMP = CALIB / "sweep_host" / "host_periodic_K132_B32768_G2000.xsp"
+DUMP = CALIB / "sweep_host" / "host_periodic_K132_B32768_G2000.xsp.zst"
 
 
 def test_decodes_real_dump():
@@ -36,7 +36,7 @@ def test_decodes_real_dump():
 
 
 def test_writer_round_trip(tmp_path):
-    raw = np.fromfile(DUMP, dtype=np.uint8)
+    raw = np.frombuffer(dump_bytes(DUMP), dtype=np.uint8)
     h, names, slices = read_header(DUMP, raw)
     cap = int(h["capacity"])
     stored = np.minimum(slices["count"], cap)
@@ -49,7 +49,7 @@ def test_writer_round_trip(tmp_path):
     write_probe_dump(out, slice_meta=slices, records=strided, capacity=cap, event_names=names,
                      gpu_name="NVIDIA H200", sm_count=132, sm_clock_khz=int(h["sm_clock_khz"]),
                      label=bytes(h["label"]).split(b"\0")[0].decode())
-    assert out.read_bytes() == DUMP.read_bytes()
+    assert out.read_bytes() == dump_bytes(DUMP)
 
 
 def _bad(tmp_path, data: bytes):
@@ -63,23 +63,23 @@ def _bad(tmp_path, data: bytes):
 
 
 def test_truncated(tmp_path):
-    data = DUMP.read_bytes()
+    data = dump_bytes(DUMP)
     assert "truncated" in _bad(tmp_path, data[:-100])
     assert "truncated" in _bad(tmp_path, data[:200])
     assert "truncated" in _bad(tmp_path, data[: HEADER_DTYPE.itemsize + 10])
 
 
 def test_bad_magic_and_version(tmp_path):
-    data = bytearray(DUMP.read_bytes())
+    data = bytearray(dump_bytes(DUMP))
     data[0:8] = b"NOTPROBE"
     assert "bad magic" in _bad(tmp_path, bytes(data))
-    data = bytearray(DUMP.read_bytes())
+    data = bytearray(dump_bytes(DUMP))
     data[8:10] = (7).to_bytes(2, "little")
     assert "version 7" in _bad(tmp_path, bytes(data))
 
 
 def test_trailing_and_corrupt_records(tmp_path):
-    data = DUMP.read_bytes()
+    data = dump_bytes(DUMP)
     assert "beyond the last record" in _bad(tmp_path, data + b"\0" * 16)
     raw = bytearray(data)
     hdr_bytes = int(np.frombuffer(data[:448], HEADER_DTYPE)[0]["header_bytes"])
@@ -88,13 +88,13 @@ def test_trailing_and_corrupt_records(tmp_path):
 
 
 def test_corrupt_header_tables(tmp_path):
-    raw = bytearray(DUMP.read_bytes())
+    raw = bytearray(dump_bytes(DUMP))
     raw[12:16] = (12345).to_bytes(4, "little")  # header_bytes disagrees with the table sizes
     assert "corrupt" in _bad(tmp_path, bytes(raw))
 
 
 def test_real_overflowed_buffers():
-    dump = CALIB / "overflow" / "host_periodic_K132_B32768_G0.xsp"
+    dump = CALIB / "overflow" / "host_periodic_K132_B32768_G0.xsp.zst"
     with pytest.raises(InputError) as e:
         decode_probe_dump(dump)
     assert "overflowed" in str(e.value) and "capacity 40" in str(e.value)
