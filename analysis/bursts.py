@@ -1,8 +1,18 @@
 """Burst reconstruction from probe records and the §4 audit of the real burst sequence.
 
 A remote-store span is a begin/end pair of a remote-store event on one slice (the end record's
-payload carries the bytes). Spans that overlap in time across SMs form one burst: sorted by
-start, a new burst begins where a span starts after every earlier span has ended (running max).
+payload carries the bytes). A burst is one issue round of the producers (spec §4's V_n): burst n
+of a dump is the n-th remote-store span of every producer (CTA) that stores, in the producer's own
+time order. For the calibration bench this is its own burst index (the record's tile field); for a
+fused kernel it is the n-th Linear-2 epilogue of each CTA, i.e. one expert wave's worth of tiles
+when the schedule is aligned. Overlap in time is not used: under backpressure the rounds of
+different producers overlap and a transitive chain of overlaps would merge a whole kernel.
+
+Per burst: V_n = Σ bytes, K_act,n = the producers in the round, start = the earliest begin,
+end = the latest end, T_iss,n = end − start, and the gap G_n = the median over the round's
+producers of each one's own time from the end of its n-th store to the begin of its (n+1)-th (the
+useful producer time between bursts, ≥ 0 by construction). The last round has no successor: its gap
+is unbounded (NaN in the table).
 """
 
 from __future__ import annotations
@@ -26,21 +36,18 @@ def remote_store_spans(probes: pd.DataFrame, events=REMOTE_STORE_EVENTS) -> pd.D
 
 
 def reconstruct_bursts(spans: pd.DataFrame) -> pd.DataFrame:
-    """Group overlapping spans into bursts per (rank, dump): V_n, K_act,n, start, end, gap to the next burst."""
+    """Issue rounds per (rank, dump) (see the module text): V_n, K_act,n, start, end, T_iss,n, G_n."""
     cols = ["rank", "dump", "burst", "start_ns", "end_ns", "volume_bytes", "producers", "issue_ns", "gap_ns"]
     if spans.empty:
         return pd.DataFrame(columns=cols)
-    s = spans.sort_values(["rank", "dump", "start_ns"], kind="stable").reset_index(drop=True)
-    grp = s.groupby(["rank", "dump"], sort=False)
-    prev_end = grp["end_ns"].transform(lambda x: x.cummax().shift(1))  # per group, vectorized inside
-    new = prev_end.isna() | (s["start_ns"] > prev_end)
-    s["burst"] = new.groupby([s["rank"], s["dump"]]).cumsum() - 1
+    s = spans.sort_values(["rank", "dump", "cta", "start_ns"], kind="stable").reset_index(drop=True)
+    per_producer = s.groupby(["rank", "dump", "cta"], sort=False)
+    s["burst"] = per_producer.cumcount()
+    s["own_gap_ns"] = (per_producer["start_ns"].shift(-1) - s["end_ns"]).clip(lower=0.0)
     g = s.groupby(["rank", "dump", "burst"], sort=True)
     out = g.agg(start_ns=("start_ns", "min"), end_ns=("end_ns", "max"), volume_bytes=("bytes", "sum"),
-                producers=("cta", "nunique")).reset_index()
+                producers=("cta", "nunique"), gap_ns=("own_gap_ns", "median")).reset_index()
     out["issue_ns"] = out["end_ns"] - out["start_ns"]
-    nxt = out.groupby(["rank", "dump"])["start_ns"].shift(-1)
-    out["gap_ns"] = nxt - out["end_ns"]
     return out[cols]
 
 

@@ -31,19 +31,16 @@ def burst_spans(probes: pd.DataFrame, event: str = BURST_EVENT) -> pd.DataFrame:
     return s.rename(columns={"tile": "burst"})
 
 
-def calibration_points(probes: pd.DataFrame, slices: pd.DataFrame) -> pd.DataFrame:
-    """Reduce burst spans per launch to the sweep's summary columns (medians and p90 over producers × bursts)."""
-    from xstage_trace.collectors.probe_format import parse_label
-
+def calibration_points(probes: pd.DataFrame, slices: pd.DataFrame, dumps: pd.DataFrame) -> pd.DataFrame:
+    """Reduce burst spans per launch to the sweep's summary columns (medians and p90 over producers × bursts);
+    the sweep point (dest, mode, K, B, G) comes from each dump's run configuration (the ``dumps`` table)."""
     spans = burst_spans(probes)
-    if spans.empty:
+    if spans.empty or dumps.empty:
         return pd.DataFrame()
-    labels = slices.drop_duplicates("dump").set_index("dump")["label"].map(parse_label)
-    meta = pd.DataFrame(list(labels.values), index=labels.index)
-    need = {"dest", "mode", "K", "B", "G_ns"}
-    if not need.issubset(meta.columns):
+    meta = dumps.astype({"dump": str}).drop_duplicates("dump").set_index("dump")
+    meta = meta[meta["mode"].isin(["periodic", "isolated"]) & meta[["dest", "K", "B", "gap_ns"]].notna().all(axis=1)]
+    if meta.empty:
         return pd.DataFrame()
-    meta = meta[meta["mode"].isin(["periodic", "isolated"])]
     spans = spans[spans["dump"].isin(meta.index)]
     warm = np.where(spans["dump"].map(meta["mode"]) == "periodic", PERIODIC_WARMUP_BURSTS, ISOLATED_WARMUP_BURSTS)
     use = spans[spans["burst"] >= warm]
@@ -61,8 +58,7 @@ def calibration_points(probes: pd.DataFrame, slices: pd.DataFrame) -> pd.DataFra
     out["K"] = out["K"].astype(int)
     out["B"] = out["B"].astype(int)
     out["V"] = out["K"] * out["B"]
-    out["gap_ns"] = out["G_ns"].astype(float)
-    out["bursts"] = out["bursts"].astype(int) if "bursts" in out else np.nan
+    out["gap_ns"] = out["gap_ns"].astype(float)
     cols = ["dest", "mode", "K", "B", "V", "gap_ns", "tiss_med_ns", "tiss_p90_ns", "period_med_ns", "ns_per_cycle",
             "gap_meas_med_ns", "bursts", "bursts_used"]
     return out.reset_index().rename(columns={"index": "dump"})[["dump"] + cols].sort_values(["dest", "mode", "K", "B", "gap_ns"]).reset_index(drop=True)

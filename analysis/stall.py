@@ -44,44 +44,83 @@ def stall_summary(tiles: pd.DataFrame, by: list[str]) -> pd.DataFrame:
     return tiles.groupby(by, dropna=False).agg(**agg).reset_index()
 
 
+CONFIG = ["dest", "shape", "variant"]
+SCHEDULES = {"wave": "linear2", "interleaved": "linear1"}  # schedule → the tile kind whose mainloop covers (spec §5)
+
+
+def _us(x: float) -> float:
+    return float(x) / 1e3
+
+
 def table3_from_tiles(tiles: pd.DataFrame) -> pd.DataFrame:
-    """Spec §5 Table 3 for measured runs: per (dest, shape), the medians of the Linear-2 remote-store
-    span per schedule, of the Linear-2 and Linear-1 mainloops, and the median predicted / measured
-    stall of the Linear-2 tiles per schedule. Configurations come from the dump labels
-    (``dest=… shape=… schedule=wave|interleaved``)."""
-    cfg = tiles["label"].str.extract(r"dest=(?P<dest>\S+).*shape=(?P<shape>\S+) schedule=(?P<schedule>\S+)")
-    t = pd.concat([tiles, cfg], axis=1).dropna(subset=["schedule"])
+    """Spec §5 Table 3 for measured runs, one row per configuration (dest, shape, kernel variant):
+    medians of the Linear-2 remote-store span per schedule and of the Linear-2 / Linear-1 mainloops;
+    the predicted Δt both ways — the paper's ``[median span − median T^mma]₊`` (``*_pred_medians_us``,
+    wave covered by the Linear-2 mainloop, interleaved by the Linear-1 one) and the median of the per-tile
+    ``[T_RS − T_cover]₊`` (``*_pred_tiles_us``) — the median measured stall, the per-tile median and mean
+    |predicted − measured|, and counts of backpressured and mainloop-inflated tiles. Timing scope: probe
+    clock64 converted to ns per SM."""
+    t = tiles.dropna(subset=["schedule"])
+    t = t.assign(variant=t["variant"].fillna("-"))
     l2 = t[t["tile_kind"] == "linear2"]
     rows = []
-    for (dest, shape), g in l2.groupby(["dest", "shape"], sort=True):  # one row per configuration
-        w, i = g[g["schedule"] == "wave"], g[g["schedule"] == "interleaved"]
-        l1 = t[(t["dest"] == dest) & (t["shape"] == shape) & (t["tile_kind"] == "linear1")]
-        rows.append({
-            "dest": dest, "shape": shape,
-            "span_wave_us": w["rs_span_ns"].median() / 1e3, "span_interleaved_us": i["rs_span_ns"].median() / 1e3,
-            "mainloop_l2_us": g["mainloop_ns"].median() / 1e3, "mainloop_l1_us": l1["mainloop_ns"].median() / 1e3,
-            "stall_wave_pred_us": w["predicted_stall_ns"].median() / 1e3, "stall_wave_meas_us": w["measured_stall_ns"].median() / 1e3,
-            "stall_interleaved_pred_us": i["predicted_stall_ns"].median() / 1e3,
-            "stall_interleaved_meas_us": i["measured_stall_ns"].median() / 1e3,
-            "backpressured_wave": int(w["backpressured"].sum()), "backpressured_interleaved": int(i["backpressured"].sum()),
-            "tiles_l2": int(len(w)),
-        })
+    for (dest, shape, variant), g in l2.groupby(CONFIG, sort=True):  # one row per configuration
+        same = (t["dest"] == dest) & (t["shape"] == shape) & (t["variant"] == variant)
+        ml = {k: t.loc[same & (t["tile_kind"] == k), "mainloop_ns"].median() for k in ("linear1", "linear2")}
+        row = {"dest": dest, "shape": shape, "variant": variant,
+               "mainloop_l2_us": _us(ml["linear2"]), "mainloop_l1_us": _us(ml["linear1"]), "tiles_l2": 0}
+        for sched, cover_kind in SCHEDULES.items():
+            w = g[g["schedule"] == sched]
+            err = (w["predicted_stall_ns"] - w["measured_stall_ns"]).abs().dropna()
+            row.update({
+                f"span_{sched}_us": _us(w["rs_span_ns"].median()),
+                f"stall_{sched}_pred_medians_us": _us(predicted_stall_ns(w["rs_span_ns"].median(), ml[cover_kind])),
+                f"stall_{sched}_pred_tiles_us": _us(w["predicted_stall_ns"].median()),
+                f"stall_{sched}_meas_us": _us(w["measured_stall_ns"].median()),
+                f"err_{sched}_median_us": _us(err.median()) if len(err) else np.nan,
+                f"err_{sched}_mean_us": _us(err.mean()) if len(err) else np.nan,
+                f"backpressured_{sched}": int(w["backpressured"].sum()),
+                f"inflated_{sched}": int((w["diagnosis"] == "mainloop_inflation").sum()),
+            })
+            row["tiles_l2"] = max(row["tiles_l2"], int(len(w)))
+        rows.append(row)
     return pd.DataFrame(rows)
 
 
-def attach_kernel_times(table3: pd.DataFrame, kernels: pd.DataFrame) -> pd.DataFrame:
-    """Add the median kernel time per schedule (nsys kernel rows of the NVTX ranges named like the
-    dump labels, ``… dest=D shape=S schedule=X …``; timing scope: kernel time) to a Table-3 frame."""
+def kernel_trials(kernels: pd.DataFrame, dumps: pd.DataFrame, warmup_launches: int = 0) -> pd.DataFrame:
+    """One row per (rank, configuration, trial) with the kernel time in ms (timing scope: kernel time,
+    nsys). A configuration's launches are the kernels under NVTX ranges named by one of its dumps'
+    labels; ``trial`` counts them in time order per rank, and the first ``warmup_launches`` of each
+    (rank, configuration) are warm-ups, left out. A label that carries ``trial=N`` (negative for
+    warm-ups) is used as is."""
+    from xstage_trace.base.config import RunConfig
+
+    if kernels.empty or dumps.empty:
+        return pd.DataFrame(columns=["rank", *CONFIG, "schedule", "trial", "kernel_ms"])
+    cfg = dumps.drop_duplicates(["rank", "label"])[["rank", "label", *CONFIG, "schedule"]]
+    k = kernels.dropna(subset=["nvtx_range"]).merge(cfg, left_on=["rank", "nvtx_range"], right_on=["rank", "label"], how="inner")
+    k = k.sort_values(["rank", "start_ns"], kind="stable")
+    k["trial"] = k.groupby(["rank", "nvtx_range"]).cumcount() - int(warmup_launches)
+    trial_of = {text: RunConfig.from_label(text).trial for text in k["nvtx_range"].unique()}  # one per configuration
+    labelled = k["nvtx_range"].map(trial_of)
+    k["trial"] = labelled.where(labelled.notna(), k["trial"]).astype(int)
+    k = k[k["trial"] >= 0]
+    return k.assign(kernel_ms=k["duration_ns"] / 1e6, variant=k["variant"].fillna("-"))[["rank", *CONFIG, "schedule", "trial", "kernel_ms"]]
+
+
+def attach_kernel_times(table3: pd.DataFrame, trials: pd.DataFrame) -> pd.DataFrame:
+    """Add per schedule the kernel time (spec §10: per trial the slowest rank, then the median over
+    trials; warm-ups already excluded by ``kernel_trials``), the trials and the ranks counted."""
+    from xstage_trace.analysis.timing import max_across_ranks_median
+
     out = table3.copy()
-    k = kernels.dropna(subset=["nvtx_range"])
-    if k.empty or out.empty:
+    if out.empty or trials.empty:
         return out
-    cfg = k["nvtx_range"].str.extract(r"dest=(?P<dest>\S+).*shape=(?P<shape>\S+) schedule=(?P<schedule>\S+)")
-    k = pd.concat([k[["duration_ns"]], cfg], axis=1).dropna(subset=["schedule"])
-    med = k.groupby(["dest", "shape", "schedule"])["duration_ns"].agg(["median", "size"]).reset_index()
-    for sched in ("wave", "interleaved"):
-        m = med[med["schedule"] == sched].set_index(["dest", "shape"])
-        idx = pd.MultiIndex.from_frame(out[["dest", "shape"]])
-        out[f"kernel_ms_{sched}"] = m["median"].reindex(idx).to_numpy() / 1e6
-        out[f"launches_{sched}"] = m["size"].reindex(idx).to_numpy()
+    med = max_across_ranks_median(trials, CONFIG + ["schedule"])
+    idx = pd.MultiIndex.from_frame(out[CONFIG])
+    for sched in SCHEDULES:
+        m = med[med["schedule"] == sched].set_index(CONFIG)
+        out[f"kernel_ms_{sched}"] = m["kernel_ms_max_rank_median"].reindex(idx).to_numpy()
+        out[f"trials_{sched}"] = m["trials"].reindex(idx).to_numpy()
+        out[f"ranks_{sched}"] = m["ranks"].reindex(idx).to_numpy()
     return out

@@ -11,6 +11,14 @@ With S staging slots, tile i's slot is reused by the tile S positions later on t
 mainloops in between cover the epilogue of tile i. With S = 2 that is the successor's mainloop:
 T_cover(i) = mainloop(i+1), predicted Δt(i) = [T_RS(i) − T_cover(i)]₊, measured Δt(i) = the slot
 wait before tile i+2, less the wait's own instrumented cost (the control run's median wait).
+
+Diagnosis per tile (beyond the paper; the slot model cannot see every stall):
+- ``slot_backpressure``: the measured slot wait exceeds its floor by more than the noise;
+- ``mainloop_inflation``: the tile's mainloop exceeds the control run's mainloops of the same shape,
+  tile kind and operand path (their p99) by more than the noise and more than INFLATION_FRACTION — remote stores slowing the
+  Tensor Core pipeline directly (e.g. ``st.global`` epilogues whose stalled stores block the SM's
+  memory instructions), which leaves the slot wait at its floor;
+- ``none`` otherwise (also when no control of that shape was traced: inflation is then not judged).
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ from xstage_trace.analysis.stall import predicted_stall_ns
 
 STAGING_SLOTS = 2
 MIN_NOISE_NS = 200.0
+INFLATION_FRACTION = 0.05  # a mainloop is inflated beyond 5 % (or the noise) over the control's p99
 
 
 def _spans(p: pd.DataFrame, event: str, value: str) -> pd.DataFrame:
@@ -30,9 +39,10 @@ def _spans(p: pd.DataFrame, event: str, value: str) -> pd.DataFrame:
     return s.rename(columns={"start": f"{value}_start_ns", "end": f"{value}_end_ns", "duration": f"{value}_ns"})
 
 
-def tile_table(probes: pd.DataFrame, slices: pd.DataFrame, noise_ns: float | None = None, slots: int = STAGING_SLOTS) -> pd.DataFrame:
-    """One row per tile of every fused-kernel dump: kind, expert, wave, mainloop, T_RS, T_cover,
-    predicted and measured stall, backpressured flag (threshold: ``noise_ns`` or derived)."""
+def tile_table(probes: pd.DataFrame, dumps: pd.DataFrame, noise_ns: float | None = None, slots: int = STAGING_SLOTS) -> pd.DataFrame:
+    """Spec §5 per tile of every fused-kernel dump: kind, expert, wave, mainloop, T_RS, T_cover,
+    predicted Δt = [T_RS − T_cover]₊ and measured stall, backpressured flag (threshold: ``noise_ns``
+    or derived from the control), diagnosis. ``dumps`` is the run's ``dumps`` table (configuration)."""
     if probes.empty or "mainloop" not in set(probes["event"].astype(str).unique()):
         return pd.DataFrame()
     p = probes.assign(event=probes["event"].astype(str), kind=probes["kind"].astype(str), dump=probes["dump"].astype(str))
@@ -57,8 +67,9 @@ def tile_table(probes: pd.DataFrame, slices: pd.DataFrame, noise_ns: float | Non
     t["slot_wait_ns"] = g["wait_ns"].shift(-slots)
     t["epilogue_span_ns"] = t["rs_ns"].fillna(t["ls_ns"])
     t["predicted_stall_ns"] = predicted_stall_ns(t["epilogue_span_ns"], t["cover_ns"])
-    labels = slices.drop_duplicates("dump").set_index("dump")["label"]
-    t["label"] = t["dump"].map(labels)
+    cfg = dumps[["rank", "dump", "dest", "shape", "schedule", "variant", "operands", "is_control"]].astype({"dump": str})
+    t = t.merge(cfg, on=["rank", "dump"], how="left")
+    t["is_control"] = t["is_control"].fillna(False).astype(bool)
     floor_ns, derived_noise_ns = control_wait_stats(t)
     noise_ns = derived_noise_ns if noise_ns is None else noise_ns
     # The wait as instrumented costs a fixed time even when the slot is free (begin probe, one
@@ -68,23 +79,31 @@ def tile_table(probes: pd.DataFrame, slices: pd.DataFrame, noise_ns: float | Non
     t["noise_ns"] = noise_ns
     t["backpressured"] = (t["predicted_stall_ns"] > noise_ns) | (t["measured_stall_ns"].fillna(0) > noise_ns)
     t["tile_kind"] = np.where(t["is_l2"], "linear2", "linear1")
+    t["control_mainloop_ns"] = control_mainloop_p99(t)
+    slot = t["measured_stall_ns"].fillna(0) > noise_ns
+    excess = t["mainloop_ns"] - t["control_mainloop_ns"]
+    inflated = excess > np.maximum(noise_ns, INFLATION_FRACTION * t["control_mainloop_ns"])  # False where no control (NaN)
+    t["diagnosis"] = np.select([slot, inflated], ["slot_backpressure", "mainloop_inflation"], "none")
     t = t.rename(columns={"rs_ns": "rs_span_ns"})
-    return t[["rank", "dump", "label", "cta", "position", "tile", "tile_kind", "expert", "wave", "mainloop_ns", "rs_span_ns",
+    return t[["rank", "dump", "dest", "shape", "schedule", "variant", "cta", "position", "tile", "tile_kind", "expert", "wave", "mainloop_ns", "rs_span_ns",
               "epilogue_span_ns", "cover_ns", "predicted_stall_ns", "slot_wait_ns", "wait_floor_ns", "measured_stall_ns",
-              "noise_ns", "backpressured"]]
+              "noise_ns", "backpressured", "control_mainloop_ns", "diagnosis"]]
 
 
 def control_wait_stats(tiles: pd.DataFrame) -> tuple[float, float]:
-    """(floor, noise) of the slot wait from the control run: the local-store control (label
-    ``dest=local``), else runs labelled ``control=1``. Floor = median raw wait (the cost of the
-    instrumented wait itself); noise = p99 of the floor-corrected waits, at least MIN_NOISE_NS.
-    Without a control: (0, MIN_NOISE_NS)."""
-    lab = tiles["label"].fillna("")
-    ctrl = tiles[lab.str.contains(r"\bdest=local\b")]
-    if ctrl.empty:
-        ctrl = tiles[lab.str.contains(r"\bcontrol=1\b")]
-    waits = ctrl["slot_wait_ns"].dropna()
+    """(floor, noise) of the slot wait from the control runs (``RunConfig.is_control``: local-store
+    destination or ``control=1``). Floor = median raw wait (the cost of the instrumented wait itself);
+    noise = p99 of the floor-corrected waits, at least MIN_NOISE_NS. Without a control: (0, MIN_NOISE_NS)."""
+    waits = tiles.loc[tiles["is_control"], "slot_wait_ns"].dropna()
     if waits.empty:
         return 0.0, MIN_NOISE_NS
     floor = float(np.median(waits))
     return floor, float(max(np.percentile(waits - floor, 99), MIN_NOISE_NS))
+
+
+def control_mainloop_p99(tiles: pd.DataFrame) -> pd.Series:
+    """Per tile, the p99 mainloop of the control runs of the same shape, tile kind and operand path
+    (NaN where no such control was traced)."""
+    keys = ["shape", "tile_kind", "operands"]
+    ctrl = tiles[tiles["is_control"]].groupby(keys, dropna=False)["mainloop_ns"].quantile(0.99).rename("ctrl")
+    return tiles[keys].merge(ctrl.reset_index(), on=keys, how="left")["ctrl"].set_axis(tiles.index)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 KERNELS = pa.schema(
     [
@@ -93,10 +93,55 @@ PROBE_SLICES = pa.schema(
     ]
 )
 
+# One row per probe dump: where it ran and its typed run configuration (base/config.py).
+DUMPS = pa.schema(
+    [
+        ("rank", pa.int32()),
+        ("dump", pa.string()),
+        ("device_index", pa.int32()),
+        ("gpu_name", pa.string()),
+        ("sm_count", pa.int32()),
+        ("label", pa.string()),
+        ("kernel", pa.string()),
+        ("dest", pa.string()),
+        ("shape", pa.string()),
+        ("schedule", pa.string()),
+        ("variant", pa.string()),
+        ("layout", pa.string()),
+        ("operands", pa.string()),
+        ("epilogue", pa.string()),
+        ("mode", pa.string()),
+        ("K", pa.int64()),
+        ("B", pa.int64()),
+        ("gap_ns", pa.float64()),
+        ("bursts", pa.int64()),
+        ("threads", pa.int64()),
+        ("store_bytes", pa.int64()),
+        ("k1", pa.int64()),
+        ("k2", pa.int64()),
+        ("tiles", pa.int64()),
+        ("l2_tiles", pa.int64()),
+        ("ctas", pa.int64()),
+        ("lead_rows", pa.int64()),
+        ("control", pa.int64()),
+        ("trial", pa.int64()),
+        ("is_control", pa.bool_()),
+        ("extra", pa.string()),
+        ("kernel_index", pa.int64()),
+    ]
+)
+
+# Configuration columns copied from DUMPS onto the per-tile and per-burst tables (results are grouped by them).
+CONFIG_COLUMNS = ("dest", "shape", "schedule", "variant")
+
 BURSTS = pa.schema(
     [
         ("rank", pa.int32()),
         ("dump", pa.string()),
+        ("dest", pa.string()),
+        ("shape", pa.string()),
+        ("schedule", pa.string()),
+        ("variant", pa.string()),
         ("burst", pa.int64()),
         ("start_ns", pa.float64()),
         ("end_ns", pa.float64()),
@@ -117,7 +162,10 @@ TILES = pa.schema(
     [
         ("rank", pa.int32()),
         ("dump", pa.string()),
-        ("label", pa.string()),
+        ("dest", pa.string()),
+        ("shape", pa.string()),
+        ("schedule", pa.string()),
+        ("variant", pa.string()),
         ("cta", pa.int32()),
         ("position", pa.int32()),
         ("tile", pa.int64()),
@@ -134,6 +182,8 @@ TILES = pa.schema(
         ("measured_stall_ns", pa.float64()),
         ("noise_ns", pa.float64()),
         ("backpressured", pa.bool_()),
+        ("control_mainloop_ns", pa.float64()),
+        ("diagnosis", pa.string()),
     ]
 )
 
@@ -143,6 +193,7 @@ TABLES: dict[str, pa.Schema] = {
     "gpu_metrics": GPU_METRICS,
     "probes": PROBES,
     "probe_slices": PROBE_SLICES,
+    "dumps": DUMPS,
     "bursts": BURSTS,
     "tiles": TILES,
 }

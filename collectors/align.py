@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 MATCH_SLACK_NS = 20_000.0
+DRIFT_IDENTIFIED_PPM = 1.0
 
 
 @dataclass
@@ -30,15 +31,28 @@ class Alignment:
     dumps_matched: int
     dumps_total: int
     kernel_of_dump: np.ndarray  # index into the kernels given, -1 where unmatched
+    drift_range: tuple[float, float] | None = None  # feasible slopes (every matched dump inside its kernel)
 
     def to_kernel_clock(self, t_probe_ns: np.ndarray) -> np.ndarray:
         """Map probe-clock times onto the kernel (nsys) clock."""
         return t_probe_ns - (self.offset_ns + self.drift * (t_probe_ns - self.t_ref_ns))
 
+    @property
+    def drift_identified(self) -> bool:
+        """True when the dumps pin the drift down to ±DRIFT_IDENTIFIED_PPM (a narrow feasible-slope range)."""
+        if self.drift_range is None:
+            return False
+        lo, hi = self.drift_range
+        return (hi - lo) / 2.0 <= DRIFT_IDENTIFIED_PPM * 1e-6
+
     def as_dict(self) -> dict:
+        """The manifest's alignment entry: drift only when identified, else null with its feasible range."""
+        rng = [self.drift_range[0] * 1e6, self.drift_range[1] * 1e6] if self.drift_range else None
         return {
             "offset_ns": self.offset_ns,
-            "drift_ppm": self.drift * 1e6,
+            "drift_ppm": (rng[0] + rng[1]) / 2.0 if self.drift_identified else None,
+            "drift_uncertainty_ppm": (rng[1] - rng[0]) / 2.0 if self.drift_identified else None,
+            "drift_range_ppm": rng,
             "residual_ns": self.residual_ns,
             "dumps_matched": self.dumps_matched,
             "dumps_total": self.dumps_total,
@@ -74,6 +88,26 @@ def _max_margin_line(t: np.ndarray, lo: np.ndarray, hi: np.ndarray, fit_drift: b
     return float(x[0]), (float(x[1]) / scale if fit_drift else 0.0), float(x[-1])
 
 
+def _slope_range(t: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[float, float] | None:
+    """The smallest and largest slope c1 of a line c0 + c1·t inside every [lo_i, hi_i] (two LPs);
+    None when no line fits all intervals or the times do not spread."""
+    from scipy.optimize import linprog
+
+    if len(t) < 2 or np.ptp(t) <= 0:
+        return None
+    scale = float(np.abs(t).max())
+    ts = t / scale
+    a = np.vstack([np.column_stack([np.ones_like(ts), ts]), np.column_stack([-np.ones_like(ts), -ts])])
+    b = np.concatenate([hi, -lo])
+    out = []
+    for sign in (1.0, -1.0):
+        res = linprog([0.0, sign], A_ub=a, b_ub=b, bounds=[(None, None), (None, None)], method="highs")
+        if not res.success:
+            return None
+        out.append(float(res.x[1]) / scale)
+    return out[0], out[1]
+
+
 def align_dumps(dump_start: np.ndarray, dump_end: np.ndarray, kern_start: np.ndarray, kern_end: np.ndarray,
                 slack_ns: float = MATCH_SLACK_NS) -> Alignment:
     """Fit the probe→nsys clock mapping of one device from dump spans and kernel intervals (ns)."""
@@ -105,4 +139,5 @@ def align_dumps(dump_start: np.ndarray, dump_end: np.ndarray, kern_start: np.nda
     residual = float(max(-margin, 0.0))
     kernel_of_dump = np.full(len(a), -1)
     kernel_of_dump[m] = order[k[m]]
-    return Alignment(float(offset), float(drift), t_ref, residual, int(m.sum()), len(a), kernel_of_dump)
+    rng = _slope_range(t - t_ref, lo, hi) if residual == 0.0 else None
+    return Alignment(float(offset), float(drift), t_ref, residual, int(m.sum()), len(a), kernel_of_dump, rng)

@@ -8,13 +8,12 @@ from typing import Callable
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from xstage_trace import __version__
-from xstage_trace.collectors.align import align_dumps
 from xstage_trace.collectors.dataset import is_run_dir, read_run
 from xstage_trace.collectors.nsys_reader import read_nsys_export
 from xstage_trace.collectors.nsys_rep import export_report
+from xstage_trace.collectors.pairing import AlignBounds, Pairing, export_ranks, pair_dumps
 from xstage_trace.base.hashing import sha256_of
 from xstage_trace.collectors.probe_format import decode_probe_dump, is_probe_dump_name
 from xstage_trace.base.errors import InputError
@@ -70,8 +69,10 @@ def _concat(name: str, parts: list[pa.Table]) -> pa.Table:
 
 
 def collect(inputs: list[str | Path], nsys: str | None = None, allow_overflow: bool = False,
-            progress: Callable[[str, int], Callable[[], None]] | None = None) -> Collected:
-    """Read every input, align probe clocks to the nsys time base, return the run's tables."""
+            progress: Callable[[str, int], Callable[[], None]] | None = None,
+            rank_overrides: dict[str, int] | None = None, bounds: AlignBounds = AlignBounds()) -> Collected:
+    """Read every input, pair dumps with the export that holds them (by data), align probe clocks to
+    the nsys time base, return the run's tables."""
     warnings: list[str] = []
     sources: list[dict] = []
     exports = []
@@ -89,7 +90,8 @@ def collect(inputs: list[str | Path], nsys: str | None = None, allow_overflow: b
             target = path
             if kind == "nsys-rep":
                 target, info = export_report(path, nsys)
-            exp = read_nsys_export(target, rank=len(exports))
+            exp = read_nsys_export(target)
+            exp.path = path
             exports.append(exp)
             warnings += exp.warnings
             sources.append({"path": str(path), "kind": kind, "sha256": info.get("report_sha256") or (sha256_of(path) if path.is_file() else None),
@@ -109,19 +111,36 @@ def collect(inputs: list[str | Path], nsys: str | None = None, allow_overflow: b
     if not exports and not dumps and not prior:
         raise InputError(None, "no inputs", "pass at least one .nsys-rep, .sqlite, parquetdir, probe dump or run folder")
 
+    pairings = pair_dumps(exports, dumps, bounds) if exports and dumps else []
+    ranks = export_ranks(exports, pairings, rank_overrides or {})
     tables: dict[str, list[pa.Table]] = {n: [] for n in TABLES}
     for tabs, _ in prior:
         for n, t in tabs.items():
             tables[n].append(t)
-    for e in exports:
-        tables["kernels"].append(e.kernels)
-        tables["nvtx"].append(e.nvtx)
-        tables["gpu_metrics"].append(e.gpu_metrics)
+    kernel_base = {}
+    base = sum(t.num_rows for t in tables["kernels"])
+    for e_i, (e, dev_rank) in enumerate(zip(exports, ranks)):
+        kernel_base[e_i] = base
+        base += e.kernels.num_rows
+        tables["kernels"].append(_with_ranks(e.kernels, dev_rank))
+        tables["nvtx"].append(_with_ranks(e.nvtx, dev_rank))
+        tables["gpu_metrics"].append(_with_ranks(e.gpu_metrics, dev_rank))
 
-    alignments = _align(exports, dumps, warnings)
     if dumps:  # only the newly decoded records get a time base; a prior run's probes keep theirs
-        tables["probes"].append(_apply_time_base(_concat("probes", [d.records for d in dumps]), alignments))
+        probes = _apply_time_base(_concat("probes", [d.records for d in dumps]), [d.records.num_rows for d in dumps], pairings)
+        tables["probes"].append(probes)
+        rows = [d.dumps_row() for d in dumps]
+        for pr in pairings:
+            for j, i in enumerate(pr.dump_indices):
+                rows[i]["kernel_index"] = kernel_base[pr.export_index] + int(pr.alignment.kernel_of_dump[j])
+        tables["dumps"].append(pa.Table.from_pylist(rows, schema=TABLES["dumps"]))
     tables["probe_slices"] += [d.slices for d in dumps]
+    if dumps and exports:
+        aligned = "nsys session start"
+    elif dumps:
+        aligned = "first probe record (no nsys report given: probe times are not on the nsys clock)"
+    else:
+        aligned = "nsys session start"
 
     gpus = []
     for e in exports:
@@ -136,56 +155,39 @@ def collect(inputs: list[str | Path], nsys: str | None = None, allow_overflow: b
         "inputs": sources,
         "gpus": sorted(set(gpus)),
         "nsys_versions": sorted({e.nsys_version for e in exports if e.nsys_version}),
-        "alignment": {f"rank{r}": a.as_dict() for r, (a, _) in alignments.items()},
-        "time_base": "nsys session start" if alignments else ("first probe record" if dumps else "nsys session start"),
+        "alignment": {f"rank{p.rank}" + (f"_gpu{p.device}" if sum(q.rank == p.rank for q in pairings) > 1 else ""):
+                      dict(p.alignment.as_dict(), report=Path(exports[p.export_index].path).name, gpu=p.device) for p in pairings},
+        "time_base": aligned,
     }
     return Collected({n: _concat(n, parts) for n, parts in tables.items()}, manifest, warnings)
 
 
-def _align(exports, dumps, warnings: list[str]) -> dict:
-    """One alignment per rank that has both an nsys export and probe dumps."""
-    result = {}
-    by_rank = {e.kernels["rank"][0].as_py() if e.kernels.num_rows else i: e for i, e in enumerate(exports)}
-    ranks = sorted({d.header["rank"] for d in dumps})
-    for r in ranks:
-        e = by_rank.get(r)
-        mine = [d for d in dumps if d.header["rank"] == r]
-        if e is None or e.utc_epoch_ns is None:
-            if exports:
-                warnings.append(f"rank {r}: no nsys export with a session start time; probe times are relative to the first probe")
-            continue
-        # Work relative to the session start in integers first: float64 cannot hold epoch ns exactly.
-        spans = (np.array([_dump_span(d) for d in mine], dtype=np.int64) - np.int64(e.utc_epoch_ns)).astype(np.float64)
-        dev = {d.header["device_index"] for d in mine}
-        k = e.kernels
-        if len(dev) == 1:
-            k = k.filter(pc.equal(k["device_id"], dev.pop()))
-        ks = k["start_ns"].to_numpy(zero_copy_only=False).astype(np.float64)
-        ke = k["end_ns"].to_numpy(zero_copy_only=False).astype(np.float64)
-        a = align_dumps(spans[:, 0], spans[:, 1], ks, ke)
-        if a.dumps_matched < a.dumps_total:
-            warnings.append(f"rank {r}: {a.dumps_total - a.dumps_matched} of {a.dumps_total} probe dumps fall inside no nsys kernel (were they captured in the same run?)")
-        result[r] = (a, int(e.utc_epoch_ns))
-    return result
+def _with_ranks(table: pa.Table, dev_rank: dict[int, int]) -> pa.Table:
+    """Set a table's rank column from its export's GPU → rank map (-1: every GPU)."""
+    if table.num_rows == 0 or "rank" not in table.column_names:
+        return table
+    if -1 in dev_rank or "device_id" not in table.column_names:
+        r = np.full(table.num_rows, dev_rank.get(-1, min(dev_rank.values())), np.int32)
+    else:
+        dev = table["device_id"].to_numpy(zero_copy_only=False)
+        r = np.full(table.num_rows, min(dev_rank.values()), np.int32)
+        for d, rank in dev_rank.items():
+            r[dev == d] = rank
+    return table.set_column(table.schema.get_field_index("rank"), "rank", pa.array(r, pa.int32()))
 
 
-def _dump_span(d) -> tuple[int, int]:
-    s = d.slices
-    used = pc.greater(s["records_stored"], 0)
-    s = s.filter(used) if pc.any(used).as_py() else s
-    closed = s.filter(s["closed"]) if pc.any(s["closed"]).as_py() else s
-    return int(pc.min(s["open_gt_ns"]).as_py()), int(pc.max(closed["close_gt_ns"]).as_py())
-
-
-def _apply_time_base(probes: pa.Table, alignments: dict) -> pa.Table:
-    """Fill t_ns: session-relative ns where aligned, else ns since the first probe record."""
+def _apply_time_base(probes: pa.Table, records_per_dump: list[int], pairings: list[Pairing]) -> pa.Table:
+    """Fill t_ns: session-relative ns where a report holds the dump, else ns since the first probe record.
+    ``probes`` holds the dumps' records one dump after the other (``records_per_dump``)."""
     if probes.num_rows == 0:
         return probes
     t_gt = probes["t_gt_ns"].to_numpy().astype(np.int64)
-    rank = probes["rank"].to_numpy()
+    dump_of = np.repeat(np.arange(len(records_per_dump)), records_per_dump)
     t = (t_gt - t_gt.min()).astype(np.float64)
-    for r, (a, epoch_ns) in alignments.items():
-        sel = rank == r
-        t[sel] = a.to_kernel_clock((t_gt[sel] - np.int64(epoch_ns)).astype(np.float64))
+    for p in pairings:
+        sel = np.isin(dump_of, p.dump_indices)
+        t[sel] = p.alignment.to_kernel_clock((t_gt[sel] - np.int64(p.epoch_ns)).astype(np.float64))
+    if not np.isfinite(t).all():
+        raise AssertionError("probe times must be finite")  # an internal invariant, never bad input
     idx = probes.schema.get_field_index("t_ns")
     return probes.set_column(idx, "t_ns", pa.array(t))

@@ -21,9 +21,11 @@ from xstage_trace.base.schema import SCHEMA_VERSION, TABLES, conform, empty_tabl
 MANIFEST = "manifest.json"
 
 
-def write_run(run_dir: str | Path, tables: dict[str, pa.Table], manifest: dict, extra_files: dict[str, str] | None = None) -> Path:
-    """Write every table of TABLES (empty ones too, so the schema is always there), the manifest and
-    ``extra_files`` (name → text, e.g. calibration_points.csv), all inside the one atomic rename."""
+def write_run(run_dir: str | Path, tables: dict[str, pa.Table], manifest: dict, extra_files: dict[str, str] | None = None,
+              results: dict | None = None) -> Path:
+    """Write every table of TABLES (empty ones too, so the schema is always there), the manifest,
+    ``extra_files`` (name → text, e.g. calibration_points.csv) and ``results`` (name → DataFrame, written
+    as NAME.parquet, e.g. table3), all inside the one atomic rename."""
     run_dir = Path(run_dir)
     with atomic_dir(run_dir) as tmp:
         for name in TABLES:
@@ -40,6 +42,8 @@ def write_run(run_dir: str | Path, tables: dict[str, pa.Table], manifest: dict, 
         (tmp / MANIFEST).write_text(json.dumps(doc, indent=2, sort_keys=True, default=str))
         for name, text in (extra_files or {}).items():
             (tmp / name).write_text(text)
+        for name, frame in (results or {}).items():
+            pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), tmp / f"{name}.parquet", compression="zstd")
     return run_dir
 
 

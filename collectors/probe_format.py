@@ -14,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 
 from xstage_trace.base.atomic import atomic_file
+from xstage_trace.base.config import ConfigError, RunConfig
 from xstage_trace.base.errors import InputError
 from xstage_trace.base.schema import PROBE_SLICES, PROBES
 
@@ -69,34 +70,23 @@ class ProbeDump:
 
     path: Path
     header: dict
-    label: dict
+    config: RunConfig
     event_names: list[str]
     slices: pa.Table
     records: pa.Table
     warnings: list[str] = field(default_factory=list)
+
+    def dumps_row(self) -> dict:
+        """This dump's row of the ``dumps`` table: where it ran and its typed configuration."""
+        h = self.header
+        return dict(self.config.columns(), rank=h["rank"], dump=self.path.name, device_index=h["device_index"],
+                    gpu_name=h["gpu_name"], sm_count=h["sm_count"], label=h["label"], kernel_index=None)
 
 
 def _constant(n: int, value: int) -> np.ndarray:
     """An int32 column of one value (filled in place: some allocators make np.full(…, 0) pages lazy)."""
     out = np.empty(n, np.int32)
     out.fill(value)
-    return out
-
-
-def parse_label(text: str) -> dict:
-    """'k=v k=v' → {k: v}; values that look numeric become numbers."""
-    out: dict = {}
-    for token in text.split():
-        if "=" not in token:
-            continue
-        key, value = token.split("=", 1)
-        try:
-            out[key] = int(value)
-        except ValueError:
-            try:
-                out[key] = float(value)
-            except ValueError:
-                out[key] = value
     return out
 
 
@@ -303,6 +293,12 @@ def decode_probe_dump(path: str | Path, rank: int | None = None, allow_overflow:
         schema=PROBES,
     )
     label_text = bytes(h["label"]).split(b"\0", 1)[0].decode("utf-8", "replace")
+    try:
+        config = RunConfig.from_label(label_text)
+    except ConfigError as exc:
+        _fail(path, f"bad run configuration in the dump label: {exc}", "write key=value words into the label (docs/probe-format.md, 'Label')")
+    if config.rank is not None and config.rank != int(h["rank"]):
+        _fail(path, f"label says rank={config.rank} but the header says rank {int(h['rank'])}", "pass the same rank to HostBuffer/ProbeBuffer and to the label")
     ids = np.arange(len(count), dtype=np.int32)
     slices = pa.Table.from_arrays(
         [
@@ -337,7 +333,7 @@ def decode_probe_dump(path: str | Path, rank: int | None = None, allow_overflow:
     return ProbeDump(
         path=path,
         header=header,
-        label=parse_label(label_text),
+        config=config,
         event_names=names,
         slices=slices,
         records=records,

@@ -83,6 +83,10 @@ class Run:
         """One row per (dump, CTA, role) probe slice: anchors, counts, ns per cycle."""
         return self._frame("probe_slices")
 
+    def dumps(self) -> pd.DataFrame:
+        """One row per probe dump: rank, GPU, the kernel it lies in, its typed run configuration."""
+        return self._frame("dumps")
+
     def bursts(self) -> pd.DataFrame:
         """Remote-store bursts with the §4 audit (ρ, Δb, q, guard)."""
         return self._frame("bursts")
@@ -94,14 +98,7 @@ class Run:
     def table3(self) -> pd.DataFrame:
         """Spec §5 Table 3: one row per configuration, medians per schedule, kernel times."""
         f = self.path / "table3.parquet"
-        if f.is_file():
-            return pd.read_parquet(f)
-        from xstage_trace.analysis.stall import attach_kernel_times, table3_from_tiles
-
-        tiles = self.tiles()
-        if tiles.empty:
-            return pd.DataFrame()
-        return attach_kernel_times(table3_from_tiles(tiles), self.kernels())
+        return pd.read_parquet(f) if f.is_file() else pd.DataFrame()
 
     def calibration(self) -> pd.DataFrame:
         """Calibration points reduced from calibration-benchmark dumps (empty for other runs)."""

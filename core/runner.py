@@ -23,46 +23,30 @@ def _default_run_dir(first: Path) -> Path:
     return Path.cwd() / f"{stem}.xstage-run"
 
 
-def run_analyses(tables: dict[str, pa.Table], model) -> tuple[dict[str, pa.Table], dict]:
-    """Analyses that exist so far, over collected tables: calibration points, bursts + §4 audit, tiles."""
-    from xstage_trace.analysis.bursts import audit_bursts, reconstruct_bursts, remote_store_spans
-    from xstage_trace.analysis.calibration_points import calibration_points
-    from xstage_trace.analysis.stall import attach_kernel_times, table3_from_tiles
-    from xstage_trace.analysis.tiles import tile_table
-
-    extra: dict = {}
-    probes = tables["probes"].to_pandas() if tables["probes"].num_rows else pd.DataFrame()
-    if probes.empty:
-        return tables, extra
-    slices = tables["probe_slices"].to_pandas()
-    pts = calibration_points(probes, slices)
-    if len(pts):
-        extra["calibration_points"] = pts
-    bursts = audit_bursts(reconstruct_bursts(remote_store_spans(probes)), model)
-    tables["bursts"] = pa.Table.from_pandas(bursts, preserve_index=False)
-    tiles = tile_table(probes, slices)
-    if len(tiles):
-        tables["tiles"] = pa.Table.from_pandas(tiles, preserve_index=False)
-        extra["table3"] = attach_kernel_times(table3_from_tiles(tiles), tables["kernels"].to_pandas())
-    return tables, extra
-
-
-def analyze_inputs(inputs: list[Path], output: Path | None, nsys=None, calibration=None, allow_overflow=False, progress=None) -> dict:
-    """collect → align → analyses → run dataset (atomic) → summary dict (the --json object)."""
+def analyze_inputs(inputs: list[Path], output: Path | None, nsys=None, calibration=None, allow_overflow=False, progress=None,
+                   rank_overrides: dict[str, int] | None = None, warmup_launches: int = 0) -> dict:
+    """collect → pair and align → registered analyses → run dataset (atomic) → summary dict (the --json object)."""
+    from xstage_trace.analyses import AnalysisContext, run_analyses
     from xstage_trace.calibration_io import load_platform
     from xstage_trace.collectors.collect import collect
     from xstage_trace.collectors.dataset import write_run
 
-    model = load_platform(calibration) if calibration else None
-    c = collect(inputs, nsys=nsys, allow_overflow=allow_overflow, progress=progress)
-    tables, extra = run_analyses(c.tables, model)
+    ctx = AnalysisContext(model=load_platform(calibration) if calibration else None, warmup_launches=warmup_launches)
+    c = collect(inputs, nsys=nsys, allow_overflow=allow_overflow, progress=progress, rank_overrides=rank_overrides)
+    tables = c.tables
+    frames = {n: tables[n].to_pandas() for n in ("probes", "probe_slices", "dumps", "kernels")}
+    results = run_analyses(frames, ctx)
+    for name in ("bursts", "tiles"):
+        if name in results and len(results[name]):
+            tables[name] = pa.Table.from_pandas(results[name], preserve_index=False)
+    points = results.get("calibration_points", pd.DataFrame())
+    table3 = results.get("table3", pd.DataFrame())
     run_dir = Path(output) if output else _default_run_dir(Path(inputs[0]))
-    manifest = dict(c.manifest, calibration=str(calibration) if calibration else None, warnings=c.warnings)
-    if "calibration_points" in extra:
-        manifest["calibration_points"] = int(len(extra["calibration_points"]))
+    manifest = dict(c.manifest, calibration=str(calibration) if calibration else None, warnings=c.warnings,
+                    warmup_launches=warmup_launches, calibration_points=int(len(points)))
     # calibration_points.csv beside the tables, so that `calibrate fit RUN_DIR` works
-    extra_files = {"calibration_points.csv": extra["calibration_points"].to_csv(index=False)} if "calibration_points" in extra else None
-    write_run(run_dir, tables, manifest, extra_files)
+    extra_files = {"calibration_points.csv": points.to_csv(index=False)} if len(points) else None
+    write_run(run_dir, tables, manifest, extra_files, {"table3": table3} if len(table3) else None)
     gm = tables["gpu_metrics"]
     metric_counts = {}
     if gm.num_rows:
@@ -77,11 +61,12 @@ def analyze_inputs(inputs: list[Path], output: Path | None, nsys=None, calibrati
         "nvtx_ranges": tables["nvtx"].num_rows,
         "gpu_metrics": metric_counts,
         "probes": tables["probes"].num_rows,
+        "dumps": tables["dumps"].num_rows,
         "bursts": tables["bursts"].num_rows,
         "backpressured_tiles": backpressured,
         "tiles": tiles.num_rows,
-        "calibration_points": manifest.get("calibration_points", 0),
-        "table3": extra["table3"].round(3).to_dict("records") if "table3" in extra else [],
+        "calibration_points": int(len(points)),
+        "table3": table3.round(3).to_dict("records"),
         "alignment": c.manifest["alignment"],
         "time_base": c.manifest["time_base"],
         "warnings": c.warnings,
@@ -100,7 +85,7 @@ def load_measurements(path: Path) -> pd.DataFrame:
         return pd.read_csv(path / "calibration_points.csv")
     if path.is_dir():
         c = collect([path])
-        pts = calibration_points(c.tables["probes"].to_pandas(), c.tables["probe_slices"].to_pandas())
+        pts = calibration_points(*(c.tables[n].to_pandas() for n in ("probes", "probe_slices", "dumps")))
     else:
         pts = read_table_file(path, "the calibration points CSV/Parquet or a folder of calibration dumps")
     need = {"dest", "mode", "K", "B", "V", "gap_ns", "tiss_med_ns", "tiss_p90_ns", "period_med_ns"}

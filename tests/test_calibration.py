@@ -52,7 +52,7 @@ def test_local_path_is_never_drain_limited():
 
 def test_points_from_dumps_match_the_committed_reduction():
     c = collect([CALIB / "quick"])
-    pts = calibration_points(c.tables["probes"].to_pandas(), c.tables["probe_slices"].to_pandas())
+    pts = calibration_points(*(c.tables[n].to_pandas() for n in ("probes", "probe_slices", "dumps")))
     assert len(pts) == 22
     row = pts[(pts["dest"] == "host") & (pts["mode"] == "periodic") & (pts["B"] == 32768) & (pts["gap_ns"] == 0)].iloc[0]
     # drain-limited: 132 × 32 KiB per burst at ~65 GB/s → ~66 µs periods

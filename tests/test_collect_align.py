@@ -27,7 +27,8 @@ def test_every_dump_lands_inside_its_kernel(quick_run):
     a = quick_run.manifest["alignment"]["rank0"]
     assert a["dumps_matched"] == a["dumps_total"] == 22
     assert a["residual_ns"] == 0.0
-    assert abs(a["drift_ppm"]) < 50
+    lo, hi = a["drift_range_ppm"]  # identified or not, the feasible drift range holds what a real capture allows
+    assert -50 < lo <= hi < 50
     k = quick_run.tables["kernels"].to_pandas()
     p = quick_run.tables["probes"].to_pandas()
     burst = k[k["short_name"] == "burst_kernel"]
@@ -102,7 +103,7 @@ def test_failed_write_leaves_no_run_dir(quick_run, tmp_path, monkeypatch):
 
 def test_probe_only_run_uses_first_probe_time_base():
     c = collect([CALIB / "quick" / "host_periodic_K132_B8192_G0.xsp.zst"])
-    assert c.manifest["time_base"] == "first probe record"
+    assert c.manifest["time_base"].startswith("first probe record")
     t = c.tables["probes"].column("t_ns")
     assert pc.min(t).as_py() == 0.0
 

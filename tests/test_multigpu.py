@@ -56,7 +56,7 @@ def test_nvlink_wave_is_mildly_drain_limited_and_interleaving_recovers(peer_run)
     assert t3.loc["S1", "span_wave_us"] > 4 * t3.loc["S1", "span_interleaved_us"]
     assert t3.loc["S1", "backpressured_wave"] > 10 * max(t3.loc["S1", "backpressured_interleaved"], 1)
     for s in ("S2", "S3"):  # mainloops of 26 and 123 µs cover the drain
-        assert t3.loc[s, "stall_wave_pred_us"] == 0 and t3.loc[s, "backpressured_wave"] == 0
+        assert t3.loc[s, "stall_wave_pred_medians_us"] == 0 and t3.loc[s, "backpressured_wave"] == 0
 
 
 def test_kernel_time_is_the_median_of_the_slowest_rank():

@@ -18,8 +18,9 @@ def test_decodes_real_dump():
     d = decode_probe_dump(DUMP)
     assert d.header["gpu_name"] == "NVIDIA H200"
     assert d.header["sm_count"] == 132 and d.header["num_slices"] == 132
-    assert d.label == {"dest": "host", "mode": "periodic", "K": 132, "B": 32768, "G_ns": 2000, "bursts": 64,
-                       "threads": 256, "store_bytes": 16}
+    c = d.config  # the file name host_periodic_K132_B32768_G2000 names the same sweep point
+    assert (c.dest, c.mode, c.K, c.B, c.gap_ns, c.bursts, c.threads, c.store_bytes) == ("host", "periodic", 132, 32768, 2000.0, 64, 256, 16)
+    assert c.extra == {} and c.schedule is None
     r = d.records.to_pandas()
     assert len(r) == 132 * 64 * 2
     assert set(r["kind"].astype(str)) == {"begin", "end"}

@@ -35,15 +35,21 @@ def analyze(
     nsys: Optional[str] = typer.Option(None, "--nsys", help="nsys binary for .nsys-rep inputs"),
     calibration: Optional[Path] = typer.Option(None, "--calibration", help="calibration JSON (from calibrate fit) for ρ, q and the guard"),
     allow_overflow: bool = typer.Option(False, "--allow-overflow", help="accept probe dumps whose buffers overflowed (dropped records are reported)"),
+    rank: List[str] = typer.Option([], "--rank", help="REPORT=N: the rank of a report that holds no probe dumps (others are told by their dumps)"),
+    warmup_launches: int = typer.Option(0, "--warmup-launches", min=0, help="leave out the first N launches of each configuration from kernel times (for captures whose NVTX labels carry no trial=N)"),
 ):
     """Collect, align and analyze; write the run dataset and print a summary."""
+    from xstage_trace.collectors.pairing import parse_rank_overrides
     from xstage_trace.runner import analyze_inputs
+
+    overrides = parse_rank_overrides(rank)
 
     prog, start = _progress(not as_json)
     if prog:
         prog.start()
     try:
-        summary = analyze_inputs(inputs, output, nsys=nsys, calibration=calibration, allow_overflow=allow_overflow, progress=start)
+        summary = analyze_inputs(inputs, output, nsys=nsys, calibration=calibration, allow_overflow=allow_overflow, progress=start,
+                                 rank_overrides=overrides, warmup_launches=warmup_launches)
     finally:
         if prog:
             prog.stop()
@@ -58,21 +64,26 @@ def analyze(
     others = len(summary["gpu_metrics"]) - len(shown)
     t.add_row("gpu_metrics", (", ".join(f"{k}: {v}" for k, v in sorted(shown.items())) or "none") + (f" (+{others} more)" if others else ""))
     for r, a in summary.get("alignment", {}).items():
-        t.add_row(f"alignment {r}", f"{a['dumps_matched']}/{a['dumps_total']} dumps in their kernels, residual {a['residual_ns']:.0f} ns, drift {a['drift_ppm']:.2f} ppm")
+        drift = (f"drift {a['drift_ppm']:.2f} ± {a['drift_uncertainty_ppm']:.2f} ppm" if a["drift_ppm"] is not None
+                 else "drift not identified" + (f" (feasible {a['drift_range_ppm'][0]:.1f} … {a['drift_range_ppm'][1]:.1f} ppm)" if a["drift_range_ppm"] else ""))
+        t.add_row(f"alignment {r}", f"{a['report']}: {a['dumps_matched']}/{a['dumps_total']} dumps in their kernels, offset {a['offset_ns'] / 1e3:.1f} µs, residual {a['residual_ns']:.0f} ns, {drift}")
     if summary.get("calibration_points"):
         t.add_row("calibration points", str(summary["calibration_points"]))
     out.print(t)
     if summary.get("table3"):
         t3 = Table(title="Table 3 (Linear-2 tiles, medians, µs; timing scope: probe clock per SM)")
-        cols = {"dest": "dest", "shape": "shape", "span_wave_us": "span W", "span_interleaved_us": "span I",
-                "mainloop_l2_us": "T L2", "mainloop_l1_us": "T L1", "stall_wave_pred_us": "Δt W pred",
-                "stall_wave_meas_us": "Δt W meas", "stall_interleaved_pred_us": "Δt I pred",
+        cols = {"dest": "dest", "shape": "shape", "variant": "variant", "span_wave_us": "span W", "span_interleaved_us": "span I",
+                "mainloop_l2_us": "T L2", "mainloop_l1_us": "T L1", "stall_wave_pred_medians_us": "Δt W pred",
+                "stall_wave_pred_tiles_us": "Δt W pred/tile", "stall_wave_meas_us": "Δt W meas",
+                "err_wave_mean_us": "|err| W mean", "stall_interleaved_pred_medians_us": "Δt I pred",
                 "stall_interleaved_meas_us": "Δt I meas", "backpressured_wave": "bp W", "backpressured_interleaved": "bp I",
-                "kernel_ms_wave": "ms W", "kernel_ms_interleaved": "ms I"}
+                "inflated_wave": "infl W", "kernel_ms_wave": "ms W", "kernel_ms_interleaved": "ms I"}
         cols = {c: h for c, h in cols.items() if c in summary["table3"][0]}
         for head in cols.values():
             t3.add_column(head)
-        t3.caption = "W = expert-wave, I = interleaved, bp = backpressured tiles, ms = median kernel time (nsys)"
+        t3.caption = ("W = expert-wave, I = interleaved; Δt pred = \\[median span − median T^mma]₊ (paper), pred/tile = median of per-tile "
+                      "\\[T_RS − T_cover]₊; |err| = mean per-tile |pred − meas|; bp = backpressured tiles; infl = mainloop-inflated tiles; "
+                      "ms = kernel time (nsys), per trial the slowest rank, median over trials, warm-ups excluded")
         for row in summary["table3"]:  # one row per configuration
             t3.add_row(*[f"{row[c]:.3g}" if isinstance(row[c], float) else str(row[c]) for c in cols])
         out.print(t3)
