@@ -102,3 +102,17 @@ def test_model_stall_over_the_tile_table(fused_run, tmp_path):
     d = stall_doc(None, None, path, "dest,shape,schedule,tile_kind")
     assert d["tiles"] == len(tiles) and len(d["predicted_stall_us"]) == len(tiles)
     assert len(d["summary"]) == 16  # 8 configurations × 2 tile kinds
+
+
+def test_stg_epilogue_stalls_show_as_mainloop_inflation(tmp_path):
+    """The st.global epilogue variants (README finding): their stalled PCIe stores slow the mainloop while
+    the slot wait stays at its floor, so the slot model sees nothing; the diagnosis must not say 'none'."""
+    import xstage_trace
+
+    analyze_inputs([FUSED / "traced", FUSED / "variants"], tmp_path / "run")
+    t3 = xstage_trace.open_run(tmp_path / "run").table3().set_index(["dest", "shape", "variant"])
+    stg = t3.loc[("host", "S1", "split/smem/stg")]
+    assert stg["stall_wave_meas_us"] == 0.0 and stg["inflated_wave"] > 0.25 * stg["tiles_l2"]
+    assert stg["mainloop_l2_us"] > t3.loc[("local", "S1", "split/smem/tma"), "mainloop_l2_us"]
+    for cfg in [("host", "S1", "split/smem/tma"), ("local", "S1", "split/smem/tma"), ("host", "S3", "split/smem/tma")]:
+        assert t3.loc[cfg, "inflated_wave"] == 0 and t3.loc[cfg, "inflated_interleaved"] == 0
