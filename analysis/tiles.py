@@ -42,7 +42,14 @@ def _spans(p: pd.DataFrame, event: str, value: str) -> pd.DataFrame:
 def tile_table(probes: pd.DataFrame, dumps: pd.DataFrame, noise_ns: float | None = None, slots: int = STAGING_SLOTS) -> pd.DataFrame:
     """Spec §5 per tile of every fused-kernel dump: kind, expert, wave, mainloop, T_RS, T_cover,
     predicted Δt = [T_RS − T_cover]₊ and measured stall, backpressured flag (threshold: ``noise_ns``
-    or derived from the control), diagnosis. ``dumps`` is the run's ``dumps`` table (configuration)."""
+    or derived from the control), diagnosis. ``dumps`` is the run's ``dumps`` table (configuration).
+    The same as ``finish_tiles`` over the ``tile_spans`` of each dump (what a streaming analyze does)."""
+    return finish_tiles(tile_spans(probes, slots), dumps, noise_ns)
+
+
+def tile_spans(probes: pd.DataFrame, slots: int = STAGING_SLOTS) -> pd.DataFrame:
+    """The part of the tile table that one dump's records decide on their own: per tile its mainloop,
+    slot wait, epilogue span, T_cover and predicted Δt = [T_RS − T_cover]₊ (spec §5)."""
     if probes.empty or "mainloop" not in set(probes["event"].astype(str).unique()):
         return pd.DataFrame()
     p = probes.assign(event=probes["event"].astype(str), kind=probes["kind"].astype(str), dump=probes["dump"].astype(str))
@@ -67,6 +74,14 @@ def tile_table(probes: pd.DataFrame, dumps: pd.DataFrame, noise_ns: float | None
     t["slot_wait_ns"] = g["wait_ns"].shift(-slots)
     t["epilogue_span_ns"] = t["rs_ns"].fillna(t["ls_ns"])
     t["predicted_stall_ns"] = predicted_stall_ns(t["epilogue_span_ns"], t["cover_ns"])
+    return t
+
+
+def finish_tiles(t: pd.DataFrame, dumps: pd.DataFrame, noise_ns: float | None = None) -> pd.DataFrame:
+    """What needs every dump of the run: configuration columns, the slot-wait floor and noise of the
+    control runs, measured stall, the backpressured flag and the diagnosis."""
+    if t.empty:
+        return pd.DataFrame()
     cfg = dumps[["rank", "dump", "dest", "shape", "schedule", "variant", "operands", "is_control"]].astype({"dump": str})
     t = t.merge(cfg, on=["rank", "dump"], how="left")
     t["is_control"] = t["is_control"].fillna(False).astype(bool)

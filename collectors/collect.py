@@ -4,16 +4,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from xstage_trace import __version__
 from xstage_trace.collectors.dataset import is_run_dir, read_run
 from xstage_trace.collectors.nsys_reader import read_nsys_export
 from xstage_trace.collectors.nsys_rep import export_report
-from xstage_trace.collectors.pairing import AlignBounds, Pairing, export_ranks, pair_dumps
+from xstage_trace.collectors.align import Alignment
+from xstage_trace.collectors.pairing import AlignBounds, dump_span_gt_ns, export_ranks, pair_dumps
 from xstage_trace.base.hashing import sha256_of
 from xstage_trace.collectors.probe_format import decode_probe_dump, is_probe_dump_name
 from xstage_trace.base.errors import InputError
@@ -68,22 +69,51 @@ def _concat(name: str, parts: list[pa.Table]) -> pa.Table:
     return pa.concat_tables([conform(name, p) for p in parts]).unify_dictionaries().combine_chunks()
 
 
-def collect(inputs: list[str | Path], nsys: str | None = None, allow_overflow: bool = False,
-            progress: Callable[[str, int], Callable[[], None]] | None = None,
-            rank_overrides: dict[str, int] | None = None, bounds: AlignBounds = AlignBounds()) -> Collected:
-    """Read every input, pair dumps with the export that holds them (by data), align probe clocks to
-    the nsys time base, return the run's tables."""
+PRIOR_TABLES = ("kernels", "nvtx", "gpu_metrics", "probe_slices", "dumps")
+
+
+@dataclass
+class DumpTask:
+    """What one worker needs to produce one dump's records on the run's time base (picklable)."""
+
+    index: int
+    rank: int
+    dump: str
+    path: Path  # the dump file, or the earlier run folder that holds its records
+    from_run: bool = False
+    allow_overflow: bool = False
+    alignment: Alignment | None = None  # None: ns since t0_gt_ns (the probes' own clock)
+    epoch_ns: int = 0
+    t0_gt_ns: int = 0
+    records: int = 0
+
+
+@dataclass
+class Plan:
+    """Everything about a run but its probe records: small tables, one task per dump, the manifest."""
+
+    tables: dict[str, pa.Table]
+    tasks: list[DumpTask]
+    manifest: dict
+    warnings: list[str] = field(default_factory=list)
+
+
+def plan_run(inputs: list[str | Path], nsys: str | None = None, allow_overflow: bool = False,
+             rank_overrides: dict[str, int] | None = None, bounds: AlignBounds = AlignBounds()) -> Plan:
+    """Read every input but the probe records: exports, dump headers and slice tables; pair dumps with the
+    export that holds them (by data) and fix each dump's clock mapping. Records are read per task later."""
     warnings: list[str] = []
     sources: list[dict] = []
     exports = []
     dumps = []
-    prior: list[tuple[dict, dict]] = []
+    prior: list[tuple[Path, dict, dict]] = []
     probe_paths: list[Path] = []
     for raw in inputs:
         path = Path(raw)
         kind = classify(path)
         if kind == "run":
-            prior.append(read_run(path))
+            tabs, man = read_run(path, tables=list(PRIOR_TABLES))  # bursts and tiles are recomputed from its probes
+            prior.append((path, tabs, man))
             sources.append({"path": str(path), "kind": kind})
         elif kind in ("nsys-rep", "sqlite", "parquetdir"):
             info: dict = {}
@@ -100,23 +130,22 @@ def collect(inputs: list[str | Path], nsys: str | None = None, allow_overflow: b
             probe_paths += sorted(p for p in path.iterdir() if is_probe_dump_name(p.name))
         else:
             probe_paths.append(path)
-    tick = progress("decoding probe dumps", len(probe_paths)) if (progress and probe_paths) else None
     for p in probe_paths:
-        d = decode_probe_dump(p, allow_overflow=allow_overflow)
+        d = decode_probe_dump(p, allow_overflow=allow_overflow, records=False)
         dumps.append(d)
-        warnings += d.warnings
         sources.append({"path": str(p), "kind": "probe", "sha256": sha256_of(p), "gpu": d.header["gpu_name"], "label": d.header["label"]})
-        if tick:
-            tick()
     if not exports and not dumps and not prior:
         raise InputError(None, "no inputs", "pass at least one .nsys-rep, .sqlite, parquetdir, probe dump or run folder")
 
     pairings = pair_dumps(exports, dumps, bounds) if exports and dumps else []
     ranks = export_ranks(exports, pairings, rank_overrides or {})
-    tables: dict[str, list[pa.Table]] = {n: [] for n in TABLES}
-    for tabs, _ in prior:
+    tables: dict[str, list[pa.Table]] = {n: [] for n in TABLES if n != "probes"}
+    tasks: list[DumpTask] = []
+    for run_dir, tabs, _ in prior:
         for n, t in tabs.items():
             tables[n].append(t)
+        counts = tabs["probe_slices"].group_by(["rank", "dump"]).aggregate([("records_stored", "sum")]).to_pylist()
+        tasks += [DumpTask(len(tasks), c["rank"], c["dump"], run_dir, from_run=True, records=int(c["records_stored_sum"])) for c in counts]
     kernel_base = {}
     base = sum(t.num_rows for t in tables["kernels"])
     for e_i, (e, dev_rank) in enumerate(zip(exports, ranks)):
@@ -126,19 +155,25 @@ def collect(inputs: list[str | Path], nsys: str | None = None, allow_overflow: b
         tables["nvtx"].append(_with_ranks(e.nvtx, dev_rank))
         tables["gpu_metrics"].append(_with_ranks(e.gpu_metrics, dev_rank))
 
-    if dumps:  # only the newly decoded records get a time base; a prior run's probes keep theirs
-        probes = _apply_time_base(_concat("probes", [d.records for d in dumps]), [d.records.num_rows for d in dumps], pairings)
-        tables["probes"].append(probes)
-        rows = [d.dumps_row() for d in dumps]
-        for pr in pairings:
-            for j, i in enumerate(pr.dump_indices):
-                rows[i]["kernel_index"] = kernel_base[pr.export_index] + int(pr.alignment.kernel_of_dump[j])
+    held = {i: pr for pr in pairings for i in pr.dump_indices}
+    loose = [dump_span_gt_ns(d.slices)[0] for i, d in enumerate(dumps) if i not in held]
+    t0 = min(loose) if loose else 0
+    rows = [d.dumps_row() for d in dumps]
+    for i, d in enumerate(dumps):
+        pr = held.get(i)
+        task = DumpTask(len(tasks), d.header["rank"], d.path.name, d.path, allow_overflow=allow_overflow, t0_gt_ns=t0,
+                        records=int(pc.sum(d.slices["records_stored"]).as_py() or 0))
+        if pr is not None:
+            task.alignment, task.epoch_ns = pr.alignment, pr.epoch_ns
+            rows[i]["kernel_index"] = kernel_base[pr.export_index] + int(pr.alignment.kernel_of_dump[pr.dump_indices.index(i)])
+        tasks.append(task)
+    if dumps:
         tables["dumps"].append(pa.Table.from_pylist(rows, schema=TABLES["dumps"]))
     tables["probe_slices"] += [d.slices for d in dumps]
     if dumps and exports:
         aligned = "nsys session start"
     elif dumps:
-        aligned = "first probe record (no nsys report given: probe times are not on the nsys clock)"
+        aligned = "first probe slice (no nsys report given: probe times are not on the nsys clock)"
     else:
         aligned = "nsys session start"
 
@@ -147,7 +182,7 @@ def collect(inputs: list[str | Path], nsys: str | None = None, allow_overflow: b
         gpus += [g["name"] for g in e.gpus]
     for d in dumps:
         gpus.append(d.header["gpu_name"])
-    for _, man in prior:
+    for _, _, man in prior:
         gpus += man.get("gpus", [])
     manifest = {
         "tool": "xstage-trace",
@@ -159,7 +194,42 @@ def collect(inputs: list[str | Path], nsys: str | None = None, allow_overflow: b
                       dict(p.alignment.as_dict(), report=Path(exports[p.export_index].path).name, gpu=p.device) for p in pairings},
         "time_base": aligned,
     }
-    return Collected({n: _concat(n, parts) for n, parts in tables.items()}, manifest, warnings)
+    return Plan({n: _concat(n, parts) for n, parts in tables.items()}, tasks, manifest, warnings)
+
+
+def load_records(task: DumpTask) -> tuple[pa.Table, list[str]]:
+    """One dump's probe records on the run's time base (``t_ns``), with the decoder's warnings."""
+    if task.from_run:
+        import pyarrow.dataset as ds
+
+        from xstage_trace.collectors.dataset import table_files
+
+        part = ds.dataset(table_files(task.path, "probes"), format="parquet")
+        flt = (ds.field("dump") == task.dump) & (ds.field("rank") == task.rank)
+        return conform("probes", part.to_table(filter=flt)), []  # an earlier run's probes keep their times
+    d = decode_probe_dump(task.path, allow_overflow=task.allow_overflow)
+    t_gt = d.records["t_gt_ns"].to_numpy().astype(np.int64)
+    if task.alignment is None:
+        t = (t_gt - np.int64(task.t0_gt_ns)).astype(np.float64)
+    else:
+        t = task.alignment.to_kernel_clock((t_gt - np.int64(task.epoch_ns)).astype(np.float64))
+    if not np.isfinite(t).all():
+        raise AssertionError("probe times must be finite")  # an internal invariant, never bad input
+    recs = d.records
+    return recs.set_column(recs.schema.get_field_index("t_ns"), "t_ns", pa.array(t)), d.warnings
+
+
+def collect(inputs: list[str | Path], nsys: str | None = None, allow_overflow: bool = False,
+            rank_overrides: dict[str, int] | None = None, bounds: AlignBounds = AlignBounds()) -> Collected:
+    """``plan_run`` with every dump's records read into one ``probes`` table (for small runs and tests;
+    ``analyze`` streams the tasks instead)."""
+    plan = plan_run(inputs, nsys, allow_overflow, rank_overrides, bounds)
+    parts, warnings = [], list(plan.warnings)
+    for task in plan.tasks:
+        recs, w = load_records(task)
+        parts.append(recs)
+        warnings += w
+    return Collected(dict(plan.tables, probes=_concat("probes", parts)), plan.manifest, warnings)
 
 
 def _with_ranks(table: pa.Table, dev_rank: dict[int, int]) -> pa.Table:
@@ -174,20 +244,3 @@ def _with_ranks(table: pa.Table, dev_rank: dict[int, int]) -> pa.Table:
         for d, rank in dev_rank.items():
             r[dev == d] = rank
     return table.set_column(table.schema.get_field_index("rank"), "rank", pa.array(r, pa.int32()))
-
-
-def _apply_time_base(probes: pa.Table, records_per_dump: list[int], pairings: list[Pairing]) -> pa.Table:
-    """Fill t_ns: session-relative ns where a report holds the dump, else ns since the first probe record.
-    ``probes`` holds the dumps' records one dump after the other (``records_per_dump``)."""
-    if probes.num_rows == 0:
-        return probes
-    t_gt = probes["t_gt_ns"].to_numpy().astype(np.int64)
-    dump_of = np.repeat(np.arange(len(records_per_dump)), records_per_dump)
-    t = (t_gt - t_gt.min()).astype(np.float64)
-    for p in pairings:
-        sel = np.isin(dump_of, p.dump_indices)
-        t[sel] = p.alignment.to_kernel_clock((t_gt[sel] - np.int64(p.epoch_ns)).astype(np.float64))
-    if not np.isfinite(t).all():
-        raise AssertionError("probe times must be finite")  # an internal invariant, never bad input
-    idx = probes.schema.get_field_index("t_ns")
-    return probes.set_column(idx, "t_ns", pa.array(t))

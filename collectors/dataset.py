@@ -2,13 +2,15 @@
 table holds several ranks), zstd-compressed, plus manifest.json. Written to a temporary folder and
 renamed, so a reader never sees half a run. DuckDB reads it as is:
 ``SELECT * FROM read_parquet('RUN/kernels*.parquet')`` or ``'RUN/kernels/*/*.parquet'`` with
-``hive_partitioning = true``.
+``hive_partitioning = true``. The ``probes`` table of an analyzed run is one file per dump,
+``probes/rank=R/part-NNNNN.parquet`` (written while the dumps stream through ``analyze``).
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Callable
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -21,30 +23,55 @@ from xstage_trace.base.schema import SCHEMA_VERSION, TABLES, conform, empty_tabl
 MANIFEST = "manifest.json"
 
 
-def write_run(run_dir: str | Path, tables: dict[str, pa.Table], manifest: dict, extra_files: dict[str, str] | None = None,
-              results: dict | None = None) -> Path:
+def write_table(folder: Path, name: str, table: pa.Table) -> None:
+    """One run-dataset table into ``folder``: NAME.parquet, or NAME/rank=R/part-0.parquet per rank when it holds several."""
+    table = conform(name, table)
+    ranks = pc.unique(table["rank"]).to_pylist() if table.num_rows else []
+    if len(ranks) > 1:
+        for r in sorted(ranks):
+            part = table.filter(pc.equal(table["rank"], r))
+            (folder / name / f"rank={r}").mkdir(parents=True)
+            pq.write_table(part, folder / name / f"rank={r}" / "part-0.parquet", compression="zstd")
+    else:
+        pq.write_table(table, folder / f"{name}.parquet", compression="zstd")
+
+
+def probe_part_path(folder: Path, rank: int, index: int) -> Path:
+    """Where a streaming analyze writes one dump's probe records: probes/rank=R/part-NNNNN.parquet."""
+    return Path(folder) / "probes" / f"rank={rank}" / f"part-{index:05d}.parquet"
+
+
+def write_probe_part(folder: Path, rank: int, index: int, records: pa.Table) -> None:
+    """Write one dump's records as its own Parquet file of the ``probes`` table."""
+    path = probe_part_path(folder, rank, index)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(conform("probes", records), path, compression="zstd")
+
+
+def write_run(run_dir: str | Path, tables: dict[str, pa.Table], manifest: dict | Callable[[], dict],
+              extra_files: dict[str, str] | Callable[[], dict[str, str]] | None = None,
+              results: dict | Callable[[], dict] | None = None, fill: Callable[[Path], dict[str, int]] | None = None) -> dict[str, int]:
     """Write every table of TABLES (empty ones too, so the schema is always there), the manifest,
     ``extra_files`` (name → text, e.g. calibration_points.csv) and ``results`` (name → DataFrame, written
-    as NAME.parquet, e.g. table3), all inside the one atomic rename."""
+    as NAME.parquet, e.g. table3), all inside the one atomic rename; returns the row count per table.
+    ``fill(tmp)``, when given, runs first inside the temporary folder (a streaming analyze writes its
+    probe parts there) and returns the row counts of the tables it wrote, which are not written again;
+    ``manifest``, ``extra_files`` and ``results`` may then be functions called after it."""
     run_dir = Path(run_dir)
     with atomic_dir(run_dir) as tmp:
+        streamed = fill(tmp) if fill else {}
         for name in TABLES:
-            table = conform(name, tables[name]) if name in tables else empty_table(name)
-            ranks = pc.unique(table["rank"]).to_pylist() if table.num_rows else []
-            if len(ranks) > 1:
-                for r in sorted(ranks):
-                    part = table.filter(pc.equal(table["rank"], r))
-                    (tmp / name / f"rank={r}").mkdir(parents=True)
-                    pq.write_table(part, tmp / name / f"rank={r}" / "part-0.parquet", compression="zstd")
-            else:
-                pq.write_table(table, tmp / f"{name}.parquet", compression="zstd")
-        doc = dict(manifest, schema_version=SCHEMA_VERSION, tables={n: (tables[n].num_rows if n in tables else 0) for n in TABLES})
-        (tmp / MANIFEST).write_text(json.dumps(doc, indent=2, sort_keys=True, default=str))
-        for name, text in (extra_files or {}).items():
-            (tmp / name).write_text(text)
-        for name, frame in (results or {}).items():
+            if name not in streamed:
+                write_table(tmp, name, tables[name] if tables.get(name) is not None else empty_table(name))
+        counts = {n: (tables[n].num_rows if tables.get(n) is not None else 0) for n in TABLES}
+        counts.update(streamed)
+        for name, frame in ((results() if callable(results) else results) or {}).items():
             pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), tmp / f"{name}.parquet", compression="zstd")
-    return run_dir
+        for name, text in ((extra_files() if callable(extra_files) else extra_files) or {}).items():
+            (tmp / name).write_text(text)
+        doc = dict(manifest() if callable(manifest) else manifest, schema_version=SCHEMA_VERSION, tables=counts)
+        (tmp / MANIFEST).write_text(json.dumps(doc, indent=2, sort_keys=True, default=str))
+    return counts
 
 
 def is_run_dir(path: Path) -> bool:
@@ -52,22 +79,28 @@ def is_run_dir(path: Path) -> bool:
     return Path(path, MANIFEST).is_file()
 
 
-def read_run(run_dir: str | Path) -> tuple[dict[str, pa.Table], dict]:
-    """Read a run folder back: (tables, manifest)."""
+def table_files(run_dir: Path, name: str) -> list[str]:
+    """The Parquet files of one table of a run folder (NAME.parquet, or NAME/rank=*/*.parquet)."""
+    single = Path(run_dir) / f"{name}.parquet"
+    if single.is_file():
+        return [str(single)]
+    folder = Path(run_dir) / name
+    return [str(p) for p in sorted(folder.glob("rank=*/*.parquet"))] if folder.is_dir() else []
+
+
+def read_run(run_dir: str | Path, tables: list[str] | None = None) -> tuple[dict[str, pa.Table], dict]:
+    """Read a run folder back: (tables, manifest); ``tables`` limits which are read."""
     run_dir = Path(run_dir)
     if not Path(run_dir, MANIFEST).is_file():
         raise InputError(run_dir, "not an xstage run dataset (no manifest.json)", "pass a folder written by xstage-trace analyze -o")
     manifest = json.loads(Path(run_dir, MANIFEST).read_text())
     if manifest.get("schema_version", 0) > SCHEMA_VERSION:
         raise InputError(run_dir, f"run dataset schema {manifest.get('schema_version')} is newer than this xstage-trace ({SCHEMA_VERSION})", "upgrade xstage-trace")
-    tables = {}
-    for name in TABLES:
-        single = run_dir / f"{name}.parquet"
-        parts = sorted((run_dir / name).glob("rank=*/*.parquet")) if (run_dir / name).is_dir() else []
-        if single.is_file():
-            tables[name] = conform(name, pq.read_table(single))
-        elif parts:
-            tables[name] = pa.concat_tables([conform(name, pq.read_table(p, partitioning=None)) for p in parts])
-        else:
-            tables[name] = empty_table(name)
-    return tables, manifest
+    if manifest.get("schema_version", 0) < SCHEMA_VERSION:
+        raise InputError(run_dir, f"run dataset schema {manifest.get('schema_version')} is older than this xstage-trace ({SCHEMA_VERSION})",
+                         "analyze its inputs again (manifest.json lists them)")
+    out = {}
+    for name in tables or TABLES:
+        files = table_files(run_dir, name)
+        out[name] = pa.concat_tables([conform(name, pq.read_table(f, partitioning=None)) for f in files]) if files else empty_table(name)
+    return out, manifest

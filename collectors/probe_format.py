@@ -201,16 +201,19 @@ def is_probe_dump_name(name: str) -> bool:
     return name.lower().endswith(PROBE_SUFFIXES)
 
 
-def read_dump_bytes(path: Path) -> np.ndarray:
-    """A dump's bytes: memory-mapped when plain and large, read when small, decompressed when the file is
-    a zstd frame (``.xsp.zst``, recognised by its magic whatever the name)."""
+def read_dump_bytes(path: Path, limit: int | None = None) -> np.ndarray:
+    """A dump's bytes (its first ``limit`` bytes when given): memory-mapped when plain and large, read when
+    small, decompressed when the file is a zstd frame (``.xsp.zst``, recognised by its magic whatever the name)."""
     try:
         with open(path, "rb") as fh:
             compressed = fh.read(4) == ZSTD_MAGIC
+            if limit is not None and not compressed:
+                fh.seek(0)
+                return np.frombuffer(fh.read(limit), dtype=np.uint8)
         if compressed:
             try:
                 with pa.input_stream(str(path), compression="zstd") as fh:
-                    return np.frombuffer(fh.read(), dtype=np.uint8)
+                    return np.frombuffer(fh.read() if limit is None else fh.read(limit), dtype=np.uint8)
             except (OSError, pa.ArrowException) as exc:
                 _fail(path, f"corrupt zstd-compressed probe dump ({exc})", "copy the whole file again or decompress it with zstd -d and pass the .xsp")
         # Large dumps are mapped (no copy; pages come in as the columns are computed), small ones read.
@@ -220,10 +223,21 @@ def read_dump_bytes(path: Path) -> np.ndarray:
         raise InputError(path, f"cannot read probe dump ({exc.strerror or exc})", "check the path and its permissions") from None
 
 
-def decode_probe_dump(path: str | Path, rank: int | None = None, allow_overflow: bool = False) -> ProbeDump:
-    """Decode one dump into Arrow tables (per-slice and per-record), clock64 converted to ns per SM."""
+def _header_bytes(path: Path) -> np.ndarray:
+    """The header, event-name and slice tables of a dump, without its records."""
+    head = read_dump_bytes(path, HEADER_DTYPE.itemsize)
+    if head.size < HEADER_DTYPE.itemsize:
+        _fail(path, f"truncated probe dump ({head.size} bytes)", "copy the whole file again or re-run the instrumented program")
+    need = int(head[: HEADER_DTYPE.itemsize].view(HEADER_DTYPE)[0]["header_bytes"])
+    return read_dump_bytes(path, max(need, HEADER_DTYPE.itemsize))
+
+
+def decode_probe_dump(path: str | Path, rank: int | None = None, allow_overflow: bool = False, records: bool = True) -> ProbeDump:
+    """Decode one dump into Arrow tables (per-slice and per-record), clock64 converted to ns per SM.
+    With ``records=False`` only the header and slice tables are read (the records table comes back empty):
+    what pairing and the plan of a streaming analyze need."""
     path = Path(path)
-    raw = read_dump_bytes(path)
+    raw = read_dump_bytes(path) if records else _header_bytes(path)
     h, names, sl = read_header(path, raw)
     warnings: list[str] = []
     cap = int(h["capacity"])
@@ -232,9 +246,12 @@ def decode_probe_dump(path: str | Path, rank: int | None = None, allow_overflow:
     dropped = count - stored
     hdr_bytes = int(h["header_bytes"])
     need = hdr_bytes + RECORD_BYTES * int(stored.sum())
-    if raw.size < need:
+    rec_stored = stored if records else np.zeros_like(stored)  # header only: no record columns
+    if not records:
+        raw, need = raw[:hdr_bytes], hdr_bytes
+    if records and raw.size < need:
         _fail(path, f"truncated probe dump ({raw.size} of {need} bytes)", "copy the whole file again or re-run the instrumented program")
-    if raw.size > need:
+    if records and raw.size > need:
         _fail(path, f"corrupt probe dump ({raw.size - need} bytes beyond the last record)", "re-run the instrumented program to write a fresh dump")
     if dropped.any():
         msg = (
@@ -263,7 +280,7 @@ def decode_probe_dump(path: str | Path, rank: int | None = None, allow_overflow:
     if moved.any():
         warnings.append(f"{path.name}: {int(moved.sum())} slices changed SM between open and close")
 
-    cols = _record_columns(rec8, sl, stored, npc, len(names))
+    cols = _record_columns(rec8, sl, rec_stored, npc, len(names))
     if cols.bad:
         _fail(path, f"corrupt probe dump ({cols.bad} records with unknown event or kind)", "re-run the instrumented program; check that it registers every event id it uses")
     slice_of, event, kind, clock, t_gt = cols.slice_of, cols.event, rec8[:, 7].view(np.int8), cols.clock, cols.t_gt

@@ -1,9 +1,15 @@
 """The analyses ``analyze`` runs over a collected run, as a registry of small stateless steps.
 
-In the manner of HTA's analyzers: each step takes the run's tables (pandas) plus what earlier steps
-produced and returns one DataFrame. ``run_analyses`` runs them in order; the runner writes what they
-return (``bursts`` and ``tiles`` as run-dataset tables, ``table3`` as ``table3.parquet``,
-``calibration_points`` as ``calibration_points.csv``). Adding an analysis is adding an entry here.
+In the manner of HTA's analyzers, each step returns one DataFrame. There are two kinds:
+
+- per-dump steps (``DUMP_ANALYSES``) see one dump's records (pandas) and its ``dumps`` row: they run
+  while the dumps stream through ``analyze``, one dump in memory at a time, possibly in worker processes;
+- whole-run steps (``RUN_ANALYSES``) see the concatenated per-dump results and the run's small tables
+  (kernels, dumps): what needs every dump at once, e.g. the control run's noise floor.
+
+The runner writes what they return (``bursts`` and ``tiles`` as run-dataset tables, ``table3`` as
+``table3.parquet``, ``calibration_points`` as ``calibration_points.csv``). Adding an analysis is adding
+an entry here; ``analyze_frames`` runs both kinds over in-memory tables (notebooks, tests).
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ class Analysis:
     """One registered step: its output name and the function producing it."""
 
     name: str
-    run: Callable[[dict[str, pd.DataFrame], AnalysisContext], pd.DataFrame]
+    run: Callable[..., pd.DataFrame]
 
 
 def _with_config(frame: pd.DataFrame, dumps: pd.DataFrame) -> pd.DataFrame:
@@ -48,47 +54,75 @@ def _with_config(frame: pd.DataFrame, dumps: pd.DataFrame) -> pd.DataFrame:
     return frame.drop(columns=[c for c in CONFIG_COLUMNS if c in frame]).merge(cfg, on=["rank", "dump"], how="left")
 
 
-def _calibration_points(t: dict[str, pd.DataFrame], ctx: AnalysisContext) -> pd.DataFrame:
+def _calibration_points(probes: pd.DataFrame, slices: pd.DataFrame, dump: pd.DataFrame, ctx: AnalysisContext) -> pd.DataFrame:
     from xstage_trace.analysis.calibration_points import calibration_points
 
-    return calibration_points(t["probes"], t["probe_slices"], t["dumps"])
+    return calibration_points(probes, slices, dump)
 
 
-def _bursts(t: dict[str, pd.DataFrame], ctx: AnalysisContext) -> pd.DataFrame:
+def _bursts(probes: pd.DataFrame, slices: pd.DataFrame, dump: pd.DataFrame, ctx: AnalysisContext) -> pd.DataFrame:
     from xstage_trace.analysis.bursts import audit_bursts, reconstruct_bursts, remote_store_spans
 
-    return _with_config(audit_bursts(reconstruct_bursts(remote_store_spans(t["probes"])), ctx.model), t["dumps"])
+    return _with_config(audit_bursts(reconstruct_bursts(remote_store_spans(probes)), ctx.model), dump)
 
 
-def _tiles(t: dict[str, pd.DataFrame], ctx: AnalysisContext) -> pd.DataFrame:
-    from xstage_trace.analysis.tiles import tile_table
+def _tile_spans(probes: pd.DataFrame, slices: pd.DataFrame, dump: pd.DataFrame, ctx: AnalysisContext) -> pd.DataFrame:
+    from xstage_trace.analysis.tiles import tile_spans
 
-    return tile_table(t["probes"], t["dumps"], ctx.noise_ns)
+    return tile_spans(probes)
 
 
-def _table3(t: dict[str, pd.DataFrame], ctx: AnalysisContext) -> pd.DataFrame:
+def _tiles(parts: dict[str, pd.DataFrame], tables: dict[str, pd.DataFrame], ctx: AnalysisContext) -> pd.DataFrame:
+    from xstage_trace.analysis.tiles import finish_tiles
+
+    return finish_tiles(parts["tile_spans"], tables["dumps"], ctx.noise_ns)
+
+
+def _table3(parts: dict[str, pd.DataFrame], tables: dict[str, pd.DataFrame], ctx: AnalysisContext) -> pd.DataFrame:
     from xstage_trace.analysis.stall import attach_kernel_times, kernel_trials, table3_from_tiles
 
-    if t["tiles"].empty:
+    if parts["tiles"].empty:
         return pd.DataFrame()
-    trials = kernel_trials(t["kernels"], t["dumps"], ctx.warmup_launches)
-    return attach_kernel_times(table3_from_tiles(t["tiles"]), trials)
+    trials = kernel_trials(tables["kernels"], tables["dumps"], ctx.warmup_launches)
+    return attach_kernel_times(table3_from_tiles(parts["tiles"]), trials)
 
 
-ANALYSES: tuple[Analysis, ...] = (
+DUMP_ANALYSES: tuple[Analysis, ...] = (
     Analysis("calibration_points", _calibration_points),
     Analysis("bursts", _bursts),
+    Analysis("tile_spans", _tile_spans),
+)
+RUN_ANALYSES: tuple[Analysis, ...] = (
     Analysis("tiles", _tiles),
     Analysis("table3", _table3),
 )
 
 
-def run_analyses(tables: dict[str, pd.DataFrame], ctx: AnalysisContext) -> dict[str, pd.DataFrame]:
-    """Run every registered analysis in order over the run's tables; later steps see earlier results."""
-    out: dict[str, pd.DataFrame] = {}
-    if tables["probes"].empty:
+def analyze_dump(probes: pd.DataFrame, slices: pd.DataFrame, dump: pd.DataFrame, ctx: AnalysisContext) -> dict[str, pd.DataFrame]:
+    """Every per-dump step over one dump's records (``dump``: its row of the ``dumps`` table)."""
+    if probes.empty:
+        return {}
+    return {a.name: a.run(probes, slices, dump, ctx) for a in DUMP_ANALYSES}
+
+
+def analyze_run(per_dump: list[dict[str, pd.DataFrame]], tables: dict[str, pd.DataFrame], ctx: AnalysisContext) -> dict[str, pd.DataFrame]:
+    """Concatenate the per-dump results, then run every whole-run step (later steps see earlier results)."""
+    out = {}
+    for a in DUMP_ANALYSES:
+        frames = [d[a.name] for d in per_dump if a.name in d and len(d[a.name])]
+        out[a.name] = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    if all(v.empty for v in out.values()):
         return out
-    view = dict(tables)
-    for a in ANALYSES:
-        out[a.name] = view[a.name] = a.run(view, ctx)
+    for a in RUN_ANALYSES:
+        out[a.name] = a.run(out, tables, ctx)
     return out
+
+
+def analyze_frames(tables: dict[str, pd.DataFrame], ctx: AnalysisContext) -> dict[str, pd.DataFrame]:
+    """Both kinds over in-memory tables (``probes``, ``probe_slices``, ``dumps``, ``kernels``), dump by dump."""
+    p, sl, d = tables["probes"], tables["probe_slices"], tables["dumps"]
+    if p.empty:
+        return {}
+    per_dump = [analyze_dump(g, sl[sl["dump"].astype(str) == name], d[d["dump"].astype(str) == name], ctx)
+                for name, g in p.groupby(p["dump"].astype(str), sort=True)]  # one group per dump
+    return analyze_run(per_dump, tables, ctx)

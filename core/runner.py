@@ -24,52 +24,67 @@ def _default_run_dir(first: Path) -> Path:
 
 
 def analyze_inputs(inputs: list[Path], output: Path | None, nsys=None, calibration=None, allow_overflow=False, progress=None,
-                   rank_overrides: dict[str, int] | None = None, warmup_launches: int = 0) -> dict:
-    """collect → pair and align → registered analyses → run dataset (atomic) → summary dict (the --json object)."""
-    from xstage_trace.analyses import AnalysisContext, run_analyses
+                   rank_overrides: dict[str, int] | None = None, warmup_launches: int = 0, workers: int | None = None) -> dict:
+    """plan (exports, dump headers, pairing) → dumps streamed one at a time through the per-dump analyses
+    (probes written as they are produced) → whole-run analyses → run dataset (atomic) → summary dict."""
+    from xstage_trace.analyses import AnalysisContext, analyze_run
     from xstage_trace.calibration_io import load_platform
-    from xstage_trace.collectors.collect import collect
+    from xstage_trace.collectors.collect import plan_run
     from xstage_trace.collectors.dataset import write_run
+    from xstage_trace.stream import frames_of, run_tasks
 
     ctx = AnalysisContext(model=load_platform(calibration) if calibration else None, warmup_launches=warmup_launches)
-    c = collect(inputs, nsys=nsys, allow_overflow=allow_overflow, progress=progress, rank_overrides=rank_overrides)
-    tables = c.tables
-    frames = {n: tables[n].to_pandas() for n in ("probes", "probe_slices", "dumps", "kernels")}
-    results = run_analyses(frames, ctx)
-    for name in ("bursts", "tiles"):
-        if name in results and len(results[name]):
-            tables[name] = pa.Table.from_pandas(results[name], preserve_index=False)
-    points = results.get("calibration_points", pd.DataFrame())
-    table3 = results.get("table3", pd.DataFrame())
+    plan = plan_run(inputs, nsys=nsys, allow_overflow=allow_overflow, rank_overrides=rank_overrides)
+    tables = plan.tables
     run_dir = Path(output) if output else _default_run_dir(Path(inputs[0]))
-    manifest = dict(c.manifest, calibration=str(calibration) if calibration else None, warnings=c.warnings,
-                    warmup_launches=warmup_launches, calibration_points=int(len(points)))
-    # calibration_points.csv beside the tables, so that `calibrate fit RUN_DIR` works
-    extra_files = {"calibration_points.csv": points.to_csv(index=False)} if len(points) else None
-    write_run(run_dir, tables, manifest, extra_files, {"table3": table3} if len(table3) else None)
+    state: dict = {}
+
+    def fill(tmp: Path) -> dict[str, int]:
+        tick = progress("analyzing probe dumps", len(plan.tasks)) if (progress and plan.tasks) else None
+        per_dump, warnings, n = run_tasks(plan.tasks, tmp, tables, ctx, workers, tick)
+        state["results"] = analyze_run(per_dump, frames_of(tables), ctx)
+        state["warnings"] = plan.warnings + warnings
+        for name in ("bursts", "tiles"):  # the per-burst and per-tile results are all that is kept
+            frame = state["results"].get(name, pd.DataFrame())
+            tables[name] = pa.Table.from_pandas(frame, preserve_index=False) if len(frame) else None
+        points = state["results"].get("calibration_points", pd.DataFrame())
+        if len(points):
+            points = points.sort_values(["dest", "mode", "K", "B", "gap_ns"]).reset_index(drop=True)
+        state["points"] = points
+        return {"probes": n}
+
+    def manifest() -> dict:
+        return dict(plan.manifest, calibration=str(calibration) if calibration else None, warnings=state["warnings"],
+                    warmup_launches=warmup_launches, calibration_points=int(len(state["points"])))
+
+    written = write_run(run_dir, tables, manifest,
+                        extra_files=lambda: {"calibration_points.csv": state["points"].to_csv(index=False)} if len(state["points"]) else {},
+                        results=lambda: {"table3": state["results"]["table3"]} if len(state["results"].get("table3", [])) else {},
+                        fill=fill)
+    table3 = state["results"].get("table3", pd.DataFrame())
     gm = tables["gpu_metrics"]
     metric_counts = {}
     if gm.num_rows:
         vc = pc.value_counts(gm["metric"].cast(pa.string()))
         metric_counts = {d["values"]: int(d["counts"]) for d in vc.to_pylist()}
-    tiles = tables["tiles"]
-    backpressured = int(pc.sum(tiles["backpressured"].cast(pa.int64())).as_py() or 0) if tiles.num_rows else 0
+    tiles = tables.get("tiles")
+    backpressured = int(pc.sum(tiles["backpressured"].cast(pa.int64())).as_py() or 0) if tiles is not None and tiles.num_rows else 0
     return {
         "run_dir": str(run_dir),
-        "gpus": c.manifest["gpus"],
+        "gpus": plan.manifest["gpus"],
         "kernels": tables["kernels"].num_rows,
         "nvtx_ranges": tables["nvtx"].num_rows,
         "gpu_metrics": metric_counts,
-        "probes": tables["probes"].num_rows,
+        "probes": written["probes"],
         "dumps": tables["dumps"].num_rows,
-        "bursts": tables["bursts"].num_rows,
+        "bursts": tables["bursts"].num_rows if tables.get("bursts") is not None else 0,
         "backpressured_tiles": backpressured,
-        "tiles": tiles.num_rows,
-        "calibration_points": int(len(points)),
+        "tiles": tiles.num_rows if tiles is not None else 0,
+        "calibration_points": int(len(state["points"])),
         "table3": table3.round(3).to_dict("records"),
-        "alignment": c.manifest["alignment"],
-        "time_base": c.manifest["time_base"],
-        "warnings": c.warnings,
+        "alignment": plan.manifest["alignment"],
+        "time_base": plan.manifest["time_base"],
+        "warnings": state["warnings"],
     }
 
 

@@ -101,11 +101,13 @@ def test_failed_write_leaves_no_run_dir(quick_run, tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_probe_only_run_uses_first_probe_time_base():
+def test_probe_only_run_is_timed_from_its_first_slice_open():
     c = collect([CALIB / "quick" / "host_periodic_K132_B8192_G0.xsp.zst"])
-    assert c.manifest["time_base"].startswith("first probe record")
+    assert c.manifest["time_base"].startswith("first probe slice")
     t = c.tables["probes"].column("t_ns")
-    assert pc.min(t).as_py() == 0.0
+    first_open = pc.min(c.tables["probe_slices"]["open_gt_ns"]).as_py()
+    first_rec = pc.min(c.tables["probes"]["t_gt_ns"]).as_py()
+    assert pc.min(t).as_py() == float(first_rec - first_open) >= 0.0
 
 
 def test_reanalysing_a_run_keeps_its_aligned_times(quick_run, tmp_path):

@@ -1,0 +1,29 @@
+"""Streaming analyze: worker processes give the same run as one process, and the probes are one file per dump."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+import xstage_trace
+import xstage_trace.stream as stream
+from conftest import FUSED
+from xstage_trace.runner import analyze_inputs
+
+
+def test_worker_processes_give_the_same_run(tmp_path, monkeypatch):
+    inputs = [FUSED / "traced" / "fused_reference.nsys-rep", FUSED / "traced"]
+    one = analyze_inputs(inputs, tmp_path / "one", warmup_launches=2, workers=1)
+    monkeypatch.setattr(stream, "PARALLEL_MIN_RECORDS", 0)  # the sample is small: force the pool
+    two = analyze_inputs(inputs, tmp_path / "two", warmup_launches=2, workers=2)
+    assert one["table3"] == two["table3"] and one["backpressured_tiles"] == two["backpressured_tiles"]
+    a, b = xstage_trace.open_run(tmp_path / "one"), xstage_trace.open_run(tmp_path / "two")
+    for name in ("tiles", "bursts", "probes"):
+        pd.testing.assert_frame_equal(getattr(a, name)(), getattr(b, name)())
+    parts = sorted(p.name for p in (tmp_path / "two" / "probes" / "rank=0").iterdir())
+    assert parts == [f"part-{i:05d}.parquet" for i in range(8)]  # one file per dump
+
+
+def test_a_run_given_back_is_analyzed_again_from_its_probes(tmp_path):
+    first = analyze_inputs([FUSED / "traced" / "fused_reference.nsys-rep", FUSED / "traced"], tmp_path / "a", warmup_launches=2)
+    again = analyze_inputs([tmp_path / "a"], tmp_path / "b", warmup_launches=2)
+    assert again["table3"] == first["table3"] and again["probes"] == first["probes"]
