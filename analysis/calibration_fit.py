@@ -282,8 +282,8 @@ def fit_calibration(points: pd.DataFrame, platform: str = "", store_path: str | 
     for k, g in iso.groupby("K"):  # per producer count: past the knee, T_iss^0 is the trend from below it
         g = g.sort_values("V")
         v = g["V"].to_numpy(dtype=np.float64)
-        knee, _, trend = isolated_knee(v, g["tiss_p90_ns"].to_numpy(dtype=np.float64), g["tiss_med_ns"].to_numpy(dtype=np.float64),
-                                       rate_by_k[int(k)])
+        knee, trend = isolated_knee(v, g["tiss_p90_ns"].to_numpy(dtype=np.float64), g["tiss_med_ns"].to_numpy(dtype=np.float64),
+                                    rate_by_k[int(k)])
         if knee is None:
             continue
         for b, vv in zip(g["B"], v):

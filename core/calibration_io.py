@@ -28,12 +28,12 @@ def _key(k: int, b: int) -> str:
 def _knee(k: Knee | None) -> dict | None:
     if k is None:
         return None
-    return {"v_lo_bytes": k.v_lo_bytes, "v_hi_bytes": k.v_hi_bytes, "q_lo_bytes": k.q_lo_bytes, "q_hi_bytes": k.q_hi_bytes}
+    return {"detector": k.detector, "v_lo_bytes": k.v_lo_bytes, "v_hi_bytes": k.v_hi_bytes, "q_lo_bytes": k.q_lo_bytes, "q_hi_bytes": k.q_hi_bytes}
 
 
 def _capacity(c: CapacityEstimate) -> dict:
     return {"q_bytes": c.q_bytes, "interval_bytes": list(c.interval_bytes) if c.interval_bytes else None, "source": c.source,
-            "knee_p90": _knee(c.knee_p90), "knee_median": _knee(c.knee_median),
+            "knee": _knee(c.knee),
             "transient_minimum_bytes": list(c.transient_bytes) if c.transient_bytes else None}
 
 

@@ -35,12 +35,12 @@ def _capacity_lines(doc: dict) -> list[str]:
             iv = c.get("interval_bytes")
             q = "n/a" if c["q_bytes"] is None else f"{c['q_bytes'] / 2**20:.2f} MiB"
             iv_s = f" [{iv[0] / 2**20:.2f}, {iv[1] / 2**20:.2f}]" if iv else ""
-            knee = c.get("knee_p90")
+            knee = c.get("knee")
             knee_s = ""
             if knee and knee["v_hi_bytes"] is not None:
-                knee_s = f"; p90 knee between V = {knee['v_lo_bytes'] / 2**20:.2f} and {knee['v_hi_bytes'] / 2**20:.2f} MiB"
+                knee_s = f"; isolated knee ({knee['detector']}) between V = {knee['v_lo_bytes'] / 2**20:.2f} and {knee['v_hi_bytes'] / 2**20:.2f} MiB"
             elif knee:
-                knee_s = f"; p90 never left the floor up to V = {knee['v_lo_bytes'] / 2**20:.2f} MiB"
+                knee_s = f"; isolated issue never left the floor up to V = {knee['v_lo_bytes'] / 2**20:.2f} MiB"
             lines.append(f"  - K={k}: {q}{iv_s} ({c['source']}{knee_s})")
         return lines
     caps = doc.get("capacity_by_producers_bytes") or {}
