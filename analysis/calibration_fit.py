@@ -259,6 +259,17 @@ def _transient_errors(per: pd.DataFrame, floors_model: PlatformModel, rate_by_k:
     return (100 * np.abs(period.reshape(m, n) - meas[None, :]) / meas[None, :]).T
 
 
+def _loop_overhead(p: pd.DataFrame, floors: dict, rate_by_k: dict[int, float]) -> float:
+    """o: median of period − G − T_iss^0 over the recovered periodic launches with G > 0 (spec §4), ≥ 0."""
+    plateau = p[(p["mode"] == "periodic") & (p["gap_ns"] > 0)
+                & (p["gap_ns"].to_numpy() >= RECOVERED_GAP_FACTOR * p["V"].to_numpy() / p["K"].map(rate_by_k).to_numpy())]
+    plateau = plateau[[kb in floors for kb in zip(plateau["K"].astype(int), plateau["B"].astype(int))]]
+    if plateau.empty:
+        return 0.0
+    t0 = np.array([floors[(int(k), int(b))] for k, b in zip(plateau["K"], plateau["B"])])
+    return max(float(np.median(plateau["period_med_ns"].to_numpy() - plateau["gap_ns"].to_numpy() - t0)), 0.0)
+
+
 def fit_calibration(points: pd.DataFrame, platform: str = "", store_path: str | None = None) -> CalibrationFit:
     """Spec §3: fit (T_iss^0(K,B), R(K), Q(K), o) and predict the sweep (Eq. 1 + o, §4 recurrence, isolated law)."""
     p = points.copy()
@@ -273,9 +284,12 @@ def fit_calibration(points: pd.DataFrame, platform: str = "", store_path: str | 
         # No backpressured zero-gap point: the path was never drain-limited in this sweep.
         per0 = p[(p["mode"] == "periodic") & (p["gap_ns"] == 0)]
         lower = float((per0["V"] / per0["period_med_ns"]).max()) if len(per0) else float("nan")
-        model = PlatformModel(lower, _issue_floors(p), None, 0.0, platform, store_path)
-        return CalibrationFit(model, None, {}, f"no drain-limited zero-gap point: R >= {lower:.0f} GB/s (lower bound), Q not identifiable",
-                              predict(p, model), p.iloc[0:0])
+        floors = _issue_floors(p)
+        model = PlatformModel(lower, floors, None, _loop_overhead(p, floors, {int(k): lower for k in p["K"].unique()}), platform, store_path)
+        fit = CalibrationFit(model, None, {}, f"no drain-limited zero-gap point: R >= {lower:.0f} GB/s (lower bound), Q not identifiable",
+                             predict(p, model), p.iloc[0:0])
+        fit.errors = _error_summary(fit.points)
+        return fit
     rate_by_k = {int(k): rates.used_by_producers.get(int(k), rates.rate_gbps) for k in p["K"].unique()}
     floors = _issue_floors(p, rate_by_k)
     iso = p[p["mode"] == "isolated"]
@@ -289,12 +303,7 @@ def fit_calibration(points: pd.DataFrame, platform: str = "", store_path: str | 
         for b, vv in zip(g["B"], v):
             if vv > knee.v_lo_bytes:
                 floors[(int(k), int(b))] = float(trend(vv))
-    plateau = p[(p["mode"] == "periodic") & (p["gap_ns"] > 0)
-                & (p["gap_ns"].to_numpy() >= RECOVERED_GAP_FACTOR * p["V"].to_numpy() / p["K"].map(rate_by_k).to_numpy())]
-    plateau = plateau[[kb in floors for kb in zip(plateau["K"].astype(int), plateau["B"].astype(int))]]
-    t0 = np.array([floors[(int(k), int(b))] for k, b in zip(plateau["K"], plateau["B"])])
-    o = float(np.median(plateau["period_med_ns"].to_numpy() - plateau["gap_ns"].to_numpy() - t0)) if len(plateau) else 0.0
-    base = PlatformModel(rates.rate_gbps, floors, None, max(o, 0.0), platform, store_path)
+    base = PlatformModel(rates.rate_gbps, floors, None, _loop_overhead(p, floors, rate_by_k), platform, store_path)
     per = p[p["mode"] == "periodic"].reset_index(drop=True)
     err = _transient_errors(per, base, rate_by_k) if len(per) else None
     rng = np.random.default_rng(BOOTSTRAP_SEED)
