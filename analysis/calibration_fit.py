@@ -73,7 +73,7 @@ class RateFit:
     uncertainty_gbps: float
     points: int
     measured_by_producers: dict[int, dict]  # K → rate_gbps, uncertainty_gbps, points, differs
-    used_by_producers: dict[int, float]  # K → R used in prediction
+    used_by_producers: dict[int, float]  # K → R used in prediction, every K of the sweep
 
 
 @dataclass
@@ -136,7 +136,8 @@ def _rates(p: pd.DataFrame, floors: dict) -> RateFit | None:
         differs = len(rk) >= 2 and abs(med - pooled) > max(u, unc)
         measured[int(k)] = {"rate_gbps": med, "uncertainty_gbps": u, "points": int(len(rk)), "differs": bool(differs)}
         used[int(k)] = med if differs else pooled
-    return RateFit(pooled, unc, int(len(d)), measured, used)
+    used.update({int(k): pooled for k in p["K"].unique() if int(k) not in used})  # K without drain-limited launches
+    return RateFit(pooled, unc, int(len(d)), measured, dict(sorted(used.items())))
 
 
 def _launch_bursts(p: pd.DataFrame) -> np.ndarray:
@@ -290,7 +291,7 @@ def fit_calibration(points: pd.DataFrame, platform: str = "", store_path: str | 
                              predict(p, model), p.iloc[0:0])
         fit.errors = _error_summary(fit.points)
         return fit
-    rate_by_k = {int(k): rates.used_by_producers.get(int(k), rates.rate_gbps) for k in p["K"].unique()}
+    rate_by_k = rates.used_by_producers
     floors = _issue_floors(p, rate_by_k)
     iso = p[p["mode"] == "isolated"]
     for k, g in iso.groupby("K"):  # per producer count: past the knee, T_iss^0 is the trend from below it
@@ -319,8 +320,7 @@ def fit_calibration(points: pd.DataFrame, platform: str = "", store_path: str | 
     if caps is None:
         reason = ("isolated bursts never left the recovered floor and the transients do not bound Q: Q exceeds the largest isolated volume"
                   if len(iso) else "the periodic transients do not depend on Q and there are no isolated launches")
-    model = CalibratedPlatform(rates.rate_gbps, floors, caps, base.loop_overhead_ns, platform, store_path,
-                               {k: rates.used_by_producers[k] for k in rates.used_by_producers})
+    model = CalibratedPlatform(rates.rate_gbps, floors, caps, base.loop_overhead_ns, platform, store_path, rate_by_k)
     fit = CalibrationFit(model, rates, capacity, reason, predict(p, model), predict_isolated(p, model))
     fit.errors = _error_summary(fit.points)
     fit.isolated_errors = _isolated_summary(fit.isolated)

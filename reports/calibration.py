@@ -24,7 +24,8 @@ def _iso_errs(e: dict | None) -> list[str]:
         part = lambda y: "n/a" if y is None else f"median {_fmt(y['issue_err_median_pct'], 2)} %, mean {_fmt(y['issue_err_mean_pct'], 2)} %"  # noqa: E731
         out.append(f"- isolated law max(T_iss^0, (V − Q)/R) vs measured {name} issue time: {part(x)} "
                    f"(within Q: {part(x['within_q'])}; beyond Q: {part(x['beyond_q'])})")
-    out.append(f"  ({e['points']} isolated launches, {e['points_beyond_q']} with V − R·T_iss^0 > Q)")
+    out.append(f"  ({e['points']} isolated launches, {e['points_beyond_q']} with V − R·T_iss^0 > Q; within Q the law is T_iss^0, "
+               "taken from the fitting run's medians)")
     return out
 
 

@@ -103,8 +103,8 @@ def test_isolated_law_is_scored(fit_ours):
     within = iso[iso["pred_issue_iso_ns"] <= iso["issue_floor_ns"]]
     beyond = iso[iso["pred_issue_iso_ns"] > iso["issue_floor_ns"]]
     assert e["points_beyond_q"] == len(beyond) > 0
-    # below Q the law is the floor, which the median issue time keeps within 1 %
-    assert e["vs_median"]["within_q"]["issue_err_median_pct"] < 1.0
+    # below Q the law is the floor (fitted from the medians); the p90 tail, not used by the fit, sits on it
+    assert e["vs_p90"]["within_q"]["issue_err_median_pct"] < 1.0
     # beyond Q the bench's median and p90 stay far under (V − Q)/R: the law (an aggregate, last-producer
     # time) overestimates every such launch on this path
     assert (beyond["pred_issue_iso_ns"] > beyond["tiss_p90_ns"]).all()
