@@ -9,6 +9,7 @@ and says so.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -21,6 +22,7 @@ from xstage_trace.calibration_io import load_platform_from_doc, period_errors_of
 from xstage_trace.collectors.collect import collect
 
 PEER = SAMPLES / "h200x2_peer"
+DATA = Path(__file__).resolve().parent / "data"
 
 
 @pytest.fixture(scope="module")
@@ -161,8 +163,10 @@ def test_points_from_dumps_match_the_committed_reduction():
     assert row["tiss_p90_ns"] > row["tiss_med_ns"] > 30_000
 
 
-def test_shipped_version1_json_still_loads():
-    doc = json.loads((CALIB / "calibration_host.json").read_text())
+def test_version1_json_still_loads_and_reports(tmp_path):
+    from xstage_trace.runner import write_report
+
+    doc = json.loads((DATA / "calibration_host_v1.json").read_text())
     assert doc["calibration_version"] == 1
     m = load_platform_from_doc(doc)
     assert not isinstance(m, CalibratedPlatform)  # version 1 predicted with its single R
@@ -170,6 +174,10 @@ def test_shipped_version1_json_still_loads():
     errs = period_errors_of(doc)
     assert errs["recurrence"]["period_err_median_pct"] == doc["errors_recurrence"]["period_err_median_pct"]
     assert errs["eq1_loop_overhead"] == doc["errors_steady_state"]
+    write_report(tmp_path, doc, pd.read_csv(CALIB / "calibration_points.csv"))
+    text = (tmp_path / "report_host.md").read_text()
+    assert f"K=132: {doc['capacity_by_producers_bytes']['132'] / 2**20:.2f} MiB" in text
+    assert f"period error, Eq. 1 + loop overhead (max(T_iss^0 + G + o, V/R), no capacity): median {doc['errors_steady_state']['period_err_median_pct']:.2f} %" in text
 
 
 def test_report_text_names_both_lines_and_the_validation(tmp_path, fit_ours, reference):
