@@ -133,3 +133,23 @@ def test_noisy_sweep_keeps_the_model_and_validates_on_the_exact_one():
     v = validate(fit, sweep())
     assert v.errors["rec"]["period_err_median_pct"] < 3.0 and v.errors["rec"]["period_err_mean_pct"] < 5.0
     assert v.shared_points == len(v.points)
+
+
+def test_one_slow_tail_below_the_knee_does_not_move_it(exact_fit):
+    pts = sweep()
+    slow = (pts["mode"] == "isolated") & (pts["K"] == 132) & (pts["B"] == 24576)  # V = 3.2 MB, far below Q
+    pts.loc[slow, "tiss_p90_ns"] *= 3.0
+    knee = fit_calibration(pts, store_path="host").capacity[132].knee
+    assert (knee.v_lo_bytes, knee.v_hi_bytes) == (exact_fit.capacity[132].knee.v_lo_bytes, exact_fit.capacity[132].knee.v_hi_bytes)
+
+
+def test_tail_knee_when_only_some_producers_stall():
+    """Median producer at the floor, the p90 producer following the law (the H200's pattern): the
+    tail detector brackets the true Q."""
+    pts = sweep()
+    iso = pts["mode"] == "isolated"
+    pts.loc[iso, "tiss_med_ns"] = [floor_ns(b) for b in pts.loc[iso, "B"]]
+    c = fit_calibration(pts, store_path="host").capacity[132]
+    assert c.knee.detector == "tail"
+    assert inside(CAPACITY_BYTES[132], (c.knee.q_lo_bytes, c.knee.q_hi_bytes))
+    assert inside(CAPACITY_BYTES[132], c.interval_bytes)
