@@ -1,22 +1,24 @@
-"""Fit the platform model M_X from calibration points and predict the whole sweep with no refit (spec §3).
+"""Fit the platform model M_X from calibration points and predict a sweep with no refit (spec §3).
 
 Input: one row per launch with dest, mode (periodic | isolated), K, B, V, gap_ns, tiss_med_ns,
 tiss_p90_ns, period_med_ns (the calibration benchmark's reduction or the reference CSV).
 
 - T_iss^0(K, B): the large-gap plateau, i.e. the recovered launches of that (K, B) (isolated, or
-  periodic with G ≥ 1.5·V/R) whose median issue time sits within 10 % of the smallest one; a
-  (K, B) with none is interpolated from its neighbours (PlatformModel.floor_ns).
+  periodic with G ≥ 1.5·V/R(K)) whose median issue time sits within 10 % of the smallest one;
+  isolated volumes past the knee take the floor trend extrapolated from below the knee
+  (calibration_capacity.floor_trend_ns), not their own median.
+- R: V / T_period over the drain-limited zero-gap points (median issue time ≥ 2 × T_iss^0), the
+  median over them (± half the IQR). R(K): the median over one K's points; it replaces the pooled R
+  for that K where the two medians differ by more than the larger half-IQR (the data say the
+  rate depends on K), else that K uses the pooled R. The pooled R stays the single-R summary.
 - o: per-burst loop overhead on the plateau, period − G − T_iss^0 (median).
-- R: V / T_period over the drain-limited zero-gap points only, detected by their backpressure
-  (median issue time ≥ 2 × T_iss^0); the median over those points, uncertainty = half the IQR.
-- Q(K): from the isolated-burst knee, once from the per-launch tail (p90) and once from the median
-  issue time. Per K, the knee lies between the last volume whose issue time stays within 15 % of
-  its recovered trend T_iss^0(K, B) and the first that leaves it; V_knee is their geometric mean
-  and Q = V_knee − R·T_iss^0(V_knee) (spec §3), ± half the bracket. Without isolated points, Q is
-  the one value that best explains the periodic transients through the recurrence (reported with
-  that source).
-- Prediction with no refit: Eq. 1 steady state for every periodic point, and the §4 recurrence
-  with capacity (stalled trajectory) over the launch's bursts for every periodic point.
+- Q(K): calibration_capacity (persistent isolated knee with the periodic transients, bootstrap
+  interval).
+- Prediction with no refit, both lines for every periodic point: "Eq. 1 + loop overhead",
+  T_period = max(T_iss^0 + G + o, V/R(K)), and the §4 stalled recurrence with Q(K) and o over the
+  launch's bursts. Isolated points: the law T_iss^iso = max(T_iss^0, (V − Q)/R) where the excess
+  V − R·T_iss^0 exceeds Q (burst_gap.isolated_issue_time_ns), scored against the median and the
+  p90 issue time.
 """
 
 from __future__ import annotations
@@ -26,40 +28,85 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from xstage_trace.analysis.burst_gap import isolated_issue_time_ns
+from xstage_trace.analysis.calibration_capacity import BOOTSTRAP_SEED, CapacityEstimate, estimate_capacity, isolated_knee
 from xstage_trace.analysis.platform import PlatformModel
 from xstage_trace.analysis.recurrence import stalled_trajectory
 
 PLATEAU_TOLERANCE = 0.10
 RECOVERED_GAP_FACTOR = 1.5  # a periodic launch counts as recovered when G ≥ 1.5·V/R
 BACKPRESSURE_FACTOR = 2.0
-KNEE_FACTOR = 1.15
 UNEXPLAINED_PCT = 10.0
 DEFAULT_BURSTS = 64
 DEFAULT_WARMUP = 16
+CAPACITY_GRID_BYTES = np.geomspace(64 * 1024, 1 << 30, 113)  # 9 % steps
+
+
+@dataclass(frozen=True)
+class CalibratedPlatform(PlatformModel):
+    """M_X with the drain rate per producer count R(K); rate_gbps stays the pooled single R."""
+
+    rate_by_producers_gbps: dict[int, float] = field(default_factory=dict)
+
+    def rate(self, producers) -> np.ndarray:
+        """R(K) at the nearest calibrated K (the pooled R where no K has its own)."""
+        K = np.atleast_1d(np.asarray(producers, dtype=np.float64))
+        if not self.rate_by_producers_gbps:
+            return np.full(K.shape, self.rate_gbps)
+        ks = np.array(sorted(self.rate_by_producers_gbps), dtype=np.float64)
+        rs = np.array([self.rate_by_producers_gbps[int(k)] for k in ks])
+        return rs[np.argmin(np.abs(K[:, None] - ks[None, :]), axis=1)]
+
+
+def rates_of(model: PlatformModel, producers) -> np.ndarray:
+    """R per K for any PlatformModel: R(K) of a CalibratedPlatform, else the single R."""
+    if isinstance(model, CalibratedPlatform):
+        return model.rate(producers)
+    return np.full(np.atleast_1d(producers).shape, model.rate_gbps, dtype=np.float64)
+
+
+@dataclass(frozen=True)
+class RateFit:
+    """Pooled R and R(K) from the drain-limited zero-gap launches."""
+
+    rate_gbps: float
+    uncertainty_gbps: float
+    points: int
+    measured_by_producers: dict[int, dict]  # K → rate_gbps, uncertainty_gbps, points, differs
+    used_by_producers: dict[int, float]  # K → R used in prediction, every K of the sweep
 
 
 @dataclass
 class CalibrationFit:
-    """The fitted M_X with its uncertainties, the per-point predictions and the error summary."""
+    """The fitted M_X with its uncertainties, the per-point predictions and the error summaries."""
 
     model: PlatformModel
-    rate_uncertainty_gbps: float | None
-    rate_points: int
-    rate_by_producers: dict[int, float]
-    capacity_p90_bytes: dict[int, float]
-    capacity_median_bytes: dict[int, float]
-    capacity_uncertainty_bytes: dict[int, float]
-    capacity_source: str | None
+    rates: RateFit | None
+    capacity: dict[int, CapacityEstimate]
     capacity_reason: str | None
-    points: pd.DataFrame
-    errors: dict = field(default_factory=dict)
+    points: pd.DataFrame  # periodic points with predictions
+    isolated: pd.DataFrame  # isolated points with the law's prediction
+    errors: dict = field(default_factory=dict)  # "ss" (Eq. 1 + loop overhead), "rec" (recurrence)
+    isolated_errors: dict = field(default_factory=dict)
+
+    @property
+    def rate_points(self) -> int:
+        """Drain-limited zero-gap launches behind R (0: R is only a lower bound)."""
+        return self.rates.points if self.rates else 0
+
+    @property
+    def capacity_source(self) -> str | None:
+        """Where Q came from, joined over K."""
+        s = sorted({c.source for c in self.capacity.values() if c.q_bytes is not None})
+        return "; ".join(s) or None
 
 
-def _issue_floors(p: pd.DataFrame, rate_gbps: float | None = None) -> dict[tuple[int, int], float]:
-    """Plateau issue time per (K, B); with a rate, only launches recovered by construction count
-    (isolated, or periodic with G ≥ 1.5·V/R), and a (K, B) without one is left out (interpolated later)."""
-    if rate_gbps is not None:
-        p = p[(p["mode"] == "isolated") | (p["gap_ns"] >= RECOVERED_GAP_FACTOR * p["V"] / rate_gbps)]
+def _issue_floors(p: pd.DataFrame, rate_by_k: dict[int, float] | None = None) -> dict[tuple[int, int], float]:
+    """Plateau issue time per (K, B); with rates, only launches recovered by construction count
+    (isolated, or periodic with G ≥ 1.5·V/R(K)), and a (K, B) without one is left out (interpolated later)."""
+    if rate_by_k is not None:
+        r = p["K"].map(rate_by_k).to_numpy(dtype=np.float64)
+        p = p[(p["mode"] == "isolated") | (p["gap_ns"].to_numpy() >= RECOVERED_GAP_FACTOR * p["V"].to_numpy() / r)]
     out = {}
     for (k, b), g in p.groupby(["K", "B"]):  # one group per (K, B) configuration
         t = g["tiss_med_ns"].to_numpy()
@@ -68,71 +115,98 @@ def _issue_floors(p: pd.DataFrame, rate_gbps: float | None = None) -> dict[tuple
     return out
 
 
-def _rate(p: pd.DataFrame, floors: dict) -> tuple[float | None, float | None, int, dict]:
+def _half_iqr(x: np.ndarray) -> float:
+    q25, q75 = np.percentile(x, [25, 75])
+    return float((q75 - q25) / 2)
+
+
+def _rates(p: pd.DataFrame, floors: dict) -> RateFit | None:
+    """R over the drain-limited zero-gap launches, pooled and per K (spec §3)."""
     per = p[(p["mode"] == "periodic") & (p["gap_ns"] == 0)]
     t0 = np.array([floors[(int(k), int(b))] for k, b in zip(per["K"], per["B"])])
-    drain_limited = per["tiss_med_ns"].to_numpy() >= BACKPRESSURE_FACTOR * t0
-    d = per[drain_limited]
+    d = per[per["tiss_med_ns"].to_numpy() >= BACKPRESSURE_FACTOR * t0]
     if d.empty:
-        return None, None, 0, {}
+        return None
     r = (d["V"] / d["period_med_ns"]).to_numpy()
-    q25, q50, q75 = np.percentile(r, [25, 50, 75])
-    by_k = {int(k): float(np.median(g["V"] / g["period_med_ns"])) for k, g in d.groupby("K")}
-    return float(q50), float((q75 - q25) / 2), int(len(d)), by_k
+    pooled, unc = float(np.median(r)), _half_iqr(r)
+    measured, used = {}, {}
+    for k, g in d.groupby("K"):  # per producer count
+        rk = (g["V"] / g["period_med_ns"]).to_numpy()
+        med, u = float(np.median(rk)), _half_iqr(rk)
+        differs = len(rk) >= 2 and abs(med - pooled) > max(u, unc)
+        measured[int(k)] = {"rate_gbps": med, "uncertainty_gbps": u, "points": int(len(rk)), "differs": bool(differs)}
+        used[int(k)] = med if differs else pooled
+    used.update({int(k): pooled for k in p["K"].unique() if int(k) not in used})  # K without drain-limited launches
+    return RateFit(pooled, unc, int(len(d)), measured, dict(sorted(used.items())))
 
 
-def _knee_capacity(iso: pd.DataFrame, column: str, rate: float, floor_of) -> dict[int, tuple[float, float]]:
-    """Spec §3 per K: bracket the knee in one issue-time column, Q = V_knee − R·T_iss^0(V_knee) ± half bracket."""
-    out: dict[int, tuple[float, float]] = {}
-    for k, g in iso.groupby("K"):  # per producer count
-        g = g.sort_values("V")
-        v = g["V"].to_numpy(dtype=np.float64)
-        trend = floor_of(g["K"].to_numpy(), g["B"].to_numpy())
-        over = g[column].to_numpy() > KNEE_FACTOR * trend
-        if not over.any() or over[0]:
-            continue
-        first = int(np.argmax(over))
-        v_lo, v_hi = v[first - 1], v[first]
-        v_knee = float(np.sqrt(v_lo * v_hi))
-        t0 = float(floor_of([k], [v_knee / k])[0])
-        q = v_knee - rate * t0
-        out[int(k)] = (q, (v_hi - v_lo) / 2)
-    return out
+def _launch_bursts(p: pd.DataFrame) -> np.ndarray:
+    if "bursts" in p:
+        return p["bursts"].fillna(DEFAULT_BURSTS).astype(int).to_numpy()
+    return np.full(len(p), DEFAULT_BURSTS)
+
+
+def recurrence_medians(volume_bytes, gap_ns, floor_ns, rate_gbps, capacity_bytes, loop_overhead_ns: float,
+                       bursts: np.ndarray, warmup: int = DEFAULT_WARMUP) -> tuple[np.ndarray, np.ndarray]:
+    """Spec §4 stalled recurrence over each launch's bursts (capacity empty at launch start):
+    median period and median issue time over bursts ≥ warmup, per launch (arrays of launches)."""
+    n = len(bursts)
+    n_tot = int(bursts.sum())
+    launch = np.repeat(np.arange(n), bursts)
+    idx = np.arange(n_tot) - np.repeat(np.cumsum(bursts) - bursts, bursts)
+    last = idx == np.repeat(bursts - 1, bursts)
+    g = np.asarray(gap_ns, dtype=np.float64)[launch]
+    # all launches in one sequence: a huge recovery gap after each launch's last burst empties the backlog
+    traj = stalled_trajectory(np.asarray(volume_bytes, dtype=np.float64)[launch], np.where(last, 1e15, g),
+                              np.asarray(floor_ns, dtype=np.float64)[launch], np.asarray(rate_gbps, dtype=np.float64)[launch],
+                              np.asarray(capacity_bytes, dtype=np.float64)[launch], loop_overhead_ns)
+    issue = traj["issue_ns"].to_numpy()
+    use = (idx >= warmup) & ~last
+    frame = pd.DataFrame({"launch": launch[use], "period": issue[use] + g[use] + loop_overhead_ns, "issue": issue[use]})
+    med = frame.groupby("launch").median().reindex(np.arange(n))
+    return med["period"].to_numpy(), med["issue"].to_numpy()
 
 
 def predict(points: pd.DataFrame, model: PlatformModel) -> pd.DataFrame:
-    """Steady-state (Eq. 1) and recurrence predictions for every periodic point, with % errors."""
+    """Eq. 1 + loop overhead and the §4 recurrence for every periodic point, with % errors.
+
+    Columns pred_period_ss_ns / pred_issue_ss_ns: Eq. 1 with the loop overhead,
+    T_period = max(T_iss^0 + G + o, V/R), T_iss = max(T_iss^0, V/R − G − o); *_rec_ns: the recurrence.
+    """
     p = points[points["mode"] == "periodic"].copy()
-    t0 = model.floor_ns(p["K"].to_numpy(), p["B"].to_numpy())
+    k = p["K"].to_numpy()
+    t0 = model.floor_ns(k, p["B"].to_numpy())
     g = p["gap_ns"].to_numpy(dtype=np.float64)
     o = model.loop_overhead_ns
-    drain = p["V"].to_numpy(dtype=np.float64) / model.rate_gbps
+    r = rates_of(model, k)
+    drain = p["V"].to_numpy(dtype=np.float64) / r
     p["issue_floor_ns"] = t0
+    p["rate_gbps"] = r
     p["pred_period_ss_ns"] = np.maximum(t0 + g + o, drain)
     p["pred_issue_ss_ns"] = np.maximum(t0, drain - g - o)
     if model.capacity_by_producers:
-        bursts = p["bursts"].fillna(DEFAULT_BURSTS).astype(int).to_numpy() if "bursts" in p else np.full(len(p), DEFAULT_BURSTS)
-        warm = np.full(len(p), DEFAULT_WARMUP)
-        # All launches at once: one long sequence with a capacity reset (a huge recovery gap) between launches.
-        n_tot = int(bursts.sum())
-        launch = np.repeat(np.arange(len(p)), bursts)
-        idx = np.arange(n_tot) - np.repeat(np.cumsum(bursts) - bursts, bursts)
-        last = idx == np.repeat(bursts - 1, bursts)
-        gap_seq = np.where(last, 1e15, g[launch])
-        traj = stalled_trajectory(p["V"].to_numpy(dtype=np.float64)[launch], gap_seq, t0[launch], model.rate_gbps,
-                                  model.capacity(p["K"].to_numpy())[launch], o)
-        period = np.where(last, np.nan, traj["issue_ns"].to_numpy() + g[launch] + o)
-        use = (idx >= warm[launch]) & ~last
-        frame = pd.DataFrame({"launch": launch[use], "period": period[use], "issue": traj["issue_ns"].to_numpy()[use]})
-        med = frame.groupby("launch").median()
-        p["pred_period_rec_ns"] = med["period"].reindex(np.arange(len(p))).to_numpy()
-        p["pred_issue_rec_ns"] = med["issue"].reindex(np.arange(len(p))).to_numpy()
+        per, iss = recurrence_medians(p["V"].to_numpy(), g, t0, r, model.capacity(k), o, _launch_bursts(p))
+        p["pred_period_rec_ns"], p["pred_issue_rec_ns"] = per, iss
     meas = p["period_med_ns"].to_numpy()
     p["period_err_ss_pct"] = 100 * np.abs(p["pred_period_ss_ns"] - meas) / meas
     p["issue_err_ss_pct"] = 100 * np.abs(p["pred_issue_ss_ns"] - p["tiss_med_ns"]) / p["tiss_med_ns"]
     if "pred_period_rec_ns" in p:
         p["period_err_rec_pct"] = 100 * np.abs(p["pred_period_rec_ns"] - meas) / meas
         p["issue_err_rec_pct"] = 100 * np.abs(p["pred_issue_rec_ns"] - p["tiss_med_ns"]) / p["tiss_med_ns"]
+    return p
+
+
+def predict_isolated(points: pd.DataFrame, model: PlatformModel) -> pd.DataFrame:
+    """Spec §3 isolated law for every isolated point, with % errors against the median and p90 issue time."""
+    p = points[points["mode"] == "isolated"].copy()
+    if p.empty or not model.capacity_by_producers:
+        return p.iloc[0:0]
+    k = p["K"].to_numpy()
+    t0 = model.floor_ns(k, p["B"].to_numpy())
+    p["issue_floor_ns"] = t0
+    p["pred_issue_iso_ns"] = isolated_issue_time_ns(p["V"].to_numpy(), rates_of(model, k), t0, model.capacity(k))
+    for col, tag in (("tiss_med_ns", "med"), ("tiss_p90_ns", "p90")):
+        p[f"iso_err_{tag}_pct"] = 100 * np.abs(p["pred_issue_iso_ns"] - p[col]) / p[col]
     return p
 
 
@@ -158,21 +232,47 @@ def _error_summary(pred: pd.DataFrame) -> dict:
     return out
 
 
-def _capacity_from_transients(points: pd.DataFrame, base: PlatformModel) -> dict[int, float]:
-    """Without isolated points: the Q (log grid, 64 KiB … 1 GiB) whose recurrence best explains the periodic sweep."""
-    grid = np.geomspace(64 * 1024, 1 << 30, 97)
-    best, best_err = None, np.inf
-    for q in grid:  # 97 candidate capacities; each prediction is vectorized over all launches and bursts
-        m = PlatformModel(base.rate_gbps, base.issue_floor_ns, {int(k): float(q) for k in points["K"].unique()},
-                          base.loop_overhead_ns, base.platform, base.store_path)
-        err = float(predict(points, m)["period_err_rec_pct"].mean())
-        if err < best_err - 1e-9:
-            best, best_err = float(q), err
-    return {int(k): best for k in points["K"].unique()}
+def _isolated_summary(iso: pd.DataFrame) -> dict:
+    """Isolated-law errors vs the median and the p90 issue time: all launches, and split by whether
+    the law predicts a stall (excess V − R·T_iss^0 over Q: "beyond_q") or the floor ("within_q")."""
+    if iso.empty:
+        return {}
+    beyond = (iso["pred_issue_iso_ns"] > iso["issue_floor_ns"]).to_numpy()
+    out: dict = {"points": int(len(iso)), "points_beyond_q": int(beyond.sum())}
+    for tag, name in (("med", "vs_median"), ("p90", "vs_p90")):
+        col = iso[f"iso_err_{tag}_pct"]
+        part = lambda c: {"issue_err_median_pct": float(c.median()), "issue_err_mean_pct": float(c.mean())} if len(c) else None  # noqa: E731
+        out[name] = dict(part(col), within_q=part(col[~beyond]), beyond_q=part(col[beyond]),
+                         by_producers={int(k): part(g) for k, g in col.groupby(iso["K"])})
+    return out
+
+
+def _transient_errors(per: pd.DataFrame, floors_model: PlatformModel, rate_by_k: dict[int, float]) -> np.ndarray:
+    """Recurrence period error (%) of every periodic launch (rows) for every Q of the grid (columns)."""
+    n, m = len(per), len(CAPACITY_GRID_BYTES)
+    k = per["K"].to_numpy()
+    t0 = floors_model.floor_ns(k, per["B"].to_numpy())
+    r = per["K"].map(rate_by_k).to_numpy(dtype=np.float64)
+    rep = lambda x: np.tile(np.asarray(x), m)  # noqa: E731 (grid-major copies of every launch)
+    period, _ = recurrence_medians(rep(per["V"].to_numpy()), rep(per["gap_ns"].to_numpy()), rep(t0), rep(r),
+                                   np.repeat(CAPACITY_GRID_BYTES, n), floors_model.loop_overhead_ns, rep(_launch_bursts(per)))
+    meas = per["period_med_ns"].to_numpy()
+    return (100 * np.abs(period.reshape(m, n) - meas[None, :]) / meas[None, :]).T
+
+
+def _loop_overhead(p: pd.DataFrame, floors: dict, rate_by_k: dict[int, float]) -> float:
+    """o: median of period − G − T_iss^0 over the recovered periodic launches with G > 0 (spec §4), ≥ 0."""
+    plateau = p[(p["mode"] == "periodic") & (p["gap_ns"] > 0)
+                & (p["gap_ns"].to_numpy() >= RECOVERED_GAP_FACTOR * p["V"].to_numpy() / p["K"].map(rate_by_k).to_numpy())]
+    plateau = plateau[[kb in floors for kb in zip(plateau["K"].astype(int), plateau["B"].astype(int))]]
+    if plateau.empty:
+        return 0.0
+    t0 = np.array([floors[(int(k), int(b))] for k, b in zip(plateau["K"], plateau["B"])])
+    return max(float(np.median(plateau["period_med_ns"].to_numpy() - plateau["gap_ns"].to_numpy() - t0)), 0.0)
 
 
 def fit_calibration(points: pd.DataFrame, platform: str = "", store_path: str | None = None) -> CalibrationFit:
-    """Spec §3: fit (T_iss^0(K,B), R, Q) and predict the periodic sweep (Eq. 1 and §4 recurrence) with no refit."""
+    """Spec §3: fit (T_iss^0(K,B), R(K), Q(K), o) and predict the sweep (Eq. 1 + o, §4 recurrence, isolated law)."""
     p = points.copy()
     if store_path is None:
         dests = sorted(p["dest"].unique())
@@ -180,40 +280,74 @@ def fit_calibration(points: pd.DataFrame, platform: str = "", store_path: str | 
             raise ValueError(f"points hold several store paths {dests}; fit one at a time")
         store_path = dests[0]
     p = p[p["dest"] == store_path].reset_index(drop=True)
-    rate, rate_unc, n_rate, by_k = _rate(p, _issue_floors(p))
-    if rate is None:
+    rates = _rates(p, _issue_floors(p))
+    if rates is None:
         # No backpressured zero-gap point: the path was never drain-limited in this sweep.
         per0 = p[(p["mode"] == "periodic") & (p["gap_ns"] == 0)]
         lower = float((per0["V"] / per0["period_med_ns"]).max()) if len(per0) else float("nan")
-        model = PlatformModel(lower, _issue_floors(p), None, 0.0, platform, store_path)
-        return CalibrationFit(model, None, 0, {}, {}, {}, {}, None,
-                              f"no drain-limited zero-gap point: R >= {lower:.0f} GB/s (lower bound), Q not identifiable", p, {})
-    floors = _issue_floors(p, rate)
-    plateau = p[(p["mode"] == "periodic") & (p["gap_ns"] > 0) & (p["gap_ns"] >= RECOVERED_GAP_FACTOR * p["V"] / rate)]
-    plateau = plateau[[kb in floors for kb in zip(plateau["K"].astype(int), plateau["B"].astype(int))]]
-    t0 = np.array([floors[(int(k), int(b))] for k, b in zip(plateau["K"], plateau["B"])])
-    o = float(np.median(plateau["period_med_ns"].to_numpy() - plateau["gap_ns"].to_numpy() - t0)) if len(plateau) else 0.0
-    base = PlatformModel(rate, floors, None, max(o, 0.0), platform, store_path)
+        floors = _issue_floors(p)
+        model = PlatformModel(lower, floors, None, _loop_overhead(p, floors, {int(k): lower for k in p["K"].unique()}), platform, store_path)
+        fit = CalibrationFit(model, None, {}, f"no drain-limited zero-gap point: R >= {lower:.0f} GB/s (lower bound), Q not identifiable",
+                             predict(p, model), p.iloc[0:0])
+        fit.errors = _error_summary(fit.points)
+        return fit
+    rate_by_k = rates.used_by_producers
+    floors = _issue_floors(p, rate_by_k)
     iso = p[p["mode"] == "isolated"]
-    q_p90: dict = {}
-    q_med: dict = {}
-    q_unc: dict = {}
-    source = reason = None
-    if len(iso):
-        knee_tail = _knee_capacity(iso, "tiss_p90_ns", rate, base.floor_ns)
-        q_p90 = {k: q for k, (q, _) in knee_tail.items()}
-        q_unc = {k: u for k, (_, u) in knee_tail.items()}
-        q_med = {k: q for k, (q, _) in _knee_capacity(iso, "tiss_med_ns", rate, base.floor_ns).items()}
-        if q_p90:
-            source = "isolated-burst knee (p90 tail)"
-        else:
-            reason = "isolated bursts never left the recovered floor: Q exceeds the largest isolated volume"
-    capacity = q_p90 or None
-    if capacity is None and not len(iso):
-        capacity = _capacity_from_transients(p, base)
-        source = "periodic transients through the recurrence (no isolated points in the input)"
-    model = PlatformModel(rate, floors, capacity, base.loop_overhead_ns, platform, store_path)
-    pred = predict(p, model)
-    fit = CalibrationFit(model, rate_unc, n_rate, by_k, q_p90, q_med, q_unc, source, reason if capacity is None else None, pred)
-    fit.errors = _error_summary(pred)
+    for k, g in iso.groupby("K"):  # per producer count: past the knee, T_iss^0 is the trend from below it
+        g = g.sort_values("V")
+        v = g["V"].to_numpy(dtype=np.float64)
+        knee, trend = isolated_knee(v, g["tiss_p90_ns"].to_numpy(dtype=np.float64), g["tiss_med_ns"].to_numpy(dtype=np.float64),
+                                    rate_by_k[int(k)])
+        if knee is None:
+            continue
+        for b, vv in zip(g["B"], v):
+            if vv > knee.v_lo_bytes:
+                floors[(int(k), int(b))] = float(trend(vv))
+    base = PlatformModel(rates.rate_gbps, floors, None, _loop_overhead(p, floors, rate_by_k), platform, store_path)
+    per = p[p["mode"] == "periodic"].reset_index(drop=True)
+    err = _transient_errors(per, base, rate_by_k) if len(per) else None
+    rng = np.random.default_rng(BOOTSTRAP_SEED)
+    capacity: dict[int, CapacityEstimate] = {}
+    for k in sorted(rate_by_k):  # per producer count: knee ∩ transients, bootstrap interval
+        sel = per["K"].to_numpy() == k
+        gi = iso[iso["K"] == k]
+        capacity[k] = estimate_capacity(CAPACITY_GRID_BYTES, err[sel] if err is not None and sel.any() else None,
+                                        gi["V"].to_numpy(dtype=np.float64), gi["tiss_p90_ns"].to_numpy(dtype=np.float64),
+                                        gi["tiss_med_ns"].to_numpy(dtype=np.float64), rate_by_k[k], rng)
+    caps = {k: c.q_bytes for k, c in capacity.items() if c.q_bytes is not None} or None
+    reason = None
+    if caps is None:
+        reason = ("isolated bursts never left the recovered floor and the transients do not bound Q: Q exceeds the largest isolated volume"
+                  if len(iso) else "the periodic transients do not depend on Q and there are no isolated launches")
+    model = CalibratedPlatform(rates.rate_gbps, floors, caps, base.loop_overhead_ns, platform, store_path, rate_by_k)
+    fit = CalibrationFit(model, rates, capacity, reason, predict(p, model), predict_isolated(p, model))
+    fit.errors = _error_summary(fit.points)
+    fit.isolated_errors = _isolated_summary(fit.isolated)
     return fit
+
+
+@dataclass
+class Validation:
+    """A fit's model applied to another run with no refit: predictions and error summaries.
+
+    errors_shared: the same summaries over the other run's periodic points whose (K, B, G) the
+    fitting run also measured (no extrapolation in K, B or G: what differs is the day or machine).
+    """
+
+    points: pd.DataFrame
+    isolated: pd.DataFrame
+    errors: dict
+    errors_shared: dict
+    shared_points: int
+    isolated_errors: dict
+
+
+def validate(fit: CalibrationFit, other: pd.DataFrame, store_path: str | None = None) -> Validation:
+    """Predict another run's sweep of a store path (default: the fit's) with the fitted M_X, no refit."""
+    p = other[other["dest"] == (store_path or fit.model.store_path)].reset_index(drop=True)
+    pred = predict(p, fit.model)
+    iso = predict_isolated(p, fit.model)
+    keys = ["K", "B", "gap_ns"]
+    shared = pred.merge(fit.points[keys].drop_duplicates(), on=keys)
+    return Validation(pred, iso, _error_summary(pred), _error_summary(shared), int(len(shared)), _isolated_summary(iso))

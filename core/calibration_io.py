@@ -1,65 +1,117 @@
-"""Calibration JSON: the fitted platform model M_X with its uncertainties, errors and input hash."""
+"""Calibration JSON: the fitted platform model M_X with its uncertainties, errors and input hash.
+
+Version 2 (docs/calibration-json.md lists every key): R(K) used in prediction, Q(K) with a
+bootstrap interval and its knee / transient evidence, the isolated law's errors, the two
+prediction lines under their names ("Eq. 1 + loop overhead", "recurrence") and an optional
+cross-run validation. Version-1 files (single R, p90-knee Q) still load, with their single R.
+"""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from xstage_trace.analysis.calibration_fit import CalibrationFit
+from xstage_trace.analysis.calibration_capacity import CapacityEstimate, Knee
+from xstage_trace.analysis.calibration_fit import CalibratedPlatform, CalibrationFit, Validation
 from xstage_trace.analysis.platform import PlatformModel
 from xstage_trace.base.errors import InputError
 
-CALIBRATION_VERSION = 1
+CALIBRATION_VERSION = 2
+EQ1_LINE = "Eq. 1 + loop overhead"
+RECURRENCE_LINE = "recurrence"
 
 
 def _key(k: int, b: int) -> str:
     return f"{k},{b}"
 
 
-def calibration_document(fit: CalibrationFit, input_sha256: str | None, input_name: str) -> dict:
+def _knee(k: Knee | None) -> dict | None:
+    if k is None:
+        return None
+    return {"detector": k.detector, "v_lo_bytes": k.v_lo_bytes, "v_hi_bytes": k.v_hi_bytes, "q_lo_bytes": k.q_lo_bytes, "q_hi_bytes": k.q_hi_bytes}
+
+
+def _capacity(c: CapacityEstimate) -> dict:
+    return {"q_bytes": c.q_bytes, "interval_bytes": list(c.interval_bytes) if c.interval_bytes else None, "source": c.source,
+            "knee": _knee(c.knee),
+            "transient_minimum_bytes": list(c.transient_bytes) if c.transient_bytes else None}
+
+
+def _period_errors(errors: dict) -> dict:
+    """{"eq1_loop_overhead": …, "recurrence": …} without the per-point lists."""
+    return {name: {k: v for k, v in errors[tag].items() if k != "unexplained"}
+            for tag, name in (("ss", "eq1_loop_overhead"), ("rec", "recurrence")) if tag in errors}
+
+
+def validation_document(v: Validation, input_sha256: str | None, input_name: str, store_path: str) -> dict:
+    """The other run's errors under the fitted model (the JSON's ``validation`` object)."""
+    periodic = v.points
+    return {"input": {"name": input_name, "sha256": input_sha256}, "store_path": store_path,
+            "periodic_points": int(len(periodic)), "shared_points": v.shared_points,
+            "period_errors": _period_errors(v.errors), "period_errors_shared_configurations": _period_errors(v.errors_shared),
+            "isolated_law": v.isolated_errors}
+
+
+def calibration_document(fit: CalibrationFit, input_sha256: str | None, input_name: str, validation: dict | None = None) -> dict:
     """The calibration JSON as a dict (what ``calibrate fit --json`` prints and ``-o`` writes)."""
     m = fit.model
     ss = fit.errors.get("ss", {})
     rec = fit.errors.get("rec", {})
     best = rec or ss
-    periodic = fit.points[fit.points["mode"] == "periodic"] if "mode" in fit.points else fit.points
+    r = fit.rates
     return {
         "calibration_version": CALIBRATION_VERSION,
         "platform": m.platform,
         "store_path": m.store_path,
         "producers": sorted({k for k, _ in m.issue_floor_ns}),
         "rate_gbps": m.rate_gbps,
-        "rate_uncertainty_gbps": fit.rate_uncertainty_gbps,
+        "rate_uncertainty_gbps": r.uncertainty_gbps if r else None,
         "rate_points": fit.rate_points,
-        "rate_by_producers_gbps": {str(k): v for k, v in fit.rate_by_producers.items()},
+        "rate_by_producers_gbps": {str(k): v for k, v in (r.used_by_producers.items() if r else ())},
+        "rate_measured_by_producers": {str(k): v for k, v in (r.measured_by_producers.items() if r else ())},
         "issue_floor_ns": {_key(k, b): v for (k, b), v in sorted(m.issue_floor_ns.items())},
         "loop_overhead_ns": m.loop_overhead_ns,
         "capacity_bytes": m.capacity_bytes,
         "capacity_by_producers_bytes": {str(k): v for k, v in (m.capacity_by_producers or {}).items()},
-        "capacity_median_knee_bytes": {str(k): v for k, v in fit.capacity_median_bytes.items()},
-        "capacity_uncertainty_bytes": {str(k): float(v) for k, v in fit.capacity_uncertainty_bytes.items()},
+        "capacity_interval_bytes": {str(k): list(c.interval_bytes) for k, c in fit.capacity.items() if c.interval_bytes},
+        "capacity_estimates": {str(k): _capacity(c) for k, c in fit.capacity.items()},
         "capacity_source": fit.capacity_source,
         "capacity_reason": fit.capacity_reason,
+        "prediction_lines": {"eq1_loop_overhead": EQ1_LINE, "recurrence": RECURRENCE_LINE},
         "period_err_median_pct": best.get("period_err_median_pct"),
         "period_err_mean_pct": best.get("period_err_mean_pct"),
         "issue_err_median_pct": best.get("issue_err_median_pct"),
         "issue_err_mean_pct": best.get("issue_err_mean_pct"),
-        "errors_steady_state": {k: v for k, v in ss.items() if k != "unexplained"},
-        "errors_recurrence": {k: v for k, v in rec.items() if k != "unexplained"},
-        "unexplained_by_steady_state": ss.get("unexplained", []),
+        "period_errors": _period_errors(fit.errors),
+        "unexplained_by_eq1_loop_overhead": ss.get("unexplained", []),
         "unexplained_by_recurrence": rec.get("unexplained", []),
-        "points": int(len(fit.points)),
-        "periodic_points": int(len(periodic)),
+        "isolated_law": fit.isolated_errors,
+        "validation": validation,
+        "points": int(len(fit.points) + len(fit.isolated)),
+        "periodic_points": int(len(fit.points)),
         "input": {"name": input_name, "sha256": input_sha256},
     }
 
 
+def period_errors_of(doc: dict) -> dict:
+    """{"eq1_loop_overhead": …, "recurrence": …} of a version-2 or version-1 document."""
+    if "period_errors" in doc:
+        return doc["period_errors"]
+    return {name: doc[key] for key, name in (("errors_steady_state", "eq1_loop_overhead"), ("errors_recurrence", "recurrence")) if doc.get(key)}
+
+
 def load_platform_from_doc(doc: dict) -> PlatformModel:
-    """A calibration document (dict) → PlatformModel."""
+    """A calibration document (dict) → PlatformModel (a CalibratedPlatform with R(K) from version 2 on)."""
+    version = int(doc.get("calibration_version", 1))
+    if version > CALIBRATION_VERSION:
+        raise ValueError(f"calibration_version {version} is newer than this xstage-trace reads ({CALIBRATION_VERSION})")
     floors = {tuple(int(x) for x in k.split(",")): float(v) for k, v in doc["issue_floor_ns"].items()}
     caps = {int(k): float(v) for k, v in (doc.get("capacity_by_producers_bytes") or {}).items()} or None
-    return PlatformModel(float(doc["rate_gbps"]), floors, caps, float(doc.get("loop_overhead_ns", 0.0)),
-                         doc.get("platform", ""), doc.get("store_path", ""))
+    args = (float(doc["rate_gbps"]), floors, caps, float(doc.get("loop_overhead_ns", 0.0)), doc.get("platform", ""), doc.get("store_path", ""))
+    if version >= 2:
+        rates = {int(k): float(v) for k, v in (doc.get("rate_by_producers_gbps") or {}).items()}
+        return CalibratedPlatform(*args, rates)
+    return PlatformModel(*args)  # version 1: its rate_by_producers_gbps was a diagnostic, prediction used the single R
 
 
 def load_platform(path: str | Path) -> PlatformModel:

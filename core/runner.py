@@ -112,22 +112,37 @@ def load_measurements(path: Path) -> pd.DataFrame:
     return pts
 
 
-def fit_measurements(path: Path, dest: str | None, output: Path | None, platform: str = "") -> dict:
-    """calibrate fit: load points, fit one store path, write and return the calibration document."""
-    from xstage_trace.analysis.calibration_fit import fit_calibration
-    from xstage_trace.calibration_io import calibration_document
+def _store_path_of(pts: pd.DataFrame, path: Path, dest: str | None, option: str) -> str:
+    dests = sorted(pts["dest"].astype(str).unique())
+    if dest is None and len(dests) > 1:
+        raise InputError(path, f"points hold several store paths ({', '.join(dests)})", f"choose one with {option}")
+    dest = dest or dests[0]
+    if dest not in dests:
+        raise InputError(path, f"no points for {option} {dest} (have {', '.join(dests)})", "pick one of those")
+    return dest
+
+
+def fit_measurements(path: Path, dest: str | None, output: Path | None, platform: str = "",
+                     validate: Path | None = None, validate_dest: str | None = None) -> dict:
+    """calibrate fit: load points, fit one store path, optionally predict another run with no
+    refit (``validate``, its store path ``validate_dest``, default the fitted one), write and return the document."""
+    from xstage_trace.analysis.calibration_fit import fit_calibration, validate as validate_fit
+    from xstage_trace.calibration_io import calibration_document, validation_document
     from xstage_trace.base.hashing import sha256_of
 
     pts = load_measurements(path)
-    dests = sorted(pts["dest"].astype(str).unique())
-    if dest is None and len(dests) > 1:
-        raise InputError(path, f"points hold several store paths ({', '.join(dests)})", "choose one with --dest")
-    dest = dest or dests[0]
-    if dest not in dests:
-        raise InputError(path, f"no points for --dest {dest} (have {', '.join(dests)})", "pick one of those")
+    dest = _store_path_of(pts, path, dest, "--dest")
+    other = None
+    if validate is not None:
+        other = load_measurements(validate)
+        validate_dest = _store_path_of(other, validate, validate_dest or (dest if dest in set(other["dest"].astype(str)) else None), "--validate-dest")
     fit = fit_calibration(pts, platform=platform, store_path=dest)
+    vdoc = None
+    if other is not None:
+        v = validate_fit(fit, other, validate_dest)
+        vdoc = validation_document(v, sha256_of(validate) if Path(validate).is_file() else None, Path(validate).name, validate_dest)
     digest = sha256_of(path) if Path(path).is_file() else None
-    doc = calibration_document(fit, digest, Path(path).name)
+    doc = calibration_document(fit, digest, Path(path).name, vdoc)
     if output:
         write_text_atomic(Path(output), json.dumps(doc, indent=2, default=json_default))
     return doc

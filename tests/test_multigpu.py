@@ -21,7 +21,8 @@ def test_nvlink_peer_path_fit(direction):
     assert 400 <= fit.model.rate_gbps <= 600  # NV18 stores from 132 SMs; PCIe host path is ~67
     assert fit.rate_points >= 6
     assert fit.errors["rec"]["period_err_median_pct"] <= 3.0
-    assert set(fit.model.capacity_by_producers) == {66, 132}
+    # Q at 66 and 132 from the isolated knee, at 33 from the periodic transients (no isolated launches there)
+    assert set(fit.model.capacity_by_producers) == {33, 66, 132}
 
 
 def test_both_directions_agree():

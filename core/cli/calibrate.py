@@ -14,6 +14,61 @@ calibrate_app = typer.Typer(no_args_is_help=True, help="Calibrate the platform m
 app.add_typer(calibrate_app, name="calibrate")
 
 
+def _err(e: dict | None) -> str:
+    if not e:
+        return "n/a"
+    return f"median {e['period_err_median_pct']:.2f} %, mean {e['period_err_mean_pct']:.2f} %"
+
+
+def _iso(e: dict | None) -> str:
+    if not e:
+        return "n/a (no isolated launches or no Q)"
+
+    def part(x: dict | None) -> str:
+        return "-" if x is None else f"{x['issue_err_median_pct']:.2f} / {x['issue_err_mean_pct']:.2f} %"
+
+    return "; ".join(f"vs {name}: median / mean {part(e[key])} (within Q {part(e[key]['within_q'])}, beyond Q {part(e[key]['beyond_q'])})"
+                     for key, name in (("vs_median", "median"), ("vs_p90", "p90"))) + f"; {e['points']} launches, {e['points_beyond_q']} beyond Q"
+
+
+def _mib(x: float | None) -> str:
+    return "n/a" if x is None else f"{x / 2**20:.2f}"
+
+
+def _fit_table(doc: dict) -> Table:
+    from xstage_trace.calibration_io import EQ1_LINE, RECURRENCE_LINE
+
+    t = Table(title=f"M_X fit: {doc['platform']} {doc['store_path']}", show_header=False)
+    if doc["rate_points"]:
+        per_k = ", ".join(f"K={k}: {m['rate_gbps']:.1f} ± {m['uncertainty_gbps']:.1f}" + (" (own)" if m["differs"] else " (pooled used)")
+                          for k, m in doc["rate_measured_by_producers"].items())
+        t.add_row("R", f"{doc['rate_gbps']:.1f} ± {doc['rate_uncertainty_gbps'] or 0:.1f} GB/s pooled ({doc['rate_points']} drain-limited points)")
+        t.add_row("R(K)", per_k + " GB/s")
+    else:
+        t.add_row("R", f">= {doc['rate_gbps']:.0f} GB/s (lower bound: no drain-limited zero-gap launch)")
+    if doc["capacity_bytes"] is None:
+        t.add_row("Q", "n/a: " + str(doc["capacity_reason"]))
+    else:
+        for k, c in doc["capacity_estimates"].items():
+            iv = c["interval_bytes"]
+            t.add_row(f"Q(K={k})", f"{_mib(c['q_bytes'])} MiB" + (f" [{_mib(iv[0])}, {_mib(iv[1])}]" if iv else "") + f" ({c['source']})")
+    t.add_row("loop overhead o", f"{doc['loop_overhead_ns']:.0f} ns")
+    pe = doc["period_errors"]
+    t.add_row(f"period error, {RECURRENCE_LINE}", _err(pe.get("recurrence")))
+    t.add_row(f"period error, {EQ1_LINE}", _err(pe.get("eq1_loop_overhead")))
+    t.add_row("isolated law max(T_iss^0, (V-Q)/R)", _iso(doc["isolated_law"]))
+    v = doc.get("validation")
+    if v:
+        ve, vs = v["period_errors"], v["period_errors_shared_configurations"]
+        name = f"{v['input']['name']} {v['store_path']}"
+        t.add_row(f"other run {name}, {RECURRENCE_LINE}", _err(ve.get("recurrence")) + f" ({v['periodic_points']} points)")
+        t.add_row(f"other run {name}, {EQ1_LINE}", _err(ve.get("eq1_loop_overhead")))
+        t.add_row(f"  shared (K, B, G) only, {RECURRENCE_LINE}", _err(vs.get("recurrence")) + f" ({v['shared_points']} points)")
+        t.add_row(f"  shared (K, B, G) only, {EQ1_LINE}", _err(vs.get("eq1_loop_overhead")))
+        t.add_row("other run, isolated law", _iso(v["isolated_law"]))
+    t.add_row("points", str(doc["points"]))
+    return t
+
 
 @calibrate_app.command("fit")
 def calibrate_fit(
@@ -22,28 +77,17 @@ def calibrate_fit(
     as_json: bool = typer.Option(False, "--json"),
     output: Optional[Path] = typer.Option(None, "-o", "--output", help="write the calibration JSON here"),
     platform: str = typer.Option("", "--platform", help="platform name recorded in the JSON (default: the GPU of the dumps)"),
+    validate: Optional[Path] = typer.Option(None, "--validate", help="another run's points (same forms as MEASUREMENTS): predict them with this fit, no refit"),
+    validate_dest: Optional[str] = typer.Option(None, "--validate-dest", help="store path of the --validate points (default: the fitted one)"),
 ):
-    """Fit M_X (spec §3) and predict the whole sweep with no refit."""
+    """Fit M_X (spec §3), predict the whole sweep with no refit, optionally another run's sweep (--validate)."""
     from xstage_trace.runner import fit_measurements
 
-    doc = fit_measurements(measurements, dest, output, platform)
+    doc = fit_measurements(measurements, dest, output, platform, validate, validate_dest)
     if as_json:
         emit(doc)
         return
-    t = Table(title=f"M_X fit: {doc['platform']} {doc['store_path']}", show_header=False)
-    if doc["rate_points"]:
-        t.add_row("R", f"{doc['rate_gbps']:.1f} ± {doc['rate_uncertainty_gbps'] or 0:.1f} GB/s ({doc['rate_points']} drain-limited points)")
-    else:
-        t.add_row("R", f">= {doc['rate_gbps']:.0f} GB/s (lower bound: no drain-limited zero-gap launch)")
-    t.add_row("Q", "n/a: " + str(doc["capacity_reason"]) if doc["capacity_bytes"] is None else ", ".join(f"K={k}: {v / 2**20:.2f} MiB" for k, v in doc["capacity_by_producers_bytes"].items()) + f" ({doc['capacity_source']})")
-    t.add_row("loop overhead", f"{doc['loop_overhead_ns']:.0f} ns")
-    if doc["period_err_median_pct"] is not None:
-        t.add_row("period error (recurrence)", f"median {doc['period_err_median_pct']:.2f} %, mean {doc['period_err_mean_pct']:.2f} %")
-    ss = doc["errors_steady_state"]
-    if ss:
-        t.add_row("period error (Eq. 1 only)", f"median {ss['period_err_median_pct']:.2f} %, mean {ss['period_err_mean_pct']:.2f} %")
-    t.add_row("points", str(doc["points"]))
-    out.print(t)
+    out.print(_fit_table(doc))
     if output:
         out.print(f"wrote {output}")
 

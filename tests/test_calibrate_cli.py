@@ -1,0 +1,77 @@
+"""``xstage-trace calibrate fit A --validate B`` as a user runs it: both runs' errors, JSON v2, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from conftest import CALIB, REFERENCE
+
+EXE = [sys.executable, "-m", "xstage_trace"]
+OURS = CALIB / "calibration_points.csv"
+REF = REFERENCE / "h200_burst_gap_sweep.csv"
+
+
+def run(*args):
+    return subprocess.run(EXE + [str(a) for a in args], capture_output=True, text=True, timeout=600)
+
+
+def one_line_error(r, name):
+    assert r.returncode == 2, r.stdout + r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and name in lines[0] and "Traceback" not in r.stderr
+
+
+def test_validate_writes_both_runs_errors(tmp_path):
+    out = tmp_path / "calib.json"
+    r = run("calibrate", "fit", OURS, "--dest", "host", "--validate", REF, "--json", "-o", out)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d == json.loads(out.read_text())
+    assert d["calibration_version"] == 2
+    assert d["prediction_lines"] == {"eq1_loop_overhead": "Eq. 1 + loop overhead", "recurrence": "recurrence"}
+    assert set(d["period_errors"]) == {"eq1_loop_overhead", "recurrence"}
+    v = d["validation"]
+    assert v["input"]["name"] == REF.name and len(v["input"]["sha256"]) == 64 and v["store_path"] == "host"
+    assert v["periodic_points"] == 150  # every host launch of the reference, predicted with no refit
+    assert set(v["period_errors"]) == {"eq1_loop_overhead", "recurrence"}
+    assert d["isolated_law"]["points"] == 28 and v["isolated_law"] == {}  # the reference has no isolated launches
+    assert d["rate_by_producers_gbps"]["33"] > d["rate_by_producers_gbps"]["132"]
+    for k, c in d["capacity_estimates"].items():
+        lo, hi = c["interval_bytes"]
+        assert lo <= c["q_bytes"] <= hi and d["capacity_by_producers_bytes"][k] == c["q_bytes"]
+
+
+def test_validate_table_labels_both_lines():
+    r = run("calibrate", "fit", REF, "--dest", "host", "--validate", OURS)
+    assert r.returncode == 0, r.stderr
+    text = " ".join(r.stdout.split())
+    assert "period error, Eq. 1 + loop overhead" in text and "period error, recurrence" in text
+    assert f"other run {OURS.name} host, recurrence" in text and "shared (K, B, G) only" in text
+    assert "Q(K=132)" in text and "R(K)" in text
+
+
+def test_version2_json_drives_analyze(tmp_path):
+    out = tmp_path / "calib.json"
+    assert run("calibrate", "fit", OURS, "--dest", "host", "-o", out).returncode == 0
+    r = run("analyze", CALIB / "quick", "-o", tmp_path / "run", "--json", "--calibration", out)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["bursts"] > 0
+
+
+def test_validate_bad_inputs_are_one_line_errors(tmp_path):
+    one_line_error(run("calibrate", "fit", OURS, "--dest", "host", "--validate", tmp_path / "missing.csv"), "missing.csv")
+    one_line_error(run("calibrate", "fit", OURS, "--dest", "host", "--validate", REF, "--validate-dest", "peer0to1"), REF.name)
+    bad = tmp_path / "bad.csv"
+    bad.write_text("dest,mode,K\nhost,periodic,33\n")
+    one_line_error(run("calibrate", "fit", OURS, "--dest", "host", "--validate", bad, "-o", tmp_path / "c.json"), "bad.csv")
+    assert not (tmp_path / "c.json").exists()
+
+
+def test_newer_calibration_version_is_refused(tmp_path):
+    doc = json.loads((CALIB / "calibration_host.json").read_text())
+    doc["calibration_version"] = 99
+    p = tmp_path / "future.json"
+    p.write_text(json.dumps(doc))
+    one_line_error(run("analyze", CALIB / "quick", "-o", tmp_path / "run", "--calibration", p), "future.json")
