@@ -10,9 +10,14 @@ different producers overlap and a transitive chain of overlaps would merge a who
 
 Per burst: V_n = Σ bytes, K_act,n = the producers in the round, start = the earliest begin,
 end = the latest end, T_iss,n = end − start, and the gap G_n = the median over the round's
-producers of each one's own time from the end of its n-th store to the begin of its (n+1)-th (the
-useful producer time between bursts, ≥ 0 by construction). The last round has no successor: its gap
-is unbounded (NaN in the table).
+producers of each one's offered compute before its next store (spec §1: the useful producer time
+between bursts). Where the dump has a tile table (a fused kernel) that is the sum of the producer's
+mainloops from the tile after the stored one through the next stored tile (wave schedule: the next
+Linear-2 mainloop, the tile's T_cover; interleaved: the Linear-1 mainloops in between too); without
+one it is the producer's own time from the end of its n-th store to the begin of its (n+1)-th.
+Measured idle time would understate G under backpressure (the next store waits for the drain), which
+is why the offered compute is used where it is known. The last round has no successor: its gap is
+unbounded (NaN in the table).
 """
 
 from __future__ import annotations
@@ -35,15 +40,30 @@ def remote_store_spans(probes: pd.DataFrame, events=REMOTE_STORE_EVENTS) -> pd.D
     return s.drop(columns=["duration"])
 
 
-def reconstruct_bursts(spans: pd.DataFrame) -> pd.DataFrame:
-    """Issue rounds per (rank, dump) (see the module text): V_n, K_act,n, start, end, T_iss,n, G_n."""
+def offered_gap_ns(spans: pd.DataFrame, tiles: pd.DataFrame) -> pd.Series:
+    """Per remote-store span (sorted by producer and time), the producer's mainloop time from the tile
+    after the stored one through its next stored tile (NaN for its last store or an unknown tile)."""
+    t = tiles.sort_values(["rank", "dump", "cta", "position"], kind="stable")
+    cum = t.groupby(["rank", "dump", "cta"], sort=False)["mainloop_ns"].cumsum()  # C through position p
+    pos = t[["rank", "dump", "cta", "tile", "position"]].assign(cum=cum.to_numpy())
+    s = spans[["rank", "dump", "cta", "tile"]].merge(pos, on=["rank", "dump", "cta", "tile"], how="left")
+    nxt = s.groupby(["rank", "dump", "cta"], sort=False)["cum"].shift(-1)
+    return (nxt - s["cum"]).set_axis(spans.index)
+
+
+def reconstruct_bursts(spans: pd.DataFrame, tiles: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Issue rounds per (rank, dump) (see the module text): V_n, K_act,n, start, end, T_iss,n, G_n.
+    ``tiles`` (rank, dump, cta, tile, position, mainloop_ns), when given, supplies the offered gap."""
     cols = ["rank", "dump", "burst", "start_ns", "end_ns", "volume_bytes", "producers", "issue_ns", "gap_ns"]
     if spans.empty:
         return pd.DataFrame(columns=cols)
     s = spans.sort_values(["rank", "dump", "cta", "start_ns"], kind="stable").reset_index(drop=True)
     per_producer = s.groupby(["rank", "dump", "cta"], sort=False)
     s["burst"] = per_producer.cumcount()
-    s["own_gap_ns"] = (per_producer["start_ns"].shift(-1) - s["end_ns"]).clip(lower=0.0)
+    if tiles is not None and len(tiles):
+        s["own_gap_ns"] = offered_gap_ns(s, tiles)
+    else:
+        s["own_gap_ns"] = (per_producer["start_ns"].shift(-1) - s["end_ns"]).clip(lower=0.0)
     g = s.groupby(["rank", "dump", "burst"], sort=True)
     out = g.agg(start_ns=("start_ns", "min"), end_ns=("end_ns", "max"), volume_bytes=("bytes", "sum"),
                 producers=("cta", "nunique"), gap_ns=("own_gap_ns", "median")).reset_index()

@@ -2,7 +2,8 @@
 
 In the manner of HTA's analyzers, each step returns one DataFrame. There are two kinds:
 
-- per-dump steps (``DUMP_ANALYSES``) see one dump's records (pandas) and its ``dumps`` row: they run
+- per-dump steps (``DUMP_ANALYSES``) see one dump's records (pandas), its ``dumps`` row and the
+  results of the per-dump steps before them: they run
   while the dumps stream through ``analyze``, one dump in memory at a time, possibly in worker processes;
 - whole-run steps (``RUN_ANALYSES``) see the concatenated per-dump results and the run's small tables
   (kernels, dumps): what needs every dump at once, e.g. the control run's noise floor.
@@ -54,19 +55,28 @@ def _with_config(frame: pd.DataFrame, dumps: pd.DataFrame) -> pd.DataFrame:
     return frame.drop(columns=[c for c in CONFIG_COLUMNS if c in frame]).merge(cfg, on=["rank", "dump"], how="left")
 
 
-def _calibration_points(probes: pd.DataFrame, slices: pd.DataFrame, dump: pd.DataFrame, ctx: AnalysisContext) -> pd.DataFrame:
+def _calibration_points(probes: pd.DataFrame, slices: pd.DataFrame, dump: pd.DataFrame, ctx: AnalysisContext, done: dict) -> pd.DataFrame:
     from xstage_trace.analysis.calibration_points import calibration_points
 
     return calibration_points(probes, slices, dump)
 
 
-def _bursts(probes: pd.DataFrame, slices: pd.DataFrame, dump: pd.DataFrame, ctx: AnalysisContext) -> pd.DataFrame:
+def _bursts(probes: pd.DataFrame, slices: pd.DataFrame, dump: pd.DataFrame, ctx: AnalysisContext, done: dict) -> pd.DataFrame:
     from xstage_trace.analysis.bursts import audit_bursts, reconstruct_bursts, remote_store_spans
 
-    return _with_config(audit_bursts(reconstruct_bursts(remote_store_spans(probes)), ctx.model), dump)
+    bursts = reconstruct_bursts(remote_store_spans(probes), done.get("tile_spans"))
+    return _with_config(audit_bursts(bursts, ctx.model if _calibrated_for(ctx.model, dump) else None), dump)
 
 
-def _tile_spans(probes: pd.DataFrame, slices: pd.DataFrame, dump: pd.DataFrame, ctx: AnalysisContext) -> pd.DataFrame:
+def _calibrated_for(model: PlatformModel | None, dump: pd.DataFrame) -> bool:
+    """A calibration audits only the bursts of its own store path (``peer0to1`` calibrates ``dest=peer``)."""
+    if model is None or dump.empty:
+        return False
+    dest = dump["dest"].iloc[0]
+    return dest is None or not model.store_path or str(model.store_path).startswith(str(dest))
+
+
+def _tile_spans(probes: pd.DataFrame, slices: pd.DataFrame, dump: pd.DataFrame, ctx: AnalysisContext, done: dict) -> pd.DataFrame:
     from xstage_trace.analysis.tiles import tile_spans
 
     return tile_spans(probes)
@@ -87,10 +97,10 @@ def _table3(parts: dict[str, pd.DataFrame], tables: dict[str, pd.DataFrame], ctx
     return attach_kernel_times(table3_from_tiles(parts["tiles"]), trials)
 
 
-DUMP_ANALYSES: tuple[Analysis, ...] = (
+DUMP_ANALYSES: tuple[Analysis, ...] = (  # in order: a step sees the results of the steps above it
     Analysis("calibration_points", _calibration_points),
-    Analysis("bursts", _bursts),
     Analysis("tile_spans", _tile_spans),
+    Analysis("bursts", _bursts),
 )
 RUN_ANALYSES: tuple[Analysis, ...] = (
     Analysis("tiles", _tiles),
@@ -100,9 +110,12 @@ RUN_ANALYSES: tuple[Analysis, ...] = (
 
 def analyze_dump(probes: pd.DataFrame, slices: pd.DataFrame, dump: pd.DataFrame, ctx: AnalysisContext) -> dict[str, pd.DataFrame]:
     """Every per-dump step over one dump's records (``dump``: its row of the ``dumps`` table)."""
+    done: dict[str, pd.DataFrame] = {}
     if probes.empty:
-        return {}
-    return {a.name: a.run(probes, slices, dump, ctx) for a in DUMP_ANALYSES}
+        return done
+    for a in DUMP_ANALYSES:
+        done[a.name] = a.run(probes, slices, dump, ctx, done)
+    return done
 
 
 def analyze_run(per_dump: list[dict[str, pd.DataFrame]], tables: dict[str, pd.DataFrame], ctx: AnalysisContext) -> dict[str, pd.DataFrame]:

@@ -209,3 +209,23 @@ def test_the_run_configuration_is_stored_as_columns(tmp_path):
     d = pd.read_parquet(tmp_path / "run" / "dumps.parquet").iloc[0]
     assert (d["dest"], d["mode"], d["K"], d["B"], d["gap_ns"], d["bursts"], d["extra"]) == ("host", "periodic", 132, 8192, 0.0, 64, "site=lab7")
     assert json.loads(r.stdout)["dumps"] == 1
+
+
+def test_burst_audit_uses_the_offered_gap_and_only_its_own_store_path(tmp_path):
+    """ρ_n = V_n / (R·(T_iss^0 + G_n)) (spec §4) with G_n the next Linear-2 mainloop in the wave schedule,
+    by hand from the calibration JSON; the host calibration does not audit the local control."""
+    import xstage_trace
+    from xstage_trace.calibration_io import load_platform
+
+    calib = SAMPLES / "h200_calibration" / "calibration_host.json"
+    analyze_inputs([FUSED / "traced" / "fused_reference.nsys-rep", FUSED / "traced"], tmp_path / "run", calibration=calib, warmup_launches=2)
+    run = xstage_trace.open_run(tmp_path / "run")
+    b, tiles, m = run.bursts(), run.tiles(), load_platform(calib)
+    w = b[(b["dest"] == "host") & (b["shape"] == "S1") & (b["schedule"] == "wave")].dropna(subset=["gap_ns"])
+    ml2 = tiles[(tiles["dest"] == "host") & (tiles["shape"] == "S1") & (tiles["tile_kind"] == "linear2")]["mainloop_ns"].median()
+    assert w["gap_ns"].median() == pytest.approx(ml2, rel=0.02)
+    V = 132 * TILE_BYTES
+    rho = V / (m.rate_gbps * (float(m.floor_ns(np.array([132]), np.array([TILE_BYTES]))[0]) + ml2))  # GB/s = bytes/ns
+    assert w["rho"].median() == pytest.approx(rho, rel=0.05) and rho > 5
+    local = b[b["dest"] == "local"]
+    assert len(local) and local["rho"].isna().all()
