@@ -114,15 +114,29 @@ def xstage_fidelity(dump: Path) -> dict:
             "warnings": d.warnings}
 
 
+def _chrome_events(text: str) -> list[dict]:
+    """The events of a chrome trace: one JSON document, or one per line (Proton writes a line per stream)."""
+    try:
+        docs = [json.loads(text)]
+    except json.JSONDecodeError:
+        docs = [json.loads(line) for line in text.splitlines() if line.strip()]
+    events: list[dict] = []
+    for d in docs:
+        events.extend(d.get("traceEvents", []) if isinstance(d, dict) else d)
+    return events
+
+
 def proton_fidelity(trace_path: Path, head_path: Path) -> dict:
     """Proton's chrome trace of one launch: scope events, longest per-(pid, tid) span (µs → ns)."""
-    data = json.loads(trace_path.read_text())
-    events = data["traceEvents"] if isinstance(data, dict) else data
-    head_path.write_text(json.dumps({"file": trace_path.name, "top_level_keys": sorted(data) if isinstance(data, dict) else [],
-                                     "events_total": len(events), "first_events": events[:60]}, indent=1))
+    text = trace_path.read_text()
+    head_path.write_text(json.dumps({"file": trace_path.name, "bytes": len(text), "start": text[:4000]}, indent=1))
+    events = _chrome_events(text)
     xs = [e for e in events if e.get("ph") == "X" and any(s in str(e.get("name", "")) for s in g.EVENT_NAMES)]
+    head_path.write_text(json.dumps({"file": trace_path.name, "bytes": len(text), "events_total": len(events),
+                                     "scope_events": len(xs), "first_events": events[:40], "first_scope_events": xs[:40]},
+                                    indent=1))
     spans: dict = {}
-    for e in xs:  # one pass over ≤ a few thousand events
+    for e in xs:  # one pass over a few thousand events
         key = (e.get("pid"), e.get("tid"))
         lo, hi = float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0.0))
         a, b = spans.get(key, (lo, hi))
@@ -169,6 +183,7 @@ def main() -> int:
     proton_lang.enable_semantic("triton")  # Proton 3.6 instruments Gluon only unless told
     mode = proton.mode.Default(sampling_strategy="selective", sampling_options="0")
     timer = LaunchTimer()
+    timer.install()
     times: dict[str, list[float]] = {"plain": [], "proton": [], "xstage": []}
     try:
         session = proton.start(str(args.out / "proton_timing"), data="tree", backend="instrumentation", mode=mode)
@@ -215,14 +230,17 @@ def main() -> int:
         result[f"overhead_{k}_pct"] = None if m is None else 100.0 * (m - base) / base
 
     # xstage: the last timed launch's dump (its buffer was reset before it)
-    dump = args.out / "xstage_gemm.xsp"
-    buf.dump(dump, g.EVENT_NAMES, label=f"kernel=triton_gemm M={args.m} N={args.n} K={args.k} programs={programs} tool=xstage")
-    fx = xstage_fidelity(dump)
-    t_x_ms = times["xstage"][-1]
-    result["xstage"] = fx | {"kernel_ms_event": t_x_ms, "buffer_bytes": buf.nbytes,
-                             "bytes_per_event": buf.nbytes / max(fx["records"], 1), "record_bytes": 16}
-    result["dropped_xstage"] = int(expected_records - fx["records"])
-    result["span_err_xstage_pct"] = 100.0 * (fx["longest_span_ns"] / (t_x_ms * 1e6) - 1.0)
+    try:
+        dump = args.out / "xstage_gemm.xsp"
+        buf.dump(dump, g.EVENT_NAMES, label=f"kernel=triton_gemm M={args.m} N={args.n} K={args.k} programs={programs} tool=xstage")
+        fx = xstage_fidelity(dump)
+        t_x_ms = times["xstage"][-1]
+        result["xstage"] = fx | {"kernel_ms_event": t_x_ms, "buffer_bytes": buf.nbytes,
+                                 "bytes_per_event": buf.nbytes / max(fx["records"], 1), "record_bytes": 16}
+        result["dropped_xstage"] = int(expected_records - fx["records"])
+        result["span_err_xstage_pct"] = 100.0 * (fx["longest_span_ns"] / (t_x_ms * 1e6) - 1.0)
+    except Exception:
+        result["errors"]["xstage_fidelity"] = traceback.format_exc(limit=4)
 
     # Proton fidelity: a fresh session with exactly one launch, written as a chrome trace
     try:
