@@ -10,11 +10,11 @@ mkdir -p "$OUT/bench" /tmp/fluxout
   date -u +%FT%TZ
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv
   python3 -c "import torch, triton; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__)"
-  timeout 240 python3 pkg/benchmarks/bench_triton_vs_proton.py --out "$OUT/bench" --trials 30
+  timeout 200 python3 pkg/benchmarks/bench_triton_vs_proton.py --out "$OUT/bench" --trials 30
   echo "bench rc=$?"
   cp -r flux /tmp/flux && python3 -m xstage_trace.instrument.recipes.flux_triton apply /tmp/flux
   for dest in device host; do
-    timeout 90 python3 -m xstage_trace.instrument.recipes.flux_triton.run --flux /tmp/flux --out /tmp/fluxout \
+    timeout 75 python3 -m xstage_trace.instrument.recipes.flux_triton.run --flux /tmp/flux --out /tmp/fluxout \
       --dest "$dest" --summary "/tmp/fluxout/summary_$dest.json"
     echo "flux $dest rc=$?"
   done
