@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import triton
+import triton.language as tl
 import triton.profiler as proton
 import triton.profiler.language as proton_lang
 from triton import knobs
@@ -44,8 +45,41 @@ from xstage_trace.instrument import triton as xp
 from xstage_trace.instrument import triton_gemm as g
 
 BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M = 128, 128, 64, 8
+# Cost breakdown of the xstage probes (docs/triton-probes.md): anchors only, and the counted form
+# (a record count carried through the tile loop) with the probes adjacent to the K loop or at the
+# iteration boundaries; ``gemm_instrumented`` itself uses the persistent-loop form at the boundaries.
+BREAKDOWN = {"xstage_anchors_only": 0, "xstage_counted_adjacent": 1, "xstage_counted_boundary": 2}
 NUM_WARPS, NUM_STAGES = 8, 3
 SLEEP_CYCLES = 2_000_000  # ~1 ms at 2 GHz: keeps the GPU busy while the host enqueues a launch
+
+
+@triton.jit
+def gemm_xstage_breakdown(a, b, c, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+                          trace_meta, trace_records, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                          BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, NUM_PROGRAMS: tl.constexpr,
+                          TRACE_CAP: tl.constexpr, XSTAGE: tl.constexpr, FORM: tl.constexpr):
+    """gemm_plain with xstage probes in one of the BREAKDOWN forms."""
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    probe = xp.probe_open(trace_meta, trace_records, TRACE_CAP, XSTAGE)
+    for tile in range(tl.program_id(0), num_pid_m * num_pid_n, NUM_PROGRAMS):
+        if FORM == 2:
+            probe = xp.begin(probe, g.EV_MAINLOOP, tile, TRACE_CAP, XSTAGE)
+        pid_m, pid_n = g._tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
+        if FORM == 1:
+            probe = xp.begin(probe, g.EV_MAINLOOP, tile, TRACE_CAP, XSTAGE)
+        acc = g._mainloop(a, b, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, BLOCK_M, BLOCK_N, BLOCK_K)
+        if FORM == 1:
+            probe = xp.end(probe, g.EV_MAINLOOP, tile, 0, TRACE_CAP, XSTAGE)
+        ptrs, vals, mask = g._epilogue(c, acc, pid_m, pid_n, M, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N)
+        if FORM == 2:
+            probe = xp.end(probe, g.EV_MAINLOOP, tile, 0, TRACE_CAP, XSTAGE)
+        if FORM != 0:
+            probe = xp.begin(probe, g.EV_STORE, tile, TRACE_CAP, XSTAGE)
+        tl.store(ptrs, vals, mask=mask)
+        if FORM != 0:
+            probe = xp.end(probe, g.EV_STORE, tile, BLOCK_M * BLOCK_N * 2, TRACE_CAP, XSTAGE)
+    xp.probe_close(probe, XSTAGE)
 
 
 class LaunchTimer:
@@ -172,8 +206,11 @@ def main() -> int:
 
     launch_plain = lambda: g.gemm_plain[(programs,)](*_args(a, b, c_plain), **meta)  # noqa: E731
     launch_x = lambda: g.gemm_instrumented[(programs,)](*_args(a, b, c_x), **buf.kernel_args(), **meta)  # noqa: E731
+    buf2 = xp.TraceBuffer(programs, capacity)
+    breakdown = {name: (lambda form=form: gemm_xstage_breakdown[(programs,)](*_args(a, b, c_x), **buf2.kernel_args(), FORM=form, **meta))
+                 for name, form in BREAKDOWN.items()}
     launch_p = lambda: g.gemm_instrumented[(programs,)](*_args(a, b, c_p), **xp.off_args(), **meta)  # noqa: E731
-    for launch in (launch_plain, launch_x):  # compile outside any Proton session
+    for launch in (launch_plain, launch_x, *breakdown.values()):  # compile outside any Proton session
         launch()
     torch.cuda.synchronize()
     ref = (a.float() @ b.float())
@@ -184,7 +221,7 @@ def main() -> int:
     mode = proton.mode.Default(sampling_strategy="selective", sampling_options="0")
     timer = LaunchTimer()
     timer.install()
-    times: dict[str, list[float]] = {"plain": [], "proton": [], "xstage": []}
+    times: dict[str, list[float]] = {"plain": [], "proton": [], "xstage": [], **{k: [] for k in breakdown}}
     try:
         session = proton.start(str(args.out / "proton_timing"), data="tree", backend="instrumentation", mode=mode)
         timer.install()
@@ -193,13 +230,16 @@ def main() -> int:
         result["proton_output_identical"] = bool(torch.equal(c_plain, c_p))
         result["proton_profile_scratch_bytes_per_program"] = int(kernel_p.metadata.profile_scratch_size)
         proton.deactivate(session)
-        order = [("plain", launch_plain), ("proton", launch_p), ("xstage", launch_x)]
+        order = [("plain", launch_plain), ("proton", launch_p), ("xstage", launch_x), *breakdown.items()]
         idx: dict[str, list[int]] = {k: [] for k in times}
         t0 = time.time()
         for trial in range(args.trials):
-            for name, launch in order[trial % 3:] + order[:trial % 3]:
+            r = trial % len(order)
+            for name, launch in order[r:] + order[:r]:
                 if name == "xstage":
                     buf.reset()
+                if name in breakdown:
+                    buf2.reset()
                 if name == "proton":
                     proton.activate(session)
                     idx[name].append(timer.timed(launch))
@@ -216,7 +256,7 @@ def main() -> int:
         torch.cuda.synchronize()
     if not times["plain"]:  # Proton failed before the trials: time (a) and (c) alone
         for trial in range(args.trials):
-            for name, launch in (("plain", launch_plain), ("xstage", launch_x))[::1 if trial % 2 == 0 else -1]:
+            for name, launch in (("plain", launch_plain), ("xstage", launch_x), *breakdown.items())[::1 if trial % 2 == 0 else -1]:
                 if name == "xstage":
                     buf.reset()
                 times[name].append(timer.ms(timer.timed(launch)))
@@ -225,9 +265,10 @@ def main() -> int:
     result["kernel_ms_median"] = {k: (statistics.median(v) if v else None) for k, v in times.items()}
     result["kernel_ms_all"] = times
     base = result["kernel_ms_median"]["plain"]
-    for k in ("proton", "xstage"):
+    for k in times:
         m = result["kernel_ms_median"][k]
-        result[f"overhead_{k}_pct"] = None if m is None else 100.0 * (m - base) / base
+        if k != "plain":
+            result[f"overhead_{k}_pct"] = None if m is None else 100.0 * (m - base) / base
 
     # xstage: the last timed launch's dump (its buffer was reset before it)
     try:
