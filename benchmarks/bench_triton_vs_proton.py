@@ -195,12 +195,13 @@ def main() -> int:
     b = torch.randn(args.k, args.n, device=dev, dtype=torch.bfloat16)
     c_plain, c_x, c_p = (torch.empty(args.m, args.n, device=dev, dtype=torch.bfloat16) for _ in range(3))
     tiles = triton.cdiv(args.m, BLOCK_M) * triton.cdiv(args.n, BLOCK_N)
-    expected_records = tiles * g.EVENTS_PER_TILE
-    capacity = triton.cdiv(tiles, programs) * g.EVENTS_PER_TILE
+    per_tile = g.EVENTS_PER_TILE.value
+    expected_records = tiles * per_tile
+    capacity = triton.cdiv(tiles, programs) * per_tile
     buf = xp.TraceBuffer(programs, capacity)
     meta = _meta(programs)
     result: dict = {"shape_mnk": [args.m, args.n, args.k], "tiles": tiles, "programs": programs,
-                    "events_per_tile": g.EVENTS_PER_TILE, "expected_records": expected_records,
+                    "events_per_tile": per_tile, "expected_records": expected_records,
                     "gpu": torch.cuda.get_device_name(dev), "torch": torch.__version__, "triton": triton.__version__,
                     "errors": {}}
 

@@ -8,26 +8,31 @@ and, when it is False, emits no instruction at all)::
     @triton.jit
     def kernel(..., trace_meta, trace_records, TRACE_CAP: tl.constexpr, XSTAGE: tl.constexpr):
         probe = xp.probe_open(trace_meta, trace_records, TRACE_CAP, XSTAGE)
-        for tile in range(...):
-            probe = xp.begin(probe, EV_MAINLOOP, tile, XSTAGE)
-            ...
-            probe = xp.end(probe, EV_MAINLOOP, tile, 0, XSTAGE)
+        probe = xp.begin(probe, EV_MAINLOOP, tile, TRACE_CAP, XSTAGE)        # counted form
+        ...
+        probe = xp.end(probe, EV_MAINLOOP, tile, payload, TRACE_CAP, XSTAGE)
         xp.probe_close(probe, XSTAGE)
 
+A persistent kernel (program p handles tiles p, p + P, …) can use the persistent-loop form instead,
+which carries no record count through its tile loop: ``xp.begin_tile(probe, EV, tile, K, PER_TILE,
+P, TRACE_CAP, XSTAGE)`` / ``end_tile`` put record K of the tile's PER_TILE records in a slot derived
+from the tile id, and ``xp.probe_close_tiles(probe, num_tiles, PER_TILE, P, XSTAGE)`` closes.
+
 One slice per program (``roles_per_cta = 1``, slice = linear program id). Thread 0 of the program
-(lane 0 of warp 0) is the elected writer: every thread reads the clock (the inline PTX is
-per-thread), only thread 0 stores. A record is one ``st.global.cs.v4.u32`` of 16 bytes in the layout
-of docs/probe-format.md; the slice's open/close anchors pair ``%globaltimer`` with ``clock64`` so
-the decoder converts cycles to ns per SM. The record count travels in the probe handle (a tuple
-carried through loops) and is written at close; records past the capacity are counted, not
-stored, so overflow is reported, never silent.
+(lane 0 of warp 0) is the elected writer: every thread runs the inline PTX (clock64 read, address),
+only thread 0 stores. A record is one ``st.global.cs.v4.u32`` of 16 bytes in the layout of
+docs/probe-format.md, at an address computed inside the probe from %ctaid, so the kernel keeps no
+trace pointer live; the slice's open/close anchors pair ``%globaltimer`` with ``clock64`` so the
+decoder converts cycles to ns per SM. Records past the capacity are counted, not stored: overflow
+is reported, never silent.
 
 Host side: :class:`TraceBuffer` allocates the two arrays with torch, gives the kernel arguments
 (``buf.kernel_args()``, or :func:`off_args` for the probe-free build: the trace pointers become
 ``None`` constexprs, so the kernel's parameter list is that of the uninstrumented kernel) and
-writes the ``.xsp`` dump with :func:`xstage_trace.collectors.probe_format.write_probe_dump`.
+writes the ``.xsp`` dump (:func:`write_dump`, through
+:func:`xstage_trace.collectors.probe_format.write_probe_dump`).
 
-Cost per probe: docs/triton-probes.md.
+Cost per probe and where to put probes: docs/triton-probes.md.
 """
 
 from __future__ import annotations
@@ -237,23 +242,27 @@ class TraceBuffer:
         """Keyword arguments for the instrumented kernel: the two pointers, TRACE_CAP, XSTAGE=True."""
         return {"trace_meta": self.meta, "trace_records": self.records, "TRACE_CAP": self.capacity, "XSTAGE": True}
 
-    def host_arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        """(slice meta, records) copied back as structured numpy arrays (SLICE_DTYPE, RECORD_DTYPE)."""
-        self._torch.cuda.synchronize(self.device)
-        meta = self.meta.cpu().numpy().view(SLICE_DTYPE)
-        records = self.records.cpu().numpy().view(RECORD_DTYPE)
-        return meta, records
-
     def dump(self, path: str | Path, event_names: list[str], label: str = "", rank: int = 0) -> Path:
         """Copy the buffer back and write the ``.xsp`` dump (atomically)."""
         torch = self._torch
-        meta, records = self.host_arrays()
+        torch.cuda.synchronize(self.device)
         props = torch.cuda.get_device_properties(self.device)
-        clock_khz = _sm_clock_khz(self.device.index or 0)
-        write_probe_dump(path, slice_meta=meta, records=records, capacity=self.capacity, event_names=event_names,
-                         gpu_name=props.name, sm_count=props.multi_processor_count, sm_clock_khz=clock_khz,
-                         roles_per_cta=1, device_index=self.device.index or 0, rank=rank, label=label)
-        return Path(path)
+        index = self.device.index or 0
+        return write_dump(path, self.meta.cpu().numpy(), self.records.cpu().numpy(), self.capacity, event_names,
+                          gpu_name=props.name, sm_count=props.multi_processor_count, sm_clock_khz=_sm_clock_khz(index),
+                          device_index=index, rank=rank, label=label)
+
+
+def write_dump(path: str | Path, meta_words: np.ndarray, record_words: np.ndarray, capacity: int, event_names: list[str],
+               *, gpu_name: str, sm_count: int, sm_clock_khz: int, device_index: int = 0, rank: int = 0,
+               label: str = "") -> Path:
+    """Write the ``.xsp`` dump from the two int64 arrays the probes fill (slice table, records)."""
+    meta = np.ascontiguousarray(meta_words, dtype=np.int64).view(SLICE_DTYPE)
+    records = np.ascontiguousarray(record_words, dtype=np.int64).view(RECORD_DTYPE)
+    write_probe_dump(path, slice_meta=meta, records=records, capacity=capacity, event_names=event_names,
+                     gpu_name=gpu_name, sm_count=sm_count, sm_clock_khz=sm_clock_khz, roles_per_cta=1,
+                     device_index=device_index, rank=rank, label=label)
+    return Path(path)
 
 
 def _sm_clock_khz(device_index: int) -> int:
