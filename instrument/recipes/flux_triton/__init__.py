@@ -76,12 +76,10 @@ def revert(checkout: str | Path, recipe: dict | None = None) -> list[Path]:
     """Put back the originals saved by :func:`apply`; returns the files restored."""
     recipe = recipe or load_recipe()
     root = Path(checkout)
-    restored = []
-    for rel in recipe["files"]:
-        path = root / rel
-        orig = path.with_name(path.name + ORIG_SUFFIX)
-        if not orig.exists():
+    paths = [root / rel for rel in recipe["files"]]
+    for path in paths:  # all or nothing
+        if not path.with_name(path.name + ORIG_SUFFIX).exists():
             raise InputError(path, "recipe not applied here (no .xstage-orig copy)", "apply it first, or pass the checkout it was applied to")
-        orig.replace(path)
-        restored.append(path)
-    return restored
+    for path in paths:
+        path.with_name(path.name + ORIG_SUFFIX).replace(path)
+    return paths

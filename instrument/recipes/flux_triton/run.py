@@ -6,7 +6,7 @@ under ``torchrun`` with several ranks, else (world size 1) from a plain device a
 ``--dest host``, from pinned host memory that the GPU writes through the mapped address (the GEMM's
 tile stores then cross PCIe). The GEMM and the reduce kernel are launched in order on one stream:
 the reduce spins on flags, and started beside a non-persistent GEMM it would take the SM slots the
-GEMM still needs.
+GEMM still needs. (The several-rank path has not run yet: only one-GPU machines were lent.)
 
     python -m xstage_trace.instrument.recipes.flux_triton.run --flux FLUX_CHECKOUT --out DIR --dest device
 
