@@ -1,0 +1,271 @@
+"""xstage probes inside ``@triton.jit`` kernels: the same records and dump as ``<xstage/probe.cuh>``.
+
+Device side (call from a ``@triton.jit`` kernel; every call takes the ``XSTAGE`` constexpr switch
+and, when it is False, emits no instruction at all)::
+
+    from xstage_trace.instrument import triton as xp
+
+    @triton.jit
+    def kernel(..., trace_meta, trace_records, TRACE_CAP: tl.constexpr, XSTAGE: tl.constexpr):
+        probe = xp.probe_open(trace_meta, trace_records, TRACE_CAP, XSTAGE)
+        probe = xp.begin(probe, EV_MAINLOOP, tile, TRACE_CAP, XSTAGE)        # counted form
+        ...
+        probe = xp.end(probe, EV_MAINLOOP, tile, payload, TRACE_CAP, XSTAGE)
+        xp.probe_close(probe, XSTAGE)
+
+A persistent kernel (program p handles tiles p, p + P, …) can use the persistent-loop form instead,
+which carries no record count through its tile loop: ``xp.begin_tile(probe, EV, tile, K, PER_TILE,
+P, TRACE_CAP, XSTAGE)`` / ``end_tile`` put record K of the tile's PER_TILE records in a slot derived
+from the tile id, and ``xp.probe_close_tiles(probe, num_tiles, PER_TILE, P, XSTAGE)`` closes.
+
+One slice per program (``roles_per_cta = 1``, slice = linear program id). Thread 0 of the program
+(lane 0 of warp 0) is the elected writer: every thread runs the inline PTX (clock64 read, address),
+only thread 0 stores. A record is one ``st.global.cs.v4.u32`` of 16 bytes in the layout of
+docs/probe-format.md, at an address computed inside the probe from %ctaid, so the kernel keeps no
+trace pointer live; the slice's open/close anchors pair ``%globaltimer`` with ``clock64`` so the
+decoder converts cycles to ns per SM. Records past the capacity are counted, not stored: overflow
+is reported, never silent.
+
+Host side: :class:`TraceBuffer` allocates the two arrays with torch, gives the kernel arguments
+(``buf.kernel_args()``, or :func:`off_args` for the probe-free build: the trace pointers become
+``None`` constexprs, so the kernel's parameter list is that of the uninstrumented kernel) and
+writes the ``.xsp`` dump (:func:`write_dump`, through
+:func:`xstage_trace.collectors.probe_format.write_probe_dump`).
+
+Cost per probe and where to put probes: docs/triton-probes.md.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import triton
+import triton.language as tl
+
+from xstage_trace.collectors.probe_format import CLOCK_BITS, RECORD_DTYPE, SLICE_DTYPE, write_probe_dump
+
+KIND_MARK = 0
+KIND_BEGIN = 1
+KIND_END = 2
+META_WORDS = SLICE_DTYPE.itemsize // 8  # SliceMeta in int64 words (6)
+RECORD_WORDS = RECORD_DTYPE.itemsize // 8  # one record in int64 words (2)
+
+# Slice-meta byte offsets (docs/probe-format.md, SliceMeta).
+_OFF_COUNT, _OFF_SMID_OPEN, _OFF_SMID_CLOSE, _OFF_OPEN, _OFF_CLOSE = 0, 8, 12, 16, 32
+
+
+_SLICE_PTX = (  # xp_s = linear program id, the slice (roles_per_cta = 1)
+    "mov.u32 xp_a, %ctaid.z;\nmov.u32 xp_b, %nctaid.y;\nmov.u32 xp_s, %ctaid.y;\nmad.lo.u32 xp_s, xp_a, xp_b, xp_s;\n"
+    "mov.u32 xp_b, %nctaid.x;\nmov.u32 xp_a, %ctaid.x;\nmad.lo.u32 xp_s, xp_s, xp_b, xp_a;\n"
+)
+
+
+def _anchor_asm(smid_off: int, pair_off: int, count: bool, per_tile: int = 0, num_programs: int = 0) -> str:
+    """PTX for an anchor: thread 0 stores %smid and the (%globaltimer, clock64) pair into its slice's
+    meta ($1 = slice table base); at close also the record count with closed = 1: $2 itself, or in
+    the persistent-loop form (``per_tile`` > 0, $2 = number of tiles) this program's tiles × per_tile."""
+    if not count:
+        tail = ""
+    elif per_tile:
+        tail = ("mov.u32 xp_a, %ctaid.x;\nsub.u32 xp_b, $2, xp_a;\n"
+                f"add.u32 xp_b, xp_b, {num_programs - 1};\ndiv.u32 xp_b, xp_b, {num_programs};\n"
+                f"setp.le.u32 xp_q, $2, xp_a;\nselp.u32 xp_b, 0, xp_b, xp_q;\nmul.lo.u32 xp_b, xp_b, {per_tile};\n"
+                f"@xp_p st.global.v2.u32 [xp_m+{_OFF_COUNT}], {{xp_b, 1}};\n")
+    else:
+        tail = f"@xp_p st.global.v2.u32 [xp_m+{_OFF_COUNT}], {{$2, 1}};\n"
+    return (
+        "{\n.reg .pred xp_p, xp_q;\n.reg .u32 xp_t, xp_a, xp_b, xp_s;\n.reg .u64 xp_g, xp_c, xp_m;\n"
+        "mov.u32 xp_t, %tid.x;\nsetp.eq.u32 xp_p, xp_t, 0;\n" + _SLICE_PTX +
+        f"mul.wide.u32 xp_m, xp_s, {SLICE_DTYPE.itemsize};\nadd.s64 xp_m, $1, xp_m;\n"
+        "mov.u64 xp_g, %globaltimer;\nmov.u64 xp_c, %clock64;\nmov.u32 xp_s, %smid;\n"
+        f"@xp_p st.global.u32 [xp_m+{smid_off}], xp_s;\n"
+        f"@xp_p st.global.v2.u64 [xp_m+{pair_off}], {{xp_g, xp_c}};\n"
+        f"{tail}mov.u32 $0, 0;\n}}"
+    )
+
+
+def _record_asm(event: int, kind: int, capacity: int, per_tile: int = 0, k: int = 0, num_programs: int = 0) -> str:
+    """PTX for one record: clock64's low 48 bits with the event id (bits 48..55) and kind (56..57)
+    or-ed into the high word, stored by thread 0 at its slice's slot when the slot is below the
+    capacity ($1 = records base). The slot is $2 (the carried count), or, in the persistent-loop
+    form (``per_tile`` > 0), ((tile $2 − %ctaid.x) / num_programs) · per_tile + k. Addresses are
+    computed here, from %ctaid, so the kernel keeps no trace pointer live."""
+    if not 0 <= event < 256 or kind not in (KIND_MARK, KIND_BEGIN, KIND_END):
+        raise ValueError(f"xstage probe: event id {event} must be 0..255 and kind 0, 1 or 2")
+    if per_tile and not (0 <= k < per_tile and num_programs > 0):
+        raise ValueError(f"xstage probe: record {k} of {per_tile} per tile needs 0 <= K < PER_TILE and NUM_PROGRAMS > 0")
+    tag = ((kind << 8) | event) << (CLOCK_BITS - 32)
+    slot = (f"div.u32 xp_i, $2, {num_programs};\nmad.lo.u32 xp_i, xp_i, {per_tile}, {k};\n") if per_tile else "mov.u32 xp_i, $2;\n"
+    return (
+        "{\n.reg .pred xp_p, xp_q;\n.reg .u32 xp_t, xp_a, xp_b, xp_s, xp_i, xp_lo, xp_hi;\n.reg .u64 xp_c, xp_r;\n"
+        + slot +
+        f"mov.u32 xp_t, %tid.x;\nsetp.eq.u32 xp_p, xp_t, 0;\nsetp.lt.u32 xp_q, xp_i, {capacity};\nand.pred xp_p, xp_p, xp_q;\n"
+        + _SLICE_PTX +
+        f"mad.lo.u32 xp_s, xp_s, {capacity}, xp_i;\nmul.wide.u32 xp_r, xp_s, {RECORD_DTYPE.itemsize};\nadd.s64 xp_r, $1, xp_r;\n"
+        "mov.u64 xp_c, %clock64;\nmov.b64 {xp_lo, xp_hi}, xp_c;\n"
+        f"and.b32 xp_hi, xp_hi, 65535;\nor.b32 xp_hi, xp_hi, {tag};\n"
+        "@xp_p st.global.cs.v4.u32 [xp_r], {xp_lo, xp_hi, $3, $4};\nmov.u32 $0, 0;\n}"
+    )
+
+
+@tl.core.builtin
+def _anchor(meta, count, is_close: tl.constexpr, per_tile: tl.constexpr = 0, num_programs: tl.constexpr = 0,
+            _semantic=None):
+    u = tl.core._unwrap_if_constexpr
+    close = u(is_close)
+    asm = _anchor_asm(_OFF_SMID_CLOSE if close else _OFF_SMID_OPEN, _OFF_CLOSE if close else _OFF_OPEN, close,
+                      int(u(per_tile)), int(u(num_programs)))
+    return tl.inline_asm_elementwise(asm, "=r,l,r", [meta, count], dtype=tl.int32, is_pure=False, pack=1,
+                                     _semantic=_semantic)
+
+
+@tl.core.builtin
+def _record(records, seq, tile, payload, event: tl.constexpr, kind: tl.constexpr, capacity: tl.constexpr,
+            per_tile: tl.constexpr = 0, k: tl.constexpr = 0, num_programs: tl.constexpr = 0, _semantic=None):
+    u = tl.core._unwrap_if_constexpr
+    asm = _record_asm(int(u(event)), int(u(kind)), int(u(capacity)), int(u(per_tile)), int(u(k)), int(u(num_programs)))
+    return tl.inline_asm_elementwise(asm, "=r,l,r,r,r", [records, seq, tile, payload], dtype=tl.int32,
+                                     is_pure=False, pack=1, _semantic=_semantic)
+
+
+@triton.jit
+def probe_open(trace_meta, trace_records, TRACE_CAP: tl.constexpr, XSTAGE: tl.constexpr):
+    """Open this program's slice (anchor at open); returns the probe handle (the two trace pointers
+    as passed, and the record count)."""
+    if XSTAGE:
+        _anchor(trace_meta, 0, False)
+        probe = (trace_meta, trace_records, tl.cast(0, tl.int32))
+    else:
+        probe = (0, 0, 0)
+    return probe
+
+
+@triton.jit
+def put(probe, EVENT: tl.constexpr, KIND: tl.constexpr, tile, payload, TRACE_CAP: tl.constexpr, XSTAGE: tl.constexpr):
+    """Write one record (event id, kind, tile, payload) at clock64 now; returns the advanced handle."""
+    if XSTAGE:
+        meta, records, n = probe
+        _record(records, n, tl.cast(tile, tl.int32), tl.cast(payload, tl.int32), EVENT, KIND, TRACE_CAP)
+        probe = (meta, records, n + 1)
+    return probe
+
+
+@triton.jit
+def begin(probe, EVENT: tl.constexpr, tile, TRACE_CAP: tl.constexpr, XSTAGE: tl.constexpr):
+    """Begin record of ``EVENT`` for ``tile`` (XSTAGE_BEGIN)."""
+    return put(probe, EVENT, 1, tile, 0, TRACE_CAP, XSTAGE)
+
+
+@triton.jit
+def end(probe, EVENT: tl.constexpr, tile, payload, TRACE_CAP: tl.constexpr, XSTAGE: tl.constexpr):
+    """End record of ``EVENT`` for ``tile`` carrying ``payload`` (XSTAGE_END_P; 0 for none)."""
+    return put(probe, EVENT, 2, tile, payload, TRACE_CAP, XSTAGE)
+
+
+@triton.jit
+def mark(probe, EVENT: tl.constexpr, tile, payload, TRACE_CAP: tl.constexpr, XSTAGE: tl.constexpr):
+    """Mark record (XSTAGE_MARK)."""
+    return put(probe, EVENT, 0, tile, payload, TRACE_CAP, XSTAGE)
+
+
+@triton.jit
+def probe_close(probe, XSTAGE: tl.constexpr):
+    """Close the slice: anchor at close, record count, closed = 1 (XSTAGE_PROBE_CLOSE)."""
+    if XSTAGE:
+        meta, records, n = probe
+        _anchor(meta, n, True)
+
+
+@triton.jit
+def put_tile(probe, EVENT: tl.constexpr, KIND: tl.constexpr, tile, payload, K: tl.constexpr, PER_TILE: tl.constexpr,
+             NUM_PROGRAMS: tl.constexpr, TRACE_CAP: tl.constexpr, XSTAGE: tl.constexpr):
+    """Persistent-loop form of :func:`put` for a program that handles tiles p, p + NUM_PROGRAMS, …:
+    record K of the PER_TILE records of ``tile`` goes to slot ((tile − p) / NUM_PROGRAMS)·PER_TILE + K,
+    computed inside the probe, so no count is carried through the loop (docs/triton-probes.md)."""
+    if XSTAGE:
+        meta, records, n = probe
+        _record(records, tl.cast(tile, tl.int32), tl.cast(tile, tl.int32), tl.cast(payload, tl.int32), EVENT, KIND,
+                TRACE_CAP, PER_TILE, K, NUM_PROGRAMS)
+
+
+@triton.jit
+def begin_tile(probe, EVENT: tl.constexpr, tile, K: tl.constexpr, PER_TILE: tl.constexpr, NUM_PROGRAMS: tl.constexpr,
+               TRACE_CAP: tl.constexpr, XSTAGE: tl.constexpr):
+    """Begin record, persistent-loop form (see :func:`put_tile`)."""
+    put_tile(probe, EVENT, 1, tile, 0, K, PER_TILE, NUM_PROGRAMS, TRACE_CAP, XSTAGE)
+
+
+@triton.jit
+def end_tile(probe, EVENT: tl.constexpr, tile, payload, K: tl.constexpr, PER_TILE: tl.constexpr,
+             NUM_PROGRAMS: tl.constexpr, TRACE_CAP: tl.constexpr, XSTAGE: tl.constexpr):
+    """End record with payload, persistent-loop form (see :func:`put_tile`)."""
+    put_tile(probe, EVENT, 2, tile, payload, K, PER_TILE, NUM_PROGRAMS, TRACE_CAP, XSTAGE)
+
+
+@triton.jit
+def probe_close_tiles(probe, num_tiles, PER_TILE: tl.constexpr, NUM_PROGRAMS: tl.constexpr, XSTAGE: tl.constexpr):
+    """Close a slice written in the persistent-loop form: count = this program's tiles × PER_TILE."""
+    if XSTAGE:
+        meta, records, n = probe
+        _anchor(meta, tl.cast(num_tiles, tl.int32), True, PER_TILE, NUM_PROGRAMS)
+
+
+def off_args() -> dict:
+    """Kernel arguments of the probe-free build: no trace pointers (None constexprs), XSTAGE=False."""
+    return {"trace_meta": None, "trace_records": None, "TRACE_CAP": 0, "XSTAGE": False}
+
+
+class TraceBuffer:
+    """Device trace buffer (torch) for ``num_programs`` slices of ``capacity`` records each."""
+
+    def __init__(self, num_programs: int, capacity: int, device=None):
+        import torch
+
+        self._torch = torch
+        self.device = torch.device(device) if device is not None else torch.device("cuda", torch.cuda.current_device())
+        self.capacity = int(capacity)
+        self.num_slices = int(num_programs)
+        self.meta = torch.zeros(self.num_slices * META_WORDS, dtype=torch.int64, device=self.device)
+        self.records = torch.zeros(self.num_slices * self.capacity * RECORD_WORDS, dtype=torch.int64, device=self.device)
+
+    @property
+    def nbytes(self) -> int:
+        """Device bytes held by the buffer (slice table + records)."""
+        return (self.meta.numel() + self.records.numel()) * 8
+
+    def reset(self) -> None:
+        """Zero the slice table before a launch (counts and anchors)."""
+        self.meta.zero_()
+
+    def kernel_args(self) -> dict:
+        """Keyword arguments for the instrumented kernel: the two pointers, TRACE_CAP, XSTAGE=True."""
+        return {"trace_meta": self.meta, "trace_records": self.records, "TRACE_CAP": self.capacity, "XSTAGE": True}
+
+    def dump(self, path: str | Path, event_names: list[str], label: str = "", rank: int = 0) -> Path:
+        """Copy the buffer back and write the ``.xsp`` dump (atomically)."""
+        torch = self._torch
+        torch.cuda.synchronize(self.device)
+        props = torch.cuda.get_device_properties(self.device)
+        index = self.device.index or 0
+        return write_dump(path, self.meta.cpu().numpy(), self.records.cpu().numpy(), self.capacity, event_names,
+                          gpu_name=props.name, sm_count=props.multi_processor_count, sm_clock_khz=_sm_clock_khz(index),
+                          device_index=index, rank=rank, label=label)
+
+
+def write_dump(path: str | Path, meta_words: np.ndarray, record_words: np.ndarray, capacity: int, event_names: list[str],
+               *, gpu_name: str, sm_count: int, sm_clock_khz: int, device_index: int = 0, rank: int = 0,
+               label: str = "") -> Path:
+    """Write the ``.xsp`` dump from the two int64 arrays the probes fill (slice table, records)."""
+    meta = np.ascontiguousarray(meta_words, dtype=np.int64).view(SLICE_DTYPE)
+    records = np.ascontiguousarray(record_words, dtype=np.int64).view(RECORD_DTYPE)
+    write_probe_dump(path, slice_meta=meta, records=records, capacity=capacity, event_names=event_names,
+                     gpu_name=gpu_name, sm_count=sm_count, sm_clock_khz=sm_clock_khz, roles_per_cta=1,
+                     device_index=device_index, rank=rank, label=label)
+    return Path(path)
+
+
+def _sm_clock_khz(device_index: int) -> int:
+    """Nominal SM clock (kHz) of the device, the decoder's fallback for slices too short to anchor."""
+    driver = triton.runtime.driver.active
+    return int(driver.utils.get_device_properties(device_index).get("sm_clock_rate", 0))

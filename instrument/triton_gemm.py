@@ -1,0 +1,100 @@
+"""A persistent bf16 GEMM in Triton, probe-free and instrumented, for the Triton probe tests and the
+xstage-vs-Proton benchmark (benchmarks/bench_triton_vs_proton.py).
+
+``gemm_plain`` has no probe code. ``gemm_instrumented`` is the same kernel with, at the same two
+spans per tile (the mainloop: from the top of the tile iteration to the output values ready, the
+accumulator conversion and addresses included; the store: the output store), both an xstage probe pair
+(``XSTAGE`` constexpr; off: :func:`xstage_trace.instrument.triton.off_args`) and a Proton
+instrumentation scope (``triton.profiler.language``; it emits code only when the kernel is compiled
+inside a Proton instrumentation session). Compiled outside Proton with XSTAGE off it is the probe-free
+kernel instruction for instruction (tests/test_triton_probes.py checks the PTX).
+
+The xstage probes use the persistent-loop form (no record count carried through the tile loop).
+Per-tile records still change ptxas's allocation of the K loop (80 → 97 SASS instructions per K
+step) and cost ~6 % on the H200, where the anchors alone cost nothing: docs/triton-probes.md.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+from triton.profiler import language as pl
+
+from xstage_trace.instrument import triton as xp
+
+EVENT_NAMES = ["mainloop", "store"]
+EV_MAINLOOP = tl.constexpr(0)
+EV_STORE = tl.constexpr(1)
+EVENTS_PER_TILE = tl.constexpr(4)  # begin + end of each of the two events
+
+
+@triton.jit
+def _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
+    group = GROUP_M * num_pid_n
+    first_m = (tile // group) * GROUP_M
+    rows = min(num_pid_m - first_m, GROUP_M)
+    return first_m + (tile % group) % rows, (tile % group) // rows
+
+
+@triton.jit
+def _mainloop(a, b, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
+    offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
+    offs_k = tl.arange(0, BLOCK_K)
+    a_ptrs = a + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
+    b_ptrs = b + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        acc = tl.dot(tl.load(a_ptrs), tl.load(b_ptrs), acc)
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+    return acc
+
+
+@triton.jit
+def _epilogue(c, acc, pid_m, pid_n, M, N, stride_cm, stride_cn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """The tile's output values, addresses and mask (everything the store needs)."""
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    return c + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn, acc.to(c.dtype.element_ty), mask
+
+
+@triton.jit
+def gemm_plain(a, b, c, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+               NUM_PROGRAMS: tl.constexpr):
+    """C = A·B, persistent: program p computes tiles p, p + NUM_PROGRAMS, … (K a multiple of BLOCK_K)."""
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    for tile in range(tl.program_id(0), num_pid_m * num_pid_n, NUM_PROGRAMS):
+        pid_m, pid_n = _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
+        acc = _mainloop(a, b, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, BLOCK_M, BLOCK_N, BLOCK_K)
+        ptrs, vals, mask = _epilogue(c, acc, pid_m, pid_n, M, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N)
+        tl.store(ptrs, vals, mask=mask)
+
+
+@triton.jit
+def gemm_instrumented(a, b, c, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+                      trace_meta, trace_records, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                      BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, NUM_PROGRAMS: tl.constexpr,
+                      TRACE_CAP: tl.constexpr, XSTAGE: tl.constexpr):
+    """gemm_plain with an xstage probe pair and a Proton scope around each tile's mainloop and store."""
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    probe = xp.probe_open(trace_meta, trace_records, TRACE_CAP, XSTAGE)
+    for tile in range(tl.program_id(0), num_pid_m * num_pid_n, NUM_PROGRAMS):
+        pl.enter_scope("mainloop")
+        xp.begin_tile(probe, EV_MAINLOOP, tile, 0, EVENTS_PER_TILE, NUM_PROGRAMS, TRACE_CAP, XSTAGE)
+        pid_m, pid_n = _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
+        acc = _mainloop(a, b, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, BLOCK_M, BLOCK_N, BLOCK_K)
+        ptrs, vals, mask = _epilogue(c, acc, pid_m, pid_n, M, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N)
+        xp.end_tile(probe, EV_MAINLOOP, tile, 0, 1, EVENTS_PER_TILE, NUM_PROGRAMS, TRACE_CAP, XSTAGE)
+        pl.exit_scope("mainloop")
+        pl.enter_scope("store")
+        xp.begin_tile(probe, EV_STORE, tile, 2, EVENTS_PER_TILE, NUM_PROGRAMS, TRACE_CAP, XSTAGE)
+        tl.store(ptrs, vals, mask=mask)
+        xp.end_tile(probe, EV_STORE, tile, BLOCK_M * BLOCK_N * 2, 3, EVENTS_PER_TILE, NUM_PROGRAMS, TRACE_CAP, XSTAGE)
+        pl.exit_scope("store")
+    xp.probe_close_tiles(probe, num_pid_m * num_pid_n, EVENTS_PER_TILE, NUM_PROGRAMS, XSTAGE)

@@ -1,0 +1,242 @@
+"""Triton probes (xstage_trace.instrument.triton): record layout, the constexpr-off build, the FLUX recipe.
+
+The layout tests build the two int64 arrays exactly as the inline PTX writes them (taking the tag
+immediate and the anchor offsets from the generated PTX text) and check the decoded dump against
+docs/probe-format.md and hand-computed times. The compile tests need the triton package (CPU is
+enough: kernels are compiled for sm_90a, not run); GPU tests are marked ``gpu``.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+triton = pytest.importorskip("triton", minversion="3.6")
+
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.compiler import ASTSource  # noqa: E402
+
+from xstage_trace.base.errors import InputError  # noqa: E402
+from xstage_trace.collectors.probe_format import SLICE_DTYPE, decode_probe_dump  # noqa: E402
+from xstage_trace.instrument import triton as xp  # noqa: E402
+from xstage_trace.instrument import triton_gemm as g  # noqa: E402
+from xstage_trace.instrument.recipes import flux_triton as recipe  # noqa: E402
+
+TARGET = GPUTarget("cuda", 90, 32)
+
+
+def _tag(event: int, kind: int, capacity: int = 8) -> int:
+    """The immediate the record PTX or-s into the high word of clock64."""
+    (imm,) = re.findall(r"or\.b32 xp_hi, xp_hi, (\d+);", xp._record_asm(event, kind, capacity))
+    return int(imm)
+
+
+def _anchor_offsets(close: bool) -> dict[str, int]:
+    asm = xp._anchor_asm(xp._OFF_SMID_CLOSE if close else xp._OFF_SMID_OPEN, xp._OFF_CLOSE if close else xp._OFF_OPEN, close)
+    out = {"smid": int(re.search(r"st\.global\.u32 \[xp_m\+(\d+)\], xp_s", asm).group(1)),
+           "pair": int(re.search(r"st\.global\.v2\.u64 \[xp_m\+(\d+)\], \{xp_g, xp_c\}", asm).group(1))}
+    if close:
+        out["count"] = int(re.search(r"st\.global\.v2\.u32 \[xp_m\+(\d+)\], \{\$2, 1\}", asm).group(1))
+    return out
+
+
+def test_record_tag_puts_event_in_bits_48_to_55_and_kind_in_56_57():
+    for event, kind in [(0, 0), (1, 1), (7, 2), (255, 2)]:
+        assert _tag(event, kind) << 32 == (event << 48) | (kind << 56)
+
+
+def test_anchor_stores_land_on_the_slice_meta_fields_of_the_format():
+    f = SLICE_DTYPE.fields
+    assert _anchor_offsets(False) == {"smid": f["smid_open"][1], "pair": f["gt_open"][1]}
+    assert f["clk_open"][1] == f["gt_open"][1] + 8
+    assert _anchor_offsets(True) == {"smid": f["smid_close"][1], "pair": f["gt_close"][1], "count": f["count"][1]}
+    assert f["closed"][1] == f["count"][1] + 4 and f["clk_close"][1] == f["gt_close"][1] + 8
+
+
+def test_probe_rejects_event_ids_and_kinds_outside_the_format():
+    with pytest.raises(ValueError):
+        xp._record_asm(256, 1, 8)
+    with pytest.raises(ValueError):
+        xp._record_asm(0, 3, 8)
+    with pytest.raises(ValueError):
+        xp._record_asm(0, 1, 8, per_tile=4, k=4, num_programs=132)
+
+
+def _words(records_per_slice, capacity, gt_open, clk_open, span_ns, span_cyc, smid):
+    """The int64 arrays as the probes leave them: meta (6 words per slice), records (2 per slot)."""
+    n_sl = len(records_per_slice)
+    meta = np.zeros((n_sl, 6), np.int64)
+    rec = np.zeros((n_sl, capacity, 2), np.int64)
+    for s, recs in enumerate(records_per_slice):
+        for i, (event, kind, clk, tile, payload) in enumerate(recs[:capacity]):
+            lo, hi = clk & 0xFFFFFFFF, ((clk >> 32) & 0xFFFF) | _tag(event, kind)
+            rec[s, i, 0] = np.int64(np.uint64((hi << 32) | lo).astype(np.int64))
+            rec[s, i, 1] = tile | (payload << 32)
+        meta[s, 0] = len(recs) | (1 << 32)  # count, closed = 1
+        meta[s, 1] = smid[s] | (smid[s] << 32)
+        meta[s, 2:6] = [gt_open[s], clk_open[s], gt_open[s] + span_ns, clk_open[s] + span_cyc]
+    return meta.reshape(-1), rec.reshape(-1)
+
+
+def test_dump_written_from_probe_words_decodes_with_per_slice_clock(tmp_path):
+    gt0, ck0 = [1_000_000_000, 1_000_050_000], [5_000_000, (1 << 48) - 1000]  # slice 1's clock wraps its low 48 bits
+    span_ns, span_cyc = 100_000, 173_000  # 1.73 GHz
+    recs = [[(0, 1, ck0[0] + 1730, 3, 0), (0, 2, ck0[0] + 17300, 3, 0), (1, 1, ck0[0] + 17301, 3, 0), (1, 2, ck0[0] + 34600, 3, 32768)],
+            [(0, 1, ck0[1] + 3460, 135, 0), (0, 2, ck0[1] + 173000 - 1, 135, 7)]]
+    meta, rec = _words(recs, 4, gt0, ck0, span_ns, span_cyc, smid=[10, 77])
+    path = xp.write_dump(tmp_path / "t.xsp", meta, rec, 4, ["mainloop", "store"], gpu_name="NVIDIA H200", sm_count=132,
+                         sm_clock_khz=1_980_000, label="kernel=t")
+    d = decode_probe_dump(path)
+    r = d.records.to_pandas()
+    assert list(r["event"].astype(str)) == ["mainloop", "mainloop", "store", "store", "mainloop", "mainloop"]
+    assert list(r["kind"].astype(str)) == ["begin", "end", "begin", "end", "begin", "end"]
+    assert list(r["tile"]) == [3, 3, 3, 3, 135, 135] and list(r["payload"]) == [0, 0, 0, 32768, 0, 7]
+    assert list(r["sm_id"]) == [10, 10, 10, 10, 77, 77]
+    npc = span_ns / span_cyc
+    expect = [gt0[0] + round(1730 * npc), gt0[0] + round(17300 * npc), gt0[0] + round(17301 * npc), gt0[0] + round(34600 * npc),
+              gt0[1] + round(3460 * npc), gt0[1] + round(172999 * npc)]
+    assert np.abs(r["t_gt_ns"].to_numpy() - np.array(expect)).max() <= 1
+    assert d.slices.to_pandas()["records_dropped"].sum() == 0
+
+
+def test_counts_past_capacity_are_reported_as_dropped(tmp_path):
+    recs = [[(0, 1, 1000 + 10 * i, 0, 0) for i in range(6)]]
+    meta, rec = _words(recs, 4, [10**9], [1000], 100_000, 173_000, smid=[0])
+    path = xp.write_dump(tmp_path / "o.xsp", meta, rec, 4, ["mainloop"], gpu_name="g", sm_count=1, sm_clock_khz=1_980_000)
+    with pytest.raises(InputError, match="2 records dropped"):
+        decode_probe_dump(path)
+    assert decode_probe_dump(path, allow_overflow=True).slices.to_pandas()["records_dropped"].tolist() == [2]
+
+
+GEMM_SIG = {"a": "*bf16", "b": "*bf16", "c": "*bf16", "M": "i32", "N": "i32", "K": "i32", "stride_am": "i32", "stride_ak": "i32",
+            "stride_bk": "i32", "stride_bn": "i32", "stride_cm": "i32", "stride_cn": "i32"}
+GEMM_CONST = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "NUM_PROGRAMS": 132}
+
+
+def _compile(fn, extra_sig: dict, extra_const: dict):
+    sig, const = dict(GEMM_SIG, **extra_sig), dict(GEMM_CONST, **extra_const)
+    sig.update({k: "constexpr" for k in const})
+    try:
+        return triton.compile(ASTSource(fn=fn, signature=sig, constexprs=const), target=TARGET,
+                              options={"num_warps": 8, "num_stages": 3})
+    except Exception as exc:  # no bundled ptxas / LLVM on this machine
+        pytest.skip(f"triton cannot compile for sm_90 here: {exc}")
+
+
+def _ptx_body(ptx: str) -> list[str]:
+    """Instructions and declarations of the kernel, without debug lines and with the kernel name blanked."""
+    out = []
+    for line in ptx.splitlines():
+        s = line.strip()
+        if not s or s.startswith((".loc", ".file", "//")):
+            continue
+        if s.startswith(".section"):
+            break
+        out.append(re.sub(r"\bgemm_\w+", "KERNEL", s))
+    return out
+
+
+@pytest.fixture(scope="module")
+def gemm_builds():
+    plain = _compile(g.gemm_plain, {}, {})
+    off = _compile(g.gemm_instrumented, {"trace_meta": "constexpr", "trace_records": "constexpr"}, xp.off_args())
+    on = _compile(g.gemm_instrumented, {"trace_meta": "*i64", "trace_records": "*i64"}, {"TRACE_CAP": 32, "XSTAGE": True})
+    return plain, off, on
+
+
+def test_probes_switched_off_compile_to_the_probe_free_kernel(gemm_builds):
+    plain, off, _ = gemm_builds
+    assert _ptx_body(off.asm["ptx"]) == _ptx_body(plain.asm["ptx"])
+    assert "%clock64" not in off.asm["ptx"] and "%globaltimer" not in off.asm["ptx"]
+
+
+def test_probes_switched_on_emit_one_store_per_record_and_two_anchors(gemm_builds):
+    ptx = gemm_builds[2].asm["ptx"]
+    # gemm_instrumented's source: begin/end around the mainloop and the store (4 records per tile
+    # inside the tile loop), anchors at open and close
+    assert ptx.count("st.global.cs.v4.u32") == 4
+    assert ptx.count("%globaltimer") == 2
+    assert ptx.count("%clock64") == 6
+
+
+def _mini_checkout(tmp_path):
+    root = tmp_path / "flux"
+    (root / "pkg").mkdir(parents=True)
+    a = "def f(_builder=None):\n    return g(_builder=_builder)\n"
+    b = "x = 1\n    acc = 0\n    for k in range(4):\n        acc += k\n    y = acc\n"
+    (root / "pkg" / "a.py").write_text(a)
+    (root / "pkg" / "b.py").write_text(b)
+    import hashlib
+
+    sha = lambda t: hashlib.sha256(t.encode()).hexdigest()  # noqa: E731
+    rec = {"name": "mini", "upstream": {"repo": "x", "commit": "0" * 40}, "events": {},
+           "files": {"pkg/a.py": {"sha256": sha(a), "edits": [{"why": "rename", "replace_all": "_builder", "with": "_semantic"}]},
+                     "pkg/b.py": {"sha256": sha(b), "edits": [
+                         {"why": "probe before the loop", "find": "    acc = 0\n", "replace": "    acc = 0\n    probe()\n"}]}}}
+    return root, rec, a, b
+
+
+def test_recipe_applies_and_reverts_byte_for_byte(tmp_path):
+    root, rec, a, b = _mini_checkout(tmp_path)
+    changed = recipe.apply(root, rec)
+    assert sorted(p.name for p in changed) == ["a.py", "b.py"]
+    assert (root / "pkg" / "a.py").read_text() == "def f(_semantic=None):\n    return g(_semantic=_semantic)\n"
+    assert "    acc = 0\n    probe()\n    for k" in (root / "pkg" / "b.py").read_text()
+    with pytest.raises(InputError, match="already applied"):
+        recipe.apply(root, rec)
+    recipe.revert(root, rec)
+    assert (root / "pkg" / "a.py").read_text() == a and (root / "pkg" / "b.py").read_text() == b
+    assert not list(root.rglob("*.xstage-orig"))
+
+
+def test_recipe_refuses_another_upstream_version_and_touches_nothing(tmp_path):
+    root, rec, a, b = _mini_checkout(tmp_path)
+    (root / "pkg" / "b.py").write_text(b + "z = 2\n")
+    with pytest.raises(InputError, match="differs from the FLUX version"):
+        recipe.apply(root, rec)
+    assert (root / "pkg" / "a.py").read_text() == a and not list(root.rglob("*.xstage-orig"))
+
+
+def test_recipe_anchor_must_match_exactly_once(tmp_path):
+    root, rec, a, b = _mini_checkout(tmp_path)
+    rec["files"]["pkg/b.py"]["edits"][0]["find"] = "acc"
+    with pytest.raises(InputError, match="found 3 times"):
+        recipe.apply(root, rec)
+    assert (root / "pkg" / "a.py").read_text() == a
+
+
+def test_shipped_recipe_event_ids_match_its_event_name_tables():
+    r = recipe.load_recipe()
+    inserted = "".join(e.get("replace", "") for spec in r["files"].values() for e in spec["edits"])
+    ids = {m.group(1): int(m.group(2)) for m in re.finditer(r"XS_(\w+) = tl\.constexpr\((\d+)\)", inserted)}
+    gemm, red = r["events"]["gemm_rs_nvlink_kernel"], r["events"]["reduce_nvlink_kernel"]
+    for name in ("MAINLOOP", "RS", "TILE_INFO", "SIGNAL"):
+        assert gemm[ids[name]] == name.lower()
+    for name in ("FLAG_WAIT", "REDUCE"):
+        assert red[ids[name]] == name.lower()
+    for spec in r["files"].values():
+        for e in spec["edits"]:
+            assert ("find" in e and "replace" in e) != ("replace_all" in e and "with" in e)
+
+
+@pytest.mark.gpu
+def test_probed_kernel_on_the_gpu_writes_a_decodable_dump(tmp_path):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    m = n = 512
+    k = 256
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
+    c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+    programs, tiles = 4, (m // 128) * (n // 128)
+    buf = xp.TraceBuffer(programs, tiles // programs * 4)
+    g.gemm_instrumented[(programs,)](a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0),
+                                     c.stride(1), **buf.kernel_args(), BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8,
+                                     NUM_PROGRAMS=programs)
+    d = decode_probe_dump(buf.dump(tmp_path / "g.xsp", g.EVENT_NAMES), allow_overflow=False)
+    r = d.records.to_pandas()
+    assert len(r) == tiles * 4 and sorted(r["tile"].unique()) == list(range(tiles))
+    assert torch.allclose(c.float(), a.float() @ b.float(), rtol=2e-2, atol=2e-1)
