@@ -39,14 +39,6 @@ def _spans(p: pd.DataFrame, event: str, value: str) -> pd.DataFrame:
     return s.rename(columns={"start": f"{value}_start_ns", "end": f"{value}_end_ns", "duration": f"{value}_ns"})
 
 
-def tile_table(probes: pd.DataFrame, dumps: pd.DataFrame, noise_ns: float | None = None, slots: int = STAGING_SLOTS) -> pd.DataFrame:
-    """Spec §5 per tile of every fused-kernel dump: kind, expert, wave, mainloop, T_RS, T_cover,
-    predicted Δt = [T_RS − T_cover]₊ and measured stall, backpressured flag (threshold: ``noise_ns``
-    or derived from the control), diagnosis. ``dumps`` is the run's ``dumps`` table (configuration).
-    The same as ``finish_tiles`` over the ``tile_spans`` of each dump (what a streaming analyze does)."""
-    return finish_tiles(tile_spans(probes, slots), dumps, noise_ns)
-
-
 def tile_spans(probes: pd.DataFrame, slots: int = STAGING_SLOTS) -> pd.DataFrame:
     """The part of the tile table that one dump's records decide on their own: per tile its mainloop,
     slot wait, epilogue span, T_cover and predicted Δt = [T_RS − T_cover]₊ (spec §5)."""
