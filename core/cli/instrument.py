@@ -68,9 +68,9 @@ def instrument_check(target: str = _TARGET, src: Path = _SRC):
     drift = [r for r in results if isinstance(r, Drift)]
     for r in results:
         if not isinstance(r, Drift):
-            out.print(f"ok     {r.describe()}", highlight=False, soft_wrap=True)
+            out.print(f"ok     {r.describe()}", highlight=False, markup=False, soft_wrap=True)
     for r in drift:
-        err.print(f"xstage-trace: error: {src}: {r.describe()}", highlight=False, soft_wrap=True)
+        err.print(f"xstage-trace: error: {src}: {r.describe()}", highlight=False, markup=False, soft_wrap=True)
     if drift:
         err.print(f"{len(drift)} of {len(results)} anchors not found; use a tree at a verified commit "
                   "(`instrument list`) or update the recipe", highlight=False)

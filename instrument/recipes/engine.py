@@ -321,6 +321,10 @@ def plan(recipe: Recipe, root: Path, trace: bool = True) -> Plan:
     """Locate every anchor and compute the patched text; raises InputError naming the first anchor
     that drifted (``check`` lists them all)."""
     root = Path(root)
+    for other in recipe.conflicts:
+        if (root / STATE_DIR / f"{other}.json").exists():
+            raise InputError(root, f"{other} is applied to this tree and cannot be combined with {recipe.name}",
+                             f"revert it first: xstage-trace instrument apply --target {other} --src {root} --revert")
     results = locate(recipe, root)
     drift = [r for r in results if isinstance(r, Drift)]
     if drift:

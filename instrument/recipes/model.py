@@ -113,6 +113,7 @@ class Recipe:
     anchors: tuple[Anchor, ...]
     added: tuple[AddedFile, ...] = ()
     switch: Switch | None = None
+    conflicts: tuple[str, ...] = ()
     flags: dict[str, str] = field(default_factory=dict)
     build_notes: str = ""
     buffer_plumbing: str = ""

@@ -32,7 +32,7 @@ for mode in upstream trace no-trace; do
     spill=$(grep -o '[0-9]* bytes spill stores, [0-9]* bytes spill loads' "$work/$n.$mode.log" | head -1)
     cuobjdump -sass "$work/$n.$mode.cubin" > "$work/$n.$mode.sass"
     clk=$(grep -c 'SR_CLOCK' "$work/$n.$mode.sass" || true)
-    ninstr=$(grep -cE '^\s+/\*[0-9a-f]{4}\*/' "$work/$n.$mode.sass" || true)
+    ninstr=$(grep -cE '^\s+/\*[0-9a-f]{4,}\*/' "$work/$n.$mode.sass" || true)
     printf '%-16s %-9s %s, %s, %s clock reads, %s SASS instructions, %.1f s\n' "$n" "$mode" "$regs" "$spill" "$clk" \
       "$ninstr" "$(echo "$t1 - $t0" | bc)"
   done

@@ -102,12 +102,14 @@ RECIPE = Recipe(
                   "#ifndef XSTAGE_TRACE\n#define XSTAGE_TRACE 1\n#endif\n",
                   "#pragma once\n// Written by `xstage-trace instrument apply --no-trace`: probes compiled out;\n"
                   "// the kernels keep their xstage::DeviceBuffer argument.\n"),
+    conflicts=("deepgemm-megamoe",),
     flags={"DG_JIT_CACHE_DIR": "$HOME/.deep_gemm-xstage", "DG_JIT_PRINT_COMPILER_COMMAND": "1"},
     build_notes=(
         "The switch is deep_gemm/include/deep_gemm/xstage/config.cuh (apply --trace / --no-trace): DeepGEMM's JIT takes "
         "no extra compiler flags but hashes every <deep_gemm/...> header, so switching recompiles the kernels. "
         "The launchers and python_api.cpp are patched too: rebuild and reinstall the package once "
-        "(`python setup.py install` or `pip install --no-build-isolation .`; `_C` is one translation unit)."),
+        "(`python setup.py install` or `pip install --no-build-isolation .`; `_C` is one translation unit). "
+        "Apply one DeepGEMM recipe at a time (both add a probe header to that translation unit)."),
     buffer_plumbing=(
         "kernel argument: each kernel gains a last parameter `const xstage::DeviceBuffer xstage_buf`; each launcher "
         "passes `xstage_trace::current()`, set from Python by `deep_gemm._C.xstage_set_trace_buffer(*ProbeBuffer("
