@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from xstage_trace.base.errors import InputError
 from xstage_trace.instrument.recipes.model import Recipe
-from xstage_trace.instrument.recipes.targets import deepgemm_megamoe, deepgemm_sm90, fa3
+from xstage_trace.instrument.recipes.targets import deepgemm_megamoe, deepgemm_sm90, fa3, fa4, flux
 
-RECIPES: dict[str, Recipe] = {r.name: r for r in (deepgemm_sm90.RECIPE, deepgemm_megamoe.RECIPE, fa3.RECIPE)}
+RECIPES: dict[str, Recipe] = {r.name: r for r in (deepgemm_sm90.RECIPE, deepgemm_megamoe.RECIPE, fa3.RECIPE, fa4.RECIPE, flux.RECIPE)}
 
 
 def get(name: str) -> Recipe:

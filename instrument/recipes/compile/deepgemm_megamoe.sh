@@ -7,10 +7,10 @@
 set -euo pipefail
 root=$(realpath "$1"); cli=${2:-xstage-trace}
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
-# One prefill-like configuration: 512 tokens per rank, 8 ranks, hidden 7168, intermediate 2048,
-# 256 experts, top-8, 4 experts per wave, BLOCK 128x128x128, store block 32, 148 SMs (BF16: hidden
-# 4096, BLOCK_K 64: hidden 7168 fails its shared-memory static assert).
-cfg="512, 7168, 2048, 256, 8, 4, 128, 128, 128, 32, 128, 128, 16384, 16384, 4, 3584, 128, 128, 256, 148, 8, cute::numeric_limits<float>::infinity(), true"
+# One prefill-like configuration: 512 tokens per rank, 8 ranks, hidden 4096, intermediate 2048,
+# 256 experts, top-8, 4 experts per wave, BLOCK_N 128, store block 32, 148 SMs (BLOCK_K 128 FP8,
+# 64 BF16; hidden 7168 fails the combine stage's shared-memory static assert at this block size).
+cfg="512, 4096, 2048, 256, 8, 4, 128, 128, 128, 32, 128, 128, 16384, 16384, 4, 4096, 128, 128, 256, 148, 8, cute::numeric_limits<float>::infinity(), true"
 for k in sm100_fp8_fp4_mega_moe sm100_bf16_mega_moe; do
   args=$cfg
   [ $k = sm100_bf16_mega_moe ] && args="512, 4096, 2048, 256, 8, 4, 128, 128, 64, 32, 16384, 4, 4096, 128, 128, 256, 148, 8, cute::numeric_limits<float>::infinity(), true"
