@@ -234,3 +234,28 @@ def test_check_on_real_checkout(target: str, tmp_path: Path):
     engine.apply(engine.plan(recipe, copy))
     engine.revert(recipe, copy)
     assert snapshot(copy) == before
+
+
+def test_flags_follow_the_trace_switch():
+    from xstage_trace.instrument.recipes.flags import environment
+
+    assert environment(get("fa3"), trace=True)["NVCC_APPEND_FLAGS"] == "-DXSTAGE_TRACE=1"
+    assert "NVCC_APPEND_FLAGS" not in environment(get("fa3"), trace=False)
+    assert environment(get("fa4"), trace=False)["XSTAGE_TRACE"] == "0"
+    r = cli("instrument", "flags", "--target", "flux")
+    assert r.returncode == 0 and "export CUDAFLAGS=-DXSTAGE_TRACE=1\n" in r.stdout
+
+
+def test_fa4_python_recipe_on_fixture_applies_inside_mma_only_and_reverts(tmp_path: Path):
+    root = tmp_path / "fa"
+    shutil.copytree(FIX / "fa4", root)
+    before = snapshot(root)
+    engine.apply(engine.plan(get("fa4"), root))
+    text = (root / "flash_attn/cute/flash_fwd_sm90.py").read_text()
+    # the second `while` / tile_idx (in first_half_block_overlap) is outside the mma context
+    assert text.count("xstage_slot = Int32(0)") == 1 and text.count("xstage_t_begin = ") == 1
+    assert "        # >>> xstage-recipe fa4:slot_init\n        xstage_slot = Int32(0)\n" in text
+    compile(text, "flash_fwd_sm90.py", "exec")  # still valid Python
+    assert (root / "flash_attn/cute/xstage_probe.py").is_file()
+    engine.revert(get("fa4"), root)
+    assert snapshot(root) == before

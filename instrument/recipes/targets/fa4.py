@@ -38,7 +38,7 @@ RECIPE = Recipe(
                "tile_scheduler.advance_to_next_work()", after=_MMA, until=_NEXT),
     ),
     added=(AddedFile("flash_attn/cute/xstage_probe.py", "fa4/flash_attn/cute/xstage_probe.py"),),
-    flags={"XSTAGE_TRACE": "1", "FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED": "0", "CUTE_DSL_KEEP_PTX": "1"},
+    flags={"XSTAGE_TRACE": "{on}", "FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED": "0", "CUTE_DSL_KEEP_PTX": "1"},
     build_notes=(
         "No build: the DSL compiles at first call. XSTAGE_TRACE must be set before flash_attn.cute is imported (the "
         "flag is read at import and folded by const_expr); keep the on-disk DSL cache off or point "
