@@ -73,7 +73,7 @@ def instrument_check(target: str = _TARGET, src: Path = _SRC):
         err.print(f"xstage-trace: error: {src}: {r.describe()}", highlight=False, markup=False, soft_wrap=True)
     if drift:
         err.print(f"{len(drift)} of {len(results)} anchors not found; use a tree at a verified commit "
-                  "(`instrument list`) or update the recipe", highlight=False)
+                  "(`instrument list`) or update the recipe", highlight=False, soft_wrap=True)
         raise typer.Exit(2)
     out.print(f"{len(results)} anchors found", highlight=False)
 
@@ -91,7 +91,8 @@ def instrument_apply(target: str = _TARGET, src: Path = _SRC,
     recipe = get(target)
     if revert:
         if dry_run:
-            err.print("--dry-run with --revert: nothing to show; revert restores the manifest's originals", highlight=False)
+            err.print("xstage-trace: error: --dry-run and --revert together; use --dry-run alone to see the diff "
+                      f"(the applied one is in {Path(src) / '.xstage-recipe' / (target + '.diff')})", highlight=False, soft_wrap=True)
             raise typer.Exit(2)
         rep = engine.revert(recipe, src)
         for w in rep.warnings:

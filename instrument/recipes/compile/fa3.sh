@@ -30,5 +30,5 @@ for mode in trace no-trace upstream; do
   printf '%-9s %.0f s\n' "$mode" "$(echo "$t1 - $t0" | bc)"
   # per kernel: registers / spills (ptxas resource usage), clock reads and instructions in the SASS
   grep -E "Function properties|spill|Used [0-9]+ registers" "$work/$mode.log" | sed 's/^ptxas info *: //' || true
-  awk '/Function :/{name=$3} /SR_CLOCK/{c[name]++} /^ +\/\*[0-9a-f]{4,}\*\//{n[name]++} END{for (k in n) printf "  %s: %d SASS instructions, %d clock reads\n", k, n[k], c[k]}' "$work/$mode.sass"
+  awk '/Function :/{name=$3} /SR_CLOCK/{c[name]++} /^ +\/\*[0-9a-f][0-9a-f][0-9a-f][0-9a-f]+\*\//{n[name]++} END{for (k in n) { s = (k ~ /StaticPersistent/) ? "non-causal (StaticPersistent)" : ((k ~ /DynamicPersistent/) ? "causal (DynamicPersistent)" : k); printf "  %s: %d SASS instructions, %d clock reads\n", s, n[k], c[k] } }' "$work/$mode.sass"
 done
