@@ -259,3 +259,59 @@ def test_fa4_python_recipe_on_fixture_applies_inside_mma_only_and_reverts(tmp_pa
     assert (root / "flash_attn/cute/xstage_probe.py").is_file()
     engine.revert(get("fa4"), root)
     assert snapshot(root) == before
+
+
+def test_fa3_recipe_on_fixture_threads_the_buffer_through_params(tmp_path: Path):
+    root = tmp_path / "fa"
+    shutil.copytree(FIX / "fa3", root)
+    before = snapshot(root)
+    results = engine.locate(get("fa3"), root)
+    assert [r.describe() for r in results if isinstance(r, Drift)] == []
+    engine.apply(engine.plan(get("fa3"), root))
+    epi = (root / "hopper/epilogue_fwd.hpp").read_text()
+    assert epi.count("::xstage::DeviceBuffer xstage_buf{};") == 2  # Arguments and Params
+    assert "args.seqused/*>>>xstage fa3:epilogue.params*/, args.xstage_buf/*<<<xstage fa3:epilogue.params*/};" in epi
+    launch = (root / "hopper/flash_fwd_launch_template.h").read_text()
+    assert "params.seqused_q/*>>>xstage fa3:launch.arg*/, flash::xstage_fa3::current()" in launch
+    for api in ("flash_api.cpp", "flash_api_stable.cpp"):
+        assert '#include "xstage_fa3_api.h"' in (root / "hopper" / api).read_text()
+    kernel = (root / "hopper/flash_fwd_kernel_sm90.h").read_text()
+    # the probe opens in the consumer branch, after the producer's register dealloc
+    assert kernel.index("warpgroup_reg_dealloc") < kernel.index("XSTAGE_PROBE_OPEN_IF(params.epilogue.xstage_buf")
+    engine.revert(get("fa3"), root)
+    assert snapshot(root) == before
+
+
+def test_deepgemm_recipes_refuse_to_share_a_tree(dg_tree: Path):
+    engine.apply(engine.plan(get("deepgemm-sm90"), dg_tree))
+    with pytest.raises(InputError, match="revert it first"):
+        engine.plan(get("deepgemm-megamoe"), dg_tree)
+
+
+def test_revert_warns_about_edits_outside_the_recipe_and_keeps_them(dg_tree: Path):
+    engine.apply(engine.plan(get("deepgemm-sm90"), dg_tree))
+    k = dg_tree / "csrc/python_api.cpp"
+    k.write_text(k.read_text() + "// user edit\n")
+    rep = engine.revert(get("deepgemm-sm90"), dg_tree)
+    assert rep.warnings == ["csrc/python_api.cpp: changed outside the recipe's code since apply; its other edits are kept"]
+    assert k.read_text() == (FIX / "deepgemm_sm90" / "python_api.cpp").read_text() + "// user edit\n"
+
+
+def test_flux_recipe_on_fixture_patches_only_the_scatter_visitor(tmp_path: Path):
+    root = tmp_path / "flux"
+    shutil.copytree(FIX / "flux", root)
+    before = snapshot(root)
+    results = engine.locate(get("flux"), root)
+    assert [r.describe() for r in results if isinstance(r, Drift)] == []
+    by_name = {}
+    for r in results:
+        by_name.setdefault(r.anchor.name, []).append(r.line)
+    # fixture lines counted by hand: VisitorAuxStoreScatter's Params `int n_split;` is line 19, not
+    # VisitorOther's (line 8); the four waits are lines 21, 26, 29, 32
+    assert by_name["evt.params_field"] == [19]
+    assert by_name["grs.wait_begin"] == [21, 26, 29, 32]
+    engine.apply(engine.plan(get("flux"), root))
+    evt = (root / "src/gemm_rs/epilogue_evt.hpp").read_text()
+    assert evt.count("::xstage::DeviceBuffer xstage_buf;") == 1
+    engine.revert(get("flux"), root)
+    assert snapshot(root) == before
