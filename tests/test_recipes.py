@@ -315,3 +315,34 @@ def test_flux_recipe_on_fixture_patches_only_the_scatter_visitor(tmp_path: Path)
     assert evt.count("::xstage::DeviceBuffer xstage_buf;") == 1
     engine.revert(get("flux"), root)
     assert snapshot(root) == before
+
+
+def test_megamoe_recipe_on_fixture_brackets_mma_epilogue_and_nvlink_barrier(tmp_path: Path):
+    root = tmp_path / "deepgemm"
+    kernel = (FIX / "deepgemm_megamoe" / "kernel.cuh.in").read_text()
+    launcher = (FIX / "deepgemm_sm90" / "launcher.hpp.in").read_text()
+    for stem in ("sm100_fp8_fp4_mega_moe", "sm100_bf16_mega_moe"):
+        k = root / "deep_gemm/include/deep_gemm/impls" / f"{stem}.cuh"
+        k.parent.mkdir(parents=True, exist_ok=True)
+        k.write_text(kernel.replace("KERNEL", stem))
+        la = root / "csrc/jit_kernels/impls" / f"{stem}.hpp"
+        la.parent.mkdir(parents=True, exist_ok=True)
+        la.write_text(launcher.replace("KERNEL", stem))
+    shutil.copy(FIX / "deepgemm_sm90" / "python_api.cpp", root / "csrc" / "python_api.cpp")
+    before = snapshot(root)
+    results = engine.locate(get("deepgemm-megamoe"), root)
+    assert [r.describe() for r in results if isinstance(r, Drift)] == []
+    by_name = {r.anchor.name: r.line for r in results if r.path.endswith("sm100_bf16_mega_moe.cuh")}
+    # kernel.cuh.in, counted by hand: the MMA warp's first tcgen05 fence is line 25 (not the k-loop's,
+    # line 27), the epilogue lambda closes on line 47, the barrier call starts on line 53
+    assert (by_name["bf16.mainloop_begin"], by_name["bf16.epilogue_end"], by_name["bf16.nvlink_end"]) == (25, 47, 53)
+    engine.apply(engine.plan(get("deepgemm-megamoe"), root))
+    text = (root / "deep_gemm/include/deep_gemm/impls/sm100_bf16_mega_moe.cuh").read_text()
+    order = [text.index(s) for s in ("XSTAGE_PROBE_OPEN(xstage_buf", "XSTAGE_BEGIN(::xstage::megamoe::kEvMainloop",
+                                     "XSTAGE_END_P(::xstage::megamoe::kEvMainloop", "XSTAGE_PROBE_OPEN_IF(xstage_buf",
+                                     "XSTAGE_BEGIN(::xstage::megamoe::kEvTmemFullWait", "XSTAGE_END_P(::xstage::megamoe::kEvEpilogue",
+                                     "Allocator().free", "XSTAGE_BEGIN(::xstage::megamoe::kEvNvlinkBarrier",
+                                     "XSTAGE_END(::xstage::megamoe::kEvNvlinkBarrier", "toy_combine")]
+    assert order == sorted(order)
+    engine.revert(get("deepgemm-megamoe"), root)
+    assert snapshot(root) == before
