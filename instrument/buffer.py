@@ -51,6 +51,11 @@ class ProbeBuffer:
         v["num_slices"] = self.num_slices
         return v[()]
 
+    def device_fields(self) -> tuple[int, int, int, int, int]:
+        """(meta address, records address, capacity, roles_per_cta, num_slices): the arguments of the
+        trace-buffer setters that ``instrument apply`` adds to upstream builds (docs/recipes.md)."""
+        return (int(self.meta.data.ptr), int(self.records.data.ptr), self.capacity, self.roles_per_cta, self.num_slices)
+
     def dump(self, path: str | Path, event_names: list[str], label: str = "", rank: int = 0) -> Path:
         """Copy the buffer back and write the dump (atomically)."""
         cp = self._cp

@@ -7,6 +7,7 @@
 // Usage inside a kernel (one writer warp per slice; lane 0 writes, all lanes may call):
 //   XSTAGE_PROBE_OPEN(buf, role);          // slice = blockIdx.x * roles_per_cta + role
 //   XSTAGE_PROBE_OPEN_IF(buf, role, pred); // same, but only warps where pred holds write
+//   XSTAGE_PROBE_OPEN_ELECTED(buf, role);  // called by one elected lane (elect.sync): it writes
 //   XSTAGE_BEGIN(EV_MAINLOOP, tile);
 //   XSTAGE_END(EV_MAINLOOP, tile);
 //   XSTAGE_MARK(EV_STORE, tile, bytes);
@@ -114,12 +115,14 @@ struct Probe {
   bool writer;
 
   __device__ __forceinline__ void open(const DeviceBuffer& b, u32 role, bool enabled = true,
-                                       Record* smem_stage = nullptr, u32 smem_records = 0) {
+                                       Record* smem_stage = nullptr, u32 smem_records = 0,
+                                       bool elected_lane = false) {
     stage = smem_stage;
     stage_cap = smem_records;
     flushed = 0;
     const u32 slice = blockIdx.x * b.roles_per_cta + role;
-    writer = enabled && ((threadIdx.x & 31) == 0) && slice < b.num_slices && b.meta != nullptr;
+    // elect.sync picks a deterministic lane, not necessarily lane 0: an elected caller writes itself.
+    writer = enabled && (elected_lane || (threadIdx.x & 31) == 0) && slice < b.num_slices && b.meta != nullptr;
     rec = b.records + (u64)slice * b.capacity;
     meta = b.meta + slice;
     cap = b.capacity;
@@ -181,6 +184,10 @@ struct Probe {
 #define XSTAGE_PROBE_OPEN_IF(buf, role, pred) \
   ::xstage::Probe xstage_probe_;              \
   xstage_probe_.open((buf), (role), (pred))
+// Inside a branch that only one elected lane of the warp runs (`if (cute::elect_one_sync())`).
+#define XSTAGE_PROBE_OPEN_ELECTED(buf, role) \
+  ::xstage::Probe xstage_probe_;             \
+  xstage_probe_.open((buf), (role), true, nullptr, 0u, true)
 // Records staged in shared memory (smem: xstage::Record[smem_records]), written out when full and at close.
 #define XSTAGE_PROBE_OPEN_SMEM(buf, role, pred, smem, smem_records) \
   ::xstage::Probe xstage_probe_;                                    \
@@ -200,6 +207,9 @@ struct Probe {
   } while (0)
 #define XSTAGE_PROBE_OPEN_IF(buf, role, pred) \
   do {                                        \
+  } while (0)
+#define XSTAGE_PROBE_OPEN_ELECTED(buf, role) \
+  do {                                       \
   } while (0)
 #define XSTAGE_PROBE_OPEN_SMEM(buf, role, pred, smem, smem_records) \
   do {                                                              \

@@ -1,0 +1,117 @@
+"""``deepgemm-sm90``: DeepGEMM's Hopper GEMMs (FP8 1d2d and 1d1d, BF16; normal and m-grouped
+contiguous/masked run through the same three kernels)."""
+
+from __future__ import annotations
+
+from xstage_trace.instrument.recipes.model import AddedFile, Anchor, Event, Recipe, Switch, Upstream
+
+UPSTREAM = Upstream("deepseek-ai/DeepGEMM", "54e22612409371d6364144b69086735beb54e98b", "2026-06-23",
+                    "Multiple updates and refactorings (#364)")
+
+_IMPLS = "deep_gemm/include/deep_gemm/impls"
+_LAUNCH = "csrc/jit_kernels/impls"
+_DEALLOC = r"warpgroup_reg_dealloc<\s*kNumTMARegisters\s*>\(\);"
+_ALLOC = r"warpgroup_reg_alloc<\s*kNumMathRegisters\s*>\(\);"
+_TILE = "::xstage::dg::tile_id(m_block_idx, n_block_idx)"
+
+# (anchor prefix, kernel header, kernel function, launcher header, bytes of one stored tile)
+_KERNELS = (
+    ("fp8_1d2d", "sm90_fp8_gemm_1d2d", "BLOCK_M * BLOCK_N * sizeof(cd_dtype_t)"),
+    ("fp8_1d1d", "sm90_fp8_gemm_1d1d", "BLOCK_M * BLOCK_N * sizeof(float)"),
+    ("bf16", "sm90_bf16_gemm", "BLOCK_M * BLOCK_N * sizeof(cd_dtype_t)"),
+)
+
+
+def _kernel_anchors(key: str, stem: str, tile_bytes: str) -> list[Anchor]:
+    f = f"{_IMPLS}/{stem}.cuh"
+    return [
+        Anchor(f"{key}.include", f, r"^#include\s*<deep_gemm/scheduler/gemm\.cuh>\n", "after",
+               "#include <deep_gemm/xstage/sm90_trace.cuh>", "#include <deep_gemm/scheduler/gemm.cuh>"),
+        Anchor(f"{key}.param", f, rf"\b{stem}_impl\((?:[^()]|\([^()]*\))*?(?P<at>)\)\s*\{{", "replace",
+               ", const ::xstage::DeviceBuffer xstage_buf",
+               f"{stem}_impl(..., const __grid_constant__ cute::TmaDescriptor tensor_map_d) {{"),
+        Anchor(f"{key}.producer_open", f,
+               r"^[ \t]*if\s*\(warp_idx == kNumMathThreads / 32(?: \+ 2)? and cute::elect_one_sync\(\)\)\s*\{\n",
+               "after", "XSTAGE_PROBE_OPEN_ELECTED(xstage_buf, ::xstage::dg::kRoleProducer);",
+               "if (warp_idx == kNumMathThreads / 32 + 2 and cute::elect_one_sync()) {",
+               after=_DEALLOC, until=_ALLOC, indent=4),
+        Anchor(f"{key}.producer_schedule", f,
+               r"^[ \t]*while\s*\(scheduler\.get_next_block\(m_block_idx,\s*n_block_idx\)\)\s*\{\n", "after",
+               f"XSTAGE_MARK(::xstage::dg::kEvSchedule, {_TILE}, scheduler.current_group_idx);",
+               "while (scheduler.get_next_block(m_block_idx, n_block_idx)) {",
+               after=_DEALLOC, until=_ALLOC, indent=4),
+        Anchor(f"{key}.producer_close", f, r"^[ \t]*\}\n[ \t]*\} else \{\n", "before", "XSTAGE_PROBE_CLOSE();",
+               "}\n} else {", after=_DEALLOC, until=_ALLOC, indent=4),
+        Anchor(f"{key}.math_open", f, rf"^[ \t]*cutlass::arch::{_ALLOC}\n", "after",
+               "XSTAGE_PROBE_OPEN_IF(xstage_buf, ::xstage::dg::kRoleMath, warp_idx == 0);",
+               "cutlass::arch::warpgroup_reg_alloc<kNumMathRegisters>();"),
+        Anchor(f"{key}.mainloop_begin", f,
+               r"^[ \t]*while\s*\(scheduler\.get_next_block\(m_block_idx,\s*n_block_idx\)\)\s*\{\n", "after",
+               f"XSTAGE_BEGIN(::xstage::dg::kEvMainloop, {_TILE});",
+               "while (scheduler.get_next_block(m_block_idx, n_block_idx)) {", after=_ALLOC, indent=4),
+        Anchor(f"{key}.store_wait_begin", f, r"^[ \t]*if\s*\([^\n]*\)\n[ \t]*cute::tma_store_wait<0>\(\);\n", "before",
+               f"XSTAGE_END(::xstage::dg::kEvMainloop, {_TILE});\nXSTAGE_BEGIN(::xstage::dg::kEvStoreWait, {_TILE});",
+               "if (threadIdx.x < BLOCK_N / TMA_D_BLOCK_N)\n    cute::tma_store_wait<0>();"),
+        Anchor(f"{key}.store_wait_end", f,
+               r"^[ \t]*cute::tma_store_wait<0>\(\);\n[ \t]*cutlass::arch::NamedBarrier::sync\([^;\n]*\);\n", "after",
+               f"XSTAGE_END(::xstage::dg::kEvStoreWait, {_TILE});\nXSTAGE_BEGIN(::xstage::dg::kEvEpilogue, {_TILE});",
+               "cute::tma_store_wait<0>();\ncutlass::arch::NamedBarrier::sync(kNumWGMMAStoreThreads, 1);"),
+        Anchor(f"{key}.epilogue_end", f, r"^[ \t]*cute::tma_store_arrive\(\);\n[ \t]*\}\n[ \t]*__syncwarp\(\);\n", "after",
+               f"XSTAGE_END_P(::xstage::dg::kEvEpilogue, {_TILE}, {tile_bytes});",
+               "cute::tma_store_arrive();\n}\n__syncwarp();"),
+        Anchor(f"{key}.math_close", f, r"^[ \t]*__syncwarp\(\);\n[ \t]*\}\n(?=[ \t]*\}\n#else)", "after",
+               "XSTAGE_PROBE_CLOSE();", "__syncwarp();\n}\n}\n#else"),
+        Anchor(f"{key}.launch_include", f"{_LAUNCH}/{stem}.hpp", r'^#include\s*"runtime_utils\.hpp"\n', "after",
+               '#include "../../xstage/trace_buffer.hpp"', '#include "runtime_utils.hpp"'),
+        Anchor(f"{key}.launch_arg", f"{_LAUNCH}/{stem}.hpp",
+               r"\blaunch_kernel\(kernel,\s*config,(?:[^()]|\([^()]*\))*?(?P<at>)\)\);", "replace",
+               ", xstage_trace::current()", "DG_CUDA_UNIFIED_CHECK(launch_kernel(kernel, config, ..., args.tensor_map_d));"),
+    ]
+
+
+RECIPE = Recipe(
+    name="deepgemm-sm90",
+    title="DeepGEMM sm_90 GEMMs: FP8 1d2d/1d1d, BF16 (normal, m-grouped contiguous/masked)",
+    architectures=("sm_90a",),
+    upstream=(UPSTREAM,),
+    sentinel=(f"{_IMPLS}/sm90_fp8_gemm_1d2d.cuh", "csrc/python_api.cpp"),
+    roles=("math: lane 0 of math warp 0 (tile loop of the WGMMA warpgroups)",
+           "producer: the elected lane of the TMA-load warp (scheduler order)"),
+    events=(
+        Event(0, "mainloop", "span", "math", "", "tile start to the last k-block's WGMMA retired and promoted"),
+        Event(1, "store_wait", "span", "math", "",
+              "tma_store_wait<0> on the previous tile's TMA store plus the named barrier: the staging-slot wait (spec §5)"),
+        Event(2, "epilogue", "span", "math", "tile bytes",
+              "accumulators to shared memory (STSM) and TMA store issued; completion shows as the next store_wait"),
+        Event(3, "schedule", "mark", "producer", "group index", "the producer took tile (m<<16|n): scheduler order"),
+    ),
+    anchors=tuple(a for k in _KERNELS for a in _kernel_anchors(*k)) + (
+        Anchor("python_api.include", "csrc/python_api.cpp", r'^#include\s*"apis/runtime\.hpp"\n', "after",
+               '#include "xstage/trace_buffer.hpp"', '#include "apis/runtime.hpp"'),
+        Anchor("python_api.register", "csrc/python_api.cpp", r"^[ \t]*deep_gemm::runtime::register_apis\(m\);\n", "after",
+               "deep_gemm::xstage_trace::register_apis(m);", "deep_gemm::runtime::register_apis(m);"),
+    ),
+    added=(
+        AddedFile("deep_gemm/include/deep_gemm/xstage/probe.cuh", "<xstage/probe.cuh>"),
+        AddedFile("deep_gemm/include/deep_gemm/xstage/sm90_trace.cuh",
+                  "deepgemm-sm90/deep_gemm/include/deep_gemm/xstage/sm90_trace.cuh"),
+        AddedFile("csrc/xstage/trace_buffer.hpp", "deepgemm-sm90/csrc/xstage/trace_buffer.hpp"),
+    ),
+    switch=Switch("deep_gemm/include/deep_gemm/xstage/config.cuh",
+                  "#pragma once\n// Written by `xstage-trace instrument apply`: probes compiled in.\n"
+                  "#ifndef XSTAGE_TRACE\n#define XSTAGE_TRACE 1\n#endif\n",
+                  "#pragma once\n// Written by `xstage-trace instrument apply --no-trace`: probes compiled out;\n"
+                  "// the kernels keep their xstage::DeviceBuffer argument.\n"),
+    conflicts=("deepgemm-megamoe",),
+    flags={"DG_JIT_CACHE_DIR": "$HOME/.deep_gemm-xstage", "DG_JIT_PRINT_COMPILER_COMMAND": "1"},
+    build_notes=(
+        "The switch is deep_gemm/include/deep_gemm/xstage/config.cuh (apply --trace / --no-trace): DeepGEMM's JIT takes "
+        "no extra compiler flags but hashes every <deep_gemm/...> header, so switching recompiles the kernels. "
+        "The launchers and python_api.cpp are patched too: rebuild and reinstall the package once "
+        "(`python setup.py install` or `pip install --no-build-isolation .`; `_C` is one translation unit). "
+        "Apply one DeepGEMM recipe at a time (both add a probe header to that translation unit)."),
+    buffer_plumbing=(
+        "kernel argument: each kernel gains a last parameter `const xstage::DeviceBuffer xstage_buf`; each launcher "
+        "passes `xstage_trace::current()`, set from Python by `deep_gemm._C.xstage_set_trace_buffer(*ProbeBuffer("
+        "num_ctas=num_sms, roles_per_cta=2, capacity=...).device_fields())`; cleared, the probes write nothing."),
+)

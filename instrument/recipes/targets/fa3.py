@@ -1,0 +1,89 @@
+"""``fa3``: FlashAttention-3 forward on Hopper (``hopper/``): per output tile the Q-tile loop
+(mainloop: QK^T, online softmax, PV over the K/V blocks) and the epilogue (O store through TMA);
+the tile order of each CTA's consumer slice is the scheduler order."""
+
+from __future__ import annotations
+
+from xstage_trace.instrument.recipes.model import AddedFile, Anchor, Event, Recipe, Upstream
+
+UPSTREAM = Upstream("Dao-AILab/flash-attention", "0251105a2fb19d2957484b7f023cd8c115286ced", "2026-08-15",
+                    "[CuTe] Relax CUTLASS DSL requirement (#2798)")
+
+_K = "hopper/flash_fwd_kernel_sm90.h"
+_E = "hopper/epilogue_fwd.hpp"
+_NS = "flash::xstage_fa3"
+_CONSUMER = r"warpgroup_reg_alloc<\s*MmaRegisterRequirement\s*>\(\);"
+_TILE = f"{_NS}::tile_id(block_coord)"
+
+RECIPE = Recipe(
+    name="fa3",
+    title="FlashAttention-3 forward, sm_90 (hopper/): Q-tile mainloop and O epilogue per output tile",
+    architectures=("sm_90a",),
+    upstream=(UPSTREAM,),
+    sentinel=(_K, _E, "hopper/flash_api.cpp"),
+    roles=("consumer: lane 0 of the first consumer warp (tile loop of the MMA warpgroups)",),
+    events=(
+        Event(0, "mainloop", "span", "consumer", "", "the Q tile's loop over K/V blocks: QK^T, online softmax, PV"),
+        Event(1, "epilogue", "span", "consumer", "",
+              "O to shared memory, TMA store issued and waited (store or store_zero)"),
+    ),
+    anchors=(
+        Anchor("kernel.include", _K, r'^#include\s*"softmax\.h"\n', "after", '#include "xstage_fa3.h"', '#include "softmax.h"'),
+        Anchor("kernel.consumer_open", _K, rf"^[ \t]*cutlass::arch::{_CONSUMER}\n", "after",
+               f"XSTAGE_PROBE_OPEN_IF(params.epilogue.xstage_buf, {_NS}::kRoleConsumer, (threadIdx.x - MmaThreadOffset) / 32 == 0);",
+               "cutlass::arch::warpgroup_reg_alloc<MmaRegisterRequirement>();"),
+        Anchor("kernel.mainloop_begin", _K, r"^[ \t]*if constexpr \(!LargeHeadDimV\) \{\n[ \t]*tile_valid = mainloop\.mma\(", "before",
+               f"XSTAGE_BEGIN({_NS}::kEvMainloop, {_TILE});",
+               "if constexpr (!LargeHeadDimV) {\n    tile_valid = mainloop.mma(", after=_CONSUMER),
+        Anchor("kernel.mainloop_end", _K,
+               r"^[ \t]*work_tile_info = scheduler\.template get_next_work</\*IsProducerWarp=\*/false>\(params\.scheduler, work_tile_info\);\n",
+               "before", f"XSTAGE_END({_NS}::kEvMainloop, {_TILE});",
+               "work_tile_info = scheduler.template get_next_work</*IsProducerWarp=*/false>(params.scheduler, work_tile_info);",
+               after=_CONSUMER),
+        Anchor("kernel.epilogue_begin", _K, r"^[ \t]*if \(tile_valid\) \{\n", "before",
+               f"XSTAGE_BEGIN({_NS}::kEvEpilogue, {_TILE});", "if (tile_valid) {", after=_CONSUMER),
+        Anchor("kernel.epilogue_end", _K, r"^[ \t]*epilogue\.store_zero\([^;]*\);\n[ \t]*\}\n", "after",
+               f"XSTAGE_END({_NS}::kEvEpilogue, {_TILE});",
+               "epilogue.store_zero(params.epilogue, threadIdx.x - MmaThreadOffset, block_coord);\n}", after=_CONSUMER),
+        Anchor("kernel.consumer_close", _K, r"^[ \t]*epilogue\.store_tail\(\);\n", "after", "XSTAGE_PROBE_CLOSE();",
+               "epilogue.store_tail();", after=_CONSUMER),
+        Anchor("epilogue.include", _E, r'^#include\s*"utils\.h"\n', "after", '#include "xstage_fa3.h"', '#include "utils.h"'),
+        Anchor("epilogue.field", _E, r"^[ \t]*int const\* seqused = nullptr;\n(?=[ \t]*\};)", "after",
+               "::xstage::DeviceBuffer xstage_buf{};", "int const* seqused = nullptr;\n};", count=2),
+        Anchor("epilogue.params", _E, r"tma_store_O, args\.cu_seqlens, args\.seqused(?P<at>)\};", "replace",
+               ", args.xstage_buf", "tma_store_O, args.cu_seqlens, args.seqused};"),
+        Anchor("launch.arg", "hopper/flash_fwd_launch_template.h",
+               r"typename CollectiveEpilogue::Arguments epilogue_args \{[^;]*?params\.cu_seqlens_q, params\.seqused_q(?P<at>)\n[ \t]*\};",
+               "replace", f", {_NS}::current()",
+               "typename CollectiveEpilogue::Arguments epilogue_args {\n    ...,\n    params.cu_seqlens_q, params.seqused_q\n};"),
+        # flash_api_stable.cpp is the one built against torch >= 2.9, flash_api.cpp before: patch both
+        Anchor("api.setter", "hopper/flash_api*.cpp", r'^#include\s*"cuda_check\.h"\n', "after", '#include "xstage_fa3_api.h"',
+               '#include "cuda_check.h"'),
+    ),
+    added=(
+        AddedFile("hopper/xstage/probe.cuh", "<xstage/probe.cuh>"),
+        AddedFile("hopper/xstage_fa3.h", "fa3/hopper/xstage_fa3.h"),
+        AddedFile("hopper/xstage_fa3_api.h", "fa3/hopper/xstage_fa3_api.h"),
+    ),
+    flags={
+        "NVCC_APPEND_FLAGS": "{trace}",
+        "FLASH_ATTENTION_DISABLE_BACKWARD": "TRUE", "FLASH_ATTENTION_DISABLE_SPLIT": "TRUE",
+        "FLASH_ATTENTION_DISABLE_PAGEDKV": "TRUE", "FLASH_ATTENTION_DISABLE_APPENDKV": "TRUE",
+        "FLASH_ATTENTION_DISABLE_LOCAL": "TRUE", "FLASH_ATTENTION_DISABLE_SOFTCAP": "TRUE",
+        "FLASH_ATTENTION_DISABLE_PACKGQA": "TRUE", "FLASH_ATTENTION_DISABLE_FP16": "TRUE",
+        "FLASH_ATTENTION_DISABLE_FP8": "TRUE", "FLASH_ATTENTION_DISABLE_VARLEN": "TRUE",
+        "FLASH_ATTENTION_DISABLE_CLUSTER": "TRUE", "FLASH_ATTENTION_DISABLE_HDIM64": "TRUE",
+        "FLASH_ATTENTION_DISABLE_HDIM96": "TRUE", "FLASH_ATTENTION_DISABLE_HDIM192": "TRUE",
+        "FLASH_ATTENTION_DISABLE_HDIM256": "TRUE", "FLASH_ATTENTION_DISABLE_SM80": "TRUE",
+        "FLASH_ATTENTION_DISABLE_HDIMDIFF64": "TRUE", "FLASH_ATTENTION_DISABLE_HDIMDIFF192": "TRUE",
+        "MAX_JOBS": "1",
+    },
+    build_notes=(
+        "Reduced FA3 (bf16, head dim 128, forward): `cd hopper && python setup.py install` with these variables; "
+        "the probes are switched by -DXSTAGE_TRACE=1 in NVCC_APPEND_FLAGS (nvcc only; the host files need just the "
+        "buffer type). FA3 compiles with nvcc 13.0; 13.2 has a reported ptxas failure."),
+    buffer_plumbing=(
+        "epilogue Arguments/Params field `xstage::DeviceBuffer xstage_buf` (ours), filled in the launch template from "
+        "flash::xstage_fa3::current(), set by the extern \"C\" xstage_fa3_set_trace_buffer exported from the extension "
+        "(ctypes.CDLL(flash_attn_3._C.__file__)); the kernel reads params.epilogue.xstage_buf."),
+)

@@ -1,0 +1,348 @@
+"""Recipes (``xstage-trace instrument list|check|apply``): anchors found by shape, drift named with
+the closest line, idempotent apply, byte-exact revert, dry-run writes nothing.
+
+The trees are small fixtures written for these tests (tests/fixtures/recipes/) with the statement
+shapes the recipes anchor on; a real upstream checkout is used only when its path is given in an
+environment variable (see ``test_check_on_real_checkout``)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from xstage_trace.base.errors import InputError
+from xstage_trace.instrument.recipes import RECIPES, get
+from xstage_trace.instrument.recipes import engine
+from xstage_trace.instrument.recipes.engine import Drift, Found
+from xstage_trace.instrument.recipes.model import Anchor, Recipe, Upstream, shape
+
+FIX = Path(__file__).resolve().parent / "fixtures" / "recipes"
+DG_STEMS = ("sm90_fp8_gemm_1d2d", "sm90_fp8_gemm_1d1d", "sm90_bf16_gemm")
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "xstage_trace", *args], capture_output=True, text=True)
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture
+def dg_tree(tmp_path: Path) -> Path:
+    """A DeepGEMM-shaped tree: the fixture kernel and launcher under the three sm_90 names."""
+    root = tmp_path / "deepgemm"
+    kernel = (FIX / "deepgemm_sm90" / "kernel.cuh.in").read_text()
+    launcher = (FIX / "deepgemm_sm90" / "launcher.hpp.in").read_text()
+    for stem in DG_STEMS:
+        k = root / "deep_gemm/include/deep_gemm/impls" / f"{stem}.cuh"
+        k.parent.mkdir(parents=True, exist_ok=True)
+        k.write_text(kernel.replace("KERNEL", stem))
+        la = root / "csrc/jit_kernels/impls" / f"{stem}.hpp"
+        la.parent.mkdir(parents=True, exist_ok=True)
+        la.write_text(launcher.replace("KERNEL", stem))
+    shutil.copy(FIX / "deepgemm_sm90" / "python_api.cpp", root / "csrc" / "python_api.cpp")
+    return root
+
+
+def test_shape_tolerates_whitespace_between_tokens():
+    import re
+
+    rx = re.compile(shape("cute::tma_store_wait<0>();"))
+    assert rx.fullmatch("cute :: tma_store_wait< 0 >( );")
+    assert not rx.fullmatch("cute::tma_store_wait<1>();")
+
+
+def test_check_finds_every_deepgemm_anchor_at_the_fixture_lines(dg_tree: Path):
+    results = engine.locate(get("deepgemm-sm90"), dg_tree)
+    assert not [r for r in results if isinstance(r, Drift)]
+    assert len(results) == len(get("deepgemm-sm90").anchors)
+    by_name = {r.anchor.name: r for r in results}
+    # kernel.cuh.in, counted by hand: line 31 holds the store wait's `if`, line 27 the math reg alloc
+    assert (by_name["bf16.store_wait_begin"].path, by_name["bf16.store_wait_begin"].line) == (
+        "deep_gemm/include/deep_gemm/impls/sm90_bf16_gemm.cuh", 31)
+    assert by_name["fp8_1d2d.math_open"].line == 27
+    assert by_name["fp8_1d2d.store_wait_begin"].statement.endswith("cute::tma_store_wait<0>();")
+
+
+def test_check_cli_lists_file_line_and_statement(dg_tree: Path):
+    r = cli("instrument", "check", "--target", "deepgemm-sm90", "--src", str(dg_tree))
+    assert r.returncode == 0, r.stderr
+    assert "fp8_1d1d.producer_open: deep_gemm/include/deep_gemm/impls/sm90_fp8_gemm_1d1d.cuh:21:" in r.stdout
+    assert f"{len(get('deepgemm-sm90').anchors)} anchors found" in r.stdout
+
+
+def test_drift_names_the_anchor_and_the_closest_line(dg_tree: Path):
+    k = dg_tree / "deep_gemm/include/deep_gemm/impls/sm90_fp8_gemm_1d1d.cuh"
+    k.write_text(k.read_text().replace("cute::tma_store_wait<0>();", "cute::tma_store_wait<1>();"))
+    drift = [r for r in engine.locate(get("deepgemm-sm90"), dg_tree) if isinstance(r, Drift)]
+    assert sorted(d.anchor.name for d in drift) == ["fp8_1d1d.store_wait_begin", "fp8_1d1d.store_wait_end"]
+    # the drifted wait is line 32 of the fixture (its `if` line 31): difflib must point there
+    closest = {d.anchor.name: d.closest for d in drift}
+    assert closest["fp8_1d1d.store_wait_begin"].startswith("deep_gemm/include/deep_gemm/impls/sm90_fp8_gemm_1d1d.cuh:31: ")
+    assert closest["fp8_1d1d.store_wait_end"].startswith("deep_gemm/include/deep_gemm/impls/sm90_fp8_gemm_1d1d.cuh:32: ")
+    assert all("tma_store_wait<1>" in c for c in closest.values())
+    r = cli("instrument", "check", "--target", "deepgemm-sm90", "--src", str(dg_tree))
+    assert r.returncode == 2
+    assert "anchor fp8_1d1d.store_wait_begin" in r.stderr and "closest:" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_apply_refuses_a_drifted_tree_and_writes_nothing(dg_tree: Path):
+    k = dg_tree / "deep_gemm/include/deep_gemm/impls/sm90_bf16_gemm.cuh"
+    k.write_text(k.read_text().replace("__syncwarp();", "__syncthreads();"))
+    before = snapshot(dg_tree)
+    r = cli("instrument", "apply", "--target", "deepgemm-sm90", "--src", str(dg_tree))
+    assert r.returncode == 2 and "bf16.epilogue_end" in r.stderr
+    assert snapshot(dg_tree) == before
+
+
+def test_not_a_deepgemm_tree_is_one_line_error(tmp_path: Path):
+    r = cli("instrument", "check", "--target", "deepgemm-sm90", "--src", str(tmp_path))
+    assert r.returncode == 2
+    assert r.stderr.count("\n") == 1 and "sm90_fp8_gemm_1d2d.cuh" in r.stderr
+
+
+def test_dry_run_prints_the_diff_and_writes_nothing(dg_tree: Path):
+    before = snapshot(dg_tree)
+    r = cli("instrument", "apply", "--target", "deepgemm-sm90", "--src", str(dg_tree), "--dry-run")
+    assert r.returncode == 0, r.stderr
+    assert snapshot(dg_tree) == before
+    assert "+++ b/deep_gemm/include/deep_gemm/impls/sm90_fp8_gemm_1d2d.cuh" in r.stdout
+    assert "+            XSTAGE_BEGIN(::xstage::dg::kEvStoreWait" in r.stdout
+    assert "+++ b/deep_gemm/include/deep_gemm/xstage/probe.cuh" in r.stdout
+
+
+def test_apply_is_idempotent_and_writes_its_diff(dg_tree: Path):
+    p = engine.plan(get("deepgemm-sm90"), dg_tree)
+    assert engine.apply(p) is True
+    after = snapshot(dg_tree)
+    assert engine.apply(engine.plan(get("deepgemm-sm90"), dg_tree)) is False
+    assert snapshot(dg_tree) == after
+    diff = (dg_tree / ".xstage-recipe" / "deepgemm-sm90.diff").read_text()
+    assert diff == p.diff()
+    # the patched tree still checks (anchors located in the clean text)
+    assert all(isinstance(r, Found) for r in engine.locate(get("deepgemm-sm90"), dg_tree))
+    # every probe sits inside the branch it belongs to: open before close, begin before end
+    text = (dg_tree / "deep_gemm/include/deep_gemm/impls/sm90_fp8_gemm_1d2d.cuh").read_text()
+    order = [text.index(s) for s in ("XSTAGE_PROBE_OPEN_ELECTED", "kEvSchedule", "XSTAGE_PROBE_CLOSE",
+                                     "XSTAGE_PROBE_OPEN_IF", "XSTAGE_BEGIN(::xstage::dg::kEvMainloop",
+                                     "XSTAGE_END(::xstage::dg::kEvMainloop", "cute::tma_store_wait<0>",
+                                     "XSTAGE_END(::xstage::dg::kEvStoreWait", "cute::tma_store_arrive",
+                                     "XSTAGE_END_P(::xstage::dg::kEvEpilogue")]
+    assert order == sorted(order)
+    assert "const __grid_constant__ cute::TmaDescriptor tensor_map_d/*>>>xstage" in text
+
+
+def test_revert_restores_the_tree_byte_for_byte(dg_tree: Path):
+    before = snapshot(dg_tree)
+    r = cli("instrument", "apply", "--target", "deepgemm-sm90", "--src", str(dg_tree))
+    assert r.returncode == 0, r.stderr
+    assert snapshot(dg_tree) != before
+    r = cli("instrument", "apply", "--target", "deepgemm-sm90", "--src", str(dg_tree), "--revert")
+    assert r.returncode == 0, r.stderr
+    assert snapshot(dg_tree) == before
+    assert not (dg_tree / ".xstage-recipe").exists() and not (dg_tree / "csrc" / "xstage").exists()
+
+
+def test_switching_the_probes_off_changes_only_the_switch_header(dg_tree: Path):
+    before = snapshot(dg_tree)
+    engine.apply(engine.plan(get("deepgemm-sm90"), dg_tree, trace=True))
+    on = snapshot(dg_tree)
+    engine.apply(engine.plan(get("deepgemm-sm90"), dg_tree, trace=False))
+    off = snapshot(dg_tree)
+    changed = sorted(k for k in on if on[k] != off.get(k))
+    assert changed == [".xstage-recipe/deepgemm-sm90.diff", ".xstage-recipe/deepgemm-sm90.json",
+                       "deep_gemm/include/deep_gemm/xstage/config.cuh"]
+    assert b"#define XSTAGE_TRACE 1" in on["deep_gemm/include/deep_gemm/xstage/config.cuh"]
+    assert b"#define XSTAGE_TRACE" not in off["deep_gemm/include/deep_gemm/xstage/config.cuh"]
+    engine.revert(get("deepgemm-sm90"), dg_tree)
+    assert snapshot(dg_tree) == before
+
+
+def _toy(anchors: tuple[Anchor, ...]) -> Recipe:
+    return Recipe(name="toy", title="toy", architectures=("sm_90a",),
+                  upstream=(Upstream("example/toy", "0" * 40, "2026-01-01", "toy"),), sentinel=("a.cu",),
+                  roles=("r",), events=(), anchors=anchors)
+
+
+def test_replace_without_group_and_python_comments(tmp_path: Path):
+    (tmp_path / "a.cu").write_bytes(b"int f(int x) { return x; }\r\nint g();\n")
+    (tmp_path / "k.py").write_text("def mma(self):\n    self.issue()\n")
+    r = _toy((Anchor("ret", "a.cu", r"return x;", "replace", "return x + 1;", "return x;"),
+              Anchor("py", "k.py", r"^[ \t]*self\.issue\(\)\n", "before", "t0 = read_clock()", "self.issue()")))
+    before = snapshot(tmp_path)
+    engine.apply(engine.plan(r, tmp_path))
+    assert (tmp_path / "a.cu").read_bytes().startswith(
+        b"int f(int x) { /*>>>xstage toy:ret*/return x + 1;/*<<<xstage toy:ret*/ }\r\n")
+    assert (tmp_path / "k.py").read_text() == (
+        "def mma(self):\n    # >>> xstage-recipe toy:py\n    t0 = read_clock()\n    # <<< xstage-recipe toy:py\n"
+        "    self.issue()\n")
+    engine.revert(r, tmp_path)
+    assert snapshot(tmp_path) == before
+
+
+def test_count_mismatch_and_missing_file_are_named(tmp_path: Path):
+    (tmp_path / "a.cu").write_text("x();\nx();\n")
+    r = _toy((Anchor("twice", "a.cu", r"^x\(\);\n", "after", "y();", "x();"),
+              Anchor("gone", "src/kernel_fwd.cu", r"z", "after", "y();", "z")))
+    drift = {d.anchor.name: d for d in engine.locate(r, tmp_path)}
+    assert drift["twice"].problem == "a.cu: 2 matches where 1 expected (a.cu:1, a.cu:2)"
+    assert drift["gone"].problem == "no file matches src/kernel_fwd.cu" and drift["gone"].closest == "a.cu"
+
+
+def test_revert_of_an_unapplied_tree_is_one_line_error(dg_tree: Path):
+    r = cli("instrument", "apply", "--target", "deepgemm-sm90", "--src", str(dg_tree), "--revert")
+    assert r.returncode == 2 and "not applied" in r.stderr and r.stderr.count("\n") == 1
+
+
+def test_list_names_every_target_with_its_events():
+    r = cli("instrument", "list")
+    assert r.returncode == 0, r.stderr
+    for rec in RECIPES.values():
+        assert rec.name in r.stdout
+        for e in rec.events:
+            assert f"event {e.id} {e.name}" in r.stdout
+
+
+def test_unknown_target_is_one_line_error():
+    r = cli("instrument", "flags", "--target", "nope")
+    assert r.returncode == 2 and "unknown target 'nope'" in r.stderr
+
+
+# Real upstream trees: XSTAGE_SRC_<TARGET> (dashes as underscores, upper case), e.g.
+# XSTAGE_SRC_DEEPGEMM_SM90=/tmp/DeepGEMM at 54e2261. Checked, then applied and reverted on a copy.
+@pytest.mark.parametrize("target", sorted(RECIPES))
+def test_check_on_real_checkout(target: str, tmp_path: Path):
+    var = "XSTAGE_SRC_" + target.upper().replace("-", "_")
+    src = os.environ.get(var)
+    if not src:
+        pytest.skip(f"set {var} to an upstream checkout")
+    recipe = get(target)
+    results = engine.locate(recipe, Path(src))
+    assert [r.describe() for r in results if isinstance(r, Drift)] == []
+    copy = tmp_path / "tree"
+    for rel in {r.path for r in results} | set(recipe.sentinel):
+        (copy / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(Path(src) / rel, copy / rel)
+    before = snapshot(copy)
+    engine.apply(engine.plan(recipe, copy))
+    engine.revert(recipe, copy)
+    assert snapshot(copy) == before
+
+
+def test_flags_follow_the_trace_switch():
+    from xstage_trace.instrument.recipes.flags import environment
+
+    assert environment(get("fa3"), trace=True)["NVCC_APPEND_FLAGS"] == "-DXSTAGE_TRACE=1"
+    assert "NVCC_APPEND_FLAGS" not in environment(get("fa3"), trace=False)
+    assert environment(get("fa4"), trace=False)["XSTAGE_TRACE"] == "0"
+    r = cli("instrument", "flags", "--target", "flux")
+    assert r.returncode == 0 and "export CUDAFLAGS=-DXSTAGE_TRACE=1\n" in r.stdout
+
+
+def test_fa4_python_recipe_on_fixture_applies_inside_mma_only_and_reverts(tmp_path: Path):
+    root = tmp_path / "fa"
+    shutil.copytree(FIX / "fa4", root)
+    before = snapshot(root)
+    engine.apply(engine.plan(get("fa4"), root))
+    text = (root / "flash_attn/cute/flash_fwd_sm90.py").read_text()
+    # the second `while` / tile_idx (in first_half_block_overlap) is outside the mma context
+    assert text.count("xstage_slot = Int32(0)") == 1 and text.count("xstage_t_begin = ") == 1
+    assert "        # >>> xstage-recipe fa4:slot_init\n        xstage_slot = Int32(0)\n" in text
+    compile(text, "flash_fwd_sm90.py", "exec")  # still valid Python
+    assert (root / "flash_attn/cute/xstage_probe.py").is_file()
+    engine.revert(get("fa4"), root)
+    assert snapshot(root) == before
+
+
+def test_fa3_recipe_on_fixture_threads_the_buffer_through_params(tmp_path: Path):
+    root = tmp_path / "fa"
+    shutil.copytree(FIX / "fa3", root)
+    before = snapshot(root)
+    results = engine.locate(get("fa3"), root)
+    assert [r.describe() for r in results if isinstance(r, Drift)] == []
+    engine.apply(engine.plan(get("fa3"), root))
+    epi = (root / "hopper/epilogue_fwd.hpp").read_text()
+    assert epi.count("::xstage::DeviceBuffer xstage_buf{};") == 2  # Arguments and Params
+    assert "args.seqused/*>>>xstage fa3:epilogue.params*/, args.xstage_buf/*<<<xstage fa3:epilogue.params*/};" in epi
+    launch = (root / "hopper/flash_fwd_launch_template.h").read_text()
+    assert "params.seqused_q/*>>>xstage fa3:launch.arg*/, flash::xstage_fa3::current()" in launch
+    for api in ("flash_api.cpp", "flash_api_stable.cpp"):
+        assert '#include "xstage_fa3_api.h"' in (root / "hopper" / api).read_text()
+    kernel = (root / "hopper/flash_fwd_kernel_sm90.h").read_text()
+    # the probe opens in the consumer branch, after the producer's register dealloc
+    assert kernel.index("warpgroup_reg_dealloc") < kernel.index("XSTAGE_PROBE_OPEN_IF(params.epilogue.xstage_buf")
+    engine.revert(get("fa3"), root)
+    assert snapshot(root) == before
+
+
+def test_deepgemm_recipes_refuse_to_share_a_tree(dg_tree: Path):
+    engine.apply(engine.plan(get("deepgemm-sm90"), dg_tree))
+    with pytest.raises(InputError, match="revert it first"):
+        engine.plan(get("deepgemm-megamoe"), dg_tree)
+
+
+def test_revert_warns_about_edits_outside_the_recipe_and_keeps_them(dg_tree: Path):
+    engine.apply(engine.plan(get("deepgemm-sm90"), dg_tree))
+    k = dg_tree / "csrc/python_api.cpp"
+    k.write_text(k.read_text() + "// user edit\n")
+    rep = engine.revert(get("deepgemm-sm90"), dg_tree)
+    assert rep.warnings == ["csrc/python_api.cpp: changed outside the recipe's code since apply; its other edits are kept"]
+    assert k.read_text() == (FIX / "deepgemm_sm90" / "python_api.cpp").read_text() + "// user edit\n"
+
+
+def test_flux_recipe_on_fixture_patches_only_the_scatter_visitor(tmp_path: Path):
+    root = tmp_path / "flux"
+    shutil.copytree(FIX / "flux", root)
+    before = snapshot(root)
+    results = engine.locate(get("flux"), root)
+    assert [r.describe() for r in results if isinstance(r, Drift)] == []
+    by_name = {}
+    for r in results:
+        by_name.setdefault(r.anchor.name, []).append(r.line)
+    # fixture lines counted by hand: VisitorAuxStoreScatter's Params `int n_split;` is line 19, not
+    # VisitorOther's (line 8); the four waits are lines 21, 26, 29, 32
+    assert by_name["evt.params_field"] == [19]
+    assert by_name["grs.wait_begin"] == [21, 26, 29, 32]
+    engine.apply(engine.plan(get("flux"), root))
+    evt = (root / "src/gemm_rs/epilogue_evt.hpp").read_text()
+    assert evt.count("::xstage::DeviceBuffer xstage_buf;") == 1
+    engine.revert(get("flux"), root)
+    assert snapshot(root) == before
+
+
+def test_megamoe_recipe_on_fixture_brackets_mma_epilogue_and_nvlink_barrier(tmp_path: Path):
+    root = tmp_path / "deepgemm"
+    kernel = (FIX / "deepgemm_megamoe" / "kernel.cuh.in").read_text()
+    launcher = (FIX / "deepgemm_sm90" / "launcher.hpp.in").read_text()
+    for stem in ("sm100_fp8_fp4_mega_moe", "sm100_bf16_mega_moe"):
+        k = root / "deep_gemm/include/deep_gemm/impls" / f"{stem}.cuh"
+        k.parent.mkdir(parents=True, exist_ok=True)
+        k.write_text(kernel.replace("KERNEL", stem))
+        la = root / "csrc/jit_kernels/impls" / f"{stem}.hpp"
+        la.parent.mkdir(parents=True, exist_ok=True)
+        la.write_text(launcher.replace("KERNEL", stem))
+    shutil.copy(FIX / "deepgemm_sm90" / "python_api.cpp", root / "csrc" / "python_api.cpp")
+    before = snapshot(root)
+    results = engine.locate(get("deepgemm-megamoe"), root)
+    assert [r.describe() for r in results if isinstance(r, Drift)] == []
+    by_name = {r.anchor.name: r.line for r in results if r.path.endswith("sm100_bf16_mega_moe.cuh")}
+    # kernel.cuh.in, counted by hand: the MMA warp's first tcgen05 fence is line 25 (not the k-loop's,
+    # line 27), the epilogue lambda closes on line 47, the barrier call starts on line 53
+    assert (by_name["bf16.mainloop_begin"], by_name["bf16.epilogue_end"], by_name["bf16.nvlink_end"]) == (25, 47, 53)
+    engine.apply(engine.plan(get("deepgemm-megamoe"), root))
+    text = (root / "deep_gemm/include/deep_gemm/impls/sm100_bf16_mega_moe.cuh").read_text()
+    order = [text.index(s) for s in ("XSTAGE_PROBE_OPEN(xstage_buf", "XSTAGE_BEGIN(::xstage::megamoe::kEvMainloop",
+                                     "XSTAGE_END_P(::xstage::megamoe::kEvMainloop", "XSTAGE_PROBE_OPEN_IF(xstage_buf",
+                                     "XSTAGE_BEGIN(::xstage::megamoe::kEvTmemFullWait", "XSTAGE_END_P(::xstage::megamoe::kEvEpilogue",
+                                     "Allocator().free", "XSTAGE_BEGIN(::xstage::megamoe::kEvNvlinkBarrier",
+                                     "XSTAGE_END(::xstage::megamoe::kEvNvlinkBarrier", "toy_combine")]
+    assert order == sorted(order)
+    engine.revert(get("deepgemm-megamoe"), root)
+    assert snapshot(root) == before
