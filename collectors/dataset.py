@@ -3,11 +3,14 @@ table holds several ranks), zstd-compressed, plus manifest.json. Written to a te
 renamed, so a reader never sees half a run. DuckDB reads it as is:
 ``SELECT * FROM read_parquet('RUN/kernels*.parquet')`` or ``'RUN/kernels/*/*.parquet'`` with
 ``hive_partitioning = true``.
+
+``-o`` never replaces a user's file or folder: only an earlier run folder (manifest.json written by
+xstage-trace), only with ``force``, and then in one atomic exchange.
 """
 
 from __future__ import annotations
 
-import json
+import os
 from pathlib import Path
 
 import pyarrow as pa
@@ -16,54 +19,144 @@ import pyarrow.parquet as pq
 
 from xstage_trace.base.atomic import atomic_dir
 from xstage_trace.base.errors import InputError
+from xstage_trace.base.jsonable import dumps, loads
 from xstage_trace.base.schema import SCHEMA_VERSION, TABLES, conform, empty_table
 
 MANIFEST = "manifest.json"
+TOOL = "xstage-trace"
+MAX_MANIFEST_BYTES = 64 << 20
+_REWRITE = "re-run xstage-trace analyze on the original inputs to write the run again"
 
 
-def write_run(run_dir: str | Path, tables: dict[str, pa.Table], manifest: dict, extra_files: dict[str, str] | None = None) -> Path:
-    """Write every table of TABLES (empty ones too, so the schema is always there), the manifest and
-    ``extra_files`` (name → text, e.g. calibration_points.csv), all inside the one atomic rename."""
+def check_output_dir(run_dir: str | Path, force: bool = False) -> Path:
+    """``run_dir`` when analyze may write there: a new path, or (with ``force``) an earlier run folder.
+    InputError for the current folder or one above it, a symlink, a file, or any other folder."""
     run_dir = Path(run_dir)
-    with atomic_dir(run_dir) as tmp:
-        for name in TABLES:
-            table = conform(name, tables[name]) if name in tables else empty_table(name)
-            ranks = pc.unique(table["rank"]).to_pylist() if table.num_rows else []
-            if len(ranks) > 1:
-                for r in sorted(ranks):
-                    part = table.filter(pc.equal(table["rank"], r))
-                    (tmp / name / f"rank={r}").mkdir(parents=True)
-                    pq.write_table(part, tmp / name / f"rank={r}" / "part-0.parquet", compression="zstd")
-            else:
-                pq.write_table(table, tmp / f"{name}.parquet", compression="zstd")
-        doc = dict(manifest, schema_version=SCHEMA_VERSION, tables={n: (tables[n].num_rows if n in tables else 0) for n in TABLES})
-        (tmp / MANIFEST).write_text(json.dumps(doc, indent=2, sort_keys=True, default=str))
-        for name, text in (extra_files or {}).items():
-            (tmp / name).write_text(text)
+    here = Path.cwd().resolve()
+    target = run_dir.resolve()
+    if run_dir.name in ("", ".", "..") or target == here or target in here.parents:
+        raise InputError(run_dir, "is the current folder or one above it, not a new run folder", "name a new folder, e.g. -o run.xstage-run")
+    if not os.path.lexists(run_dir):
+        return run_dir
+    if run_dir.is_symlink():
+        raise InputError(run_dir, "is a symbolic link; -o never writes through one", "name a new folder")
+    if not run_dir.is_dir():
+        raise InputError(run_dir, "exists and is not a folder; -o never replaces a file", "name a new folder, e.g. -o run.xstage-run")
+    if not is_run_dir(run_dir):
+        raise InputError(run_dir, "exists and is not an xstage-trace run folder; -o never replaces it", "name a new folder, e.g. -o run.xstage-run")
+    if not force:
+        raise InputError(run_dir, "already holds an xstage-trace run", "pass --force to replace it, or name another folder with -o")
     return run_dir
 
 
-def is_run_dir(path: Path) -> bool:
-    """True for a folder written by write_run."""
-    return Path(path, MANIFEST).is_file()
+def check_output_against_inputs(run_dir: str | Path, inputs: list[str | Path]) -> None:
+    """InputError when the run folder would be an input, lie inside an input folder, or hold an input."""
+    target = Path(run_dir).resolve()
+    for raw in inputs:
+        src = Path(raw).resolve()
+        if target == src:
+            raise InputError(run_dir, "is also an input; the run would replace what it is read from", "name a new folder with -o")
+        if Path(raw).is_dir() and src in target.parents:
+            raise InputError(run_dir, f"lies inside the input folder {src}", "write the run outside the input folders (-o elsewhere)")
+        if target in src.parents:
+            raise InputError(run_dir, f"holds the input {src}; replacing it would delete that input", "name a new folder with -o")
+
+
+def write_run(run_dir: str | Path, tables: dict[str, pa.Table], manifest: dict, extra_files: dict[str, str] | None = None,
+              force: bool = False) -> Path:
+    """Write every table of TABLES (empty ones too, so the schema is always there), the manifest and
+    ``extra_files`` (name → text, e.g. calibration_points.csv), all inside the one atomic rename.
+    An existing ``run_dir`` is replaced only when it is an earlier run and ``force`` is set."""
+    run_dir = check_output_dir(run_dir, force)
+    try:
+        with atomic_dir(run_dir, replaceable=is_run_dir if force else None) as tmp:
+            for name in TABLES:
+                table = conform(name, tables[name]) if name in tables else empty_table(name)
+                ranks = pc.unique(table["rank"]).to_pylist() if table.num_rows else []
+                if len(ranks) > 1:
+                    for r in sorted(ranks):
+                        part = table.filter(pc.equal(table["rank"], r))
+                        (tmp / name / f"rank={r}").mkdir(parents=True)
+                        pq.write_table(part, tmp / name / f"rank={r}" / "part-0.parquet", compression="zstd")
+                else:
+                    pq.write_table(table, tmp / f"{name}.parquet", compression="zstd")
+            doc = dict(manifest, tool=TOOL, schema_version=SCHEMA_VERSION,
+                       tables={n: (tables[n].num_rows if n in tables else 0) for n in TABLES})
+            (tmp / MANIFEST).write_text(dumps(doc, indent=2, sort_keys=True))
+            for name, text in (extra_files or {}).items():
+                (tmp / name).write_text(text)
+    except FileExistsError:
+        raise InputError(run_dir, "appeared or changed while the run was written; nothing was replaced", "run again, or name another folder with -o") from None
+    return run_dir
+
+
+def read_manifest(run_dir: str | Path) -> dict:
+    """manifest.json of a run folder, checked: strict JSON, an object, written by xstage-trace, a schema
+    this version reads. InputError naming the file otherwise."""
+    path = Path(run_dir, MANIFEST)
+    if not path.is_file():
+        raise InputError(run_dir, f"not an xstage run dataset (no {MANIFEST})", "pass a folder written by xstage-trace analyze -o")
+    if path.stat().st_size > MAX_MANIFEST_BYTES:
+        raise InputError(path, f"is larger than {MAX_MANIFEST_BYTES >> 20} MiB, not a run manifest", _REWRITE)
+    try:
+        doc = loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise InputError(path, f"not a readable manifest ({exc.__class__.__name__}: {str(exc)[:120]})", _REWRITE) from None
+    if not isinstance(doc, dict) or doc.get("tool") != TOOL:
+        raise InputError(path, "not an xstage-trace manifest (no \"tool\": \"xstage-trace\")", "pass a folder written by xstage-trace analyze -o")
+    version = doc.get("schema_version")
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise InputError(path, f"schema_version {version!r} is not an integer", _REWRITE)
+    if version > SCHEMA_VERSION:
+        raise InputError(run_dir, f"run dataset schema {version} is newer than this xstage-trace ({SCHEMA_VERSION})", "upgrade xstage-trace")
+    if not isinstance(doc.get("tables", {}), dict):
+        raise InputError(path, "\"tables\" is not an object of row counts", _REWRITE)
+    return doc
+
+
+def is_run_dir(path: str | Path) -> bool:
+    """True for a folder written by write_run (its manifest.json names xstage-trace as the tool)."""
+    path = Path(path)
+    if path.is_symlink() or not path.is_dir():
+        return False
+    try:
+        read_manifest(path)
+    except InputError:
+        return False
+    return True
+
+
+def _read_table_file(name: str, path: Path, partitioned: bool) -> pa.Table:
+    try:
+        table = pq.read_table(path, partitioning=None) if partitioned else pq.read_table(path)
+    except (pa.ArrowException, OSError) as exc:
+        raise InputError(path, f"not a readable Parquet table ({exc.__class__.__name__}: {str(exc)[:120]})", _REWRITE) from None
+    try:
+        return conform(name, table)
+    except (pa.ArrowException, KeyError) as exc:
+        raise InputError(path, f"columns do not match the {name} schema ({exc.__class__.__name__})", _REWRITE) from None
 
 
 def read_run(run_dir: str | Path) -> tuple[dict[str, pa.Table], dict]:
-    """Read a run folder back: (tables, manifest)."""
+    """Read a run folder back: (tables, manifest). Each table's row count is checked against the
+    manifest, so a missing, truncated or swapped table file is an InputError, not an empty table."""
     run_dir = Path(run_dir)
-    if not Path(run_dir, MANIFEST).is_file():
-        raise InputError(run_dir, "not an xstage run dataset (no manifest.json)", "pass a folder written by xstage-trace analyze -o")
-    manifest = json.loads(Path(run_dir, MANIFEST).read_text())
-    if manifest.get("schema_version", 0) > SCHEMA_VERSION:
-        raise InputError(run_dir, f"run dataset schema {manifest.get('schema_version')} is newer than this xstage-trace ({SCHEMA_VERSION})", "upgrade xstage-trace")
+    manifest = read_manifest(run_dir)
+    expected = manifest.get("tables", {})
     tables = {}
     for name in TABLES:
         single = run_dir / f"{name}.parquet"
         parts = sorted((run_dir / name).glob("rank=*/*.parquet")) if (run_dir / name).is_dir() else []
         if single.is_file():
-            tables[name] = conform(name, pq.read_table(single))
+            tables[name] = _read_table_file(name, single, False)
         elif parts:
-            tables[name] = pa.concat_tables([conform(name, pq.read_table(p, partitioning=None)) for p in parts])
+            tables[name] = pa.concat_tables([_read_table_file(name, p, True) for p in parts])
         else:
             tables[name] = empty_table(name)
+        want = expected.get(name)
+        if want is not None and tables[name].num_rows != want:
+            where = single if single.is_file() or not parts else run_dir / name
+            problem = (f"{name}.parquet is missing (manifest.json lists {want} rows)" if not single.is_file() and not parts
+                       else f"holds {tables[name].num_rows} rows of {name}, manifest.json lists {want} (file replaced or truncated?)")
+            raise InputError(run_dir if not single.is_file() and not parts else where, problem, _REWRITE)
     return tables, manifest

@@ -7,9 +7,11 @@ from typing import List, Optional
 
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.markup import escape
 from rich.table import Table
 
-from xstage_trace.cli import app, emit, err, out
+from xstage_trace.cli import app, emit, err, out, warn
+from xstage_trace.base.errors import printable
 from xstage_trace.collectors.nsys_names import METRIC_PATTERNS
 
 def _progress(enabled: bool):
@@ -35,6 +37,7 @@ def analyze(
     nsys: Optional[str] = typer.Option(None, "--nsys", help="nsys binary for .nsys-rep inputs"),
     calibration: Optional[Path] = typer.Option(None, "--calibration", help="calibration JSON (from calibrate fit) for ρ, q and the guard"),
     allow_overflow: bool = typer.Option(False, "--allow-overflow", help="accept probe dumps whose buffers overflowed (dropped records are reported)"),
+    force: bool = typer.Option(False, "--force", help="replace RUN_DIR when it is an earlier xstage-trace run folder (never anything else)"),
 ):
     """Collect, align and analyze; write the run dataset and print a summary."""
     from xstage_trace.runner import analyze_inputs
@@ -43,14 +46,14 @@ def analyze(
     if prog:
         prog.start()
     try:
-        summary = analyze_inputs(inputs, output, nsys=nsys, calibration=calibration, allow_overflow=allow_overflow, progress=start)
+        summary = analyze_inputs(inputs, output, nsys=nsys, calibration=calibration, allow_overflow=allow_overflow, progress=start, force=force)
     finally:
         if prog:
             prog.stop()
     if as_json:
         emit(summary)
         return
-    t = Table(title=f"xstage-trace run: {summary['run_dir']}", show_header=False)
+    t = Table(title=f"xstage-trace run: {escape(printable(summary['run_dir']))}", show_header=False)
     for k in ("gpus", "kernels", "nvtx_ranges", "probes", "bursts", "backpressured_tiles", "time_base"):
         t.add_row(k, str(summary.get(k)))
     known = {name for name, _ in METRIC_PATTERNS}
@@ -77,4 +80,4 @@ def analyze(
             t3.add_row(*[f"{row[c]:.3g}" if isinstance(row[c], float) else str(row[c]) for c in cols])
         out.print(t3)
     for w in summary["warnings"]:
-        err.print(f"[yellow]warning:[/yellow] {w}")
+        warn(w)

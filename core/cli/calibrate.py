@@ -22,11 +22,12 @@ def calibrate_fit(
     as_json: bool = typer.Option(False, "--json"),
     output: Optional[Path] = typer.Option(None, "-o", "--output", help="write the calibration JSON here"),
     platform: str = typer.Option("", "--platform", help="platform name recorded in the JSON (default: the GPU of the dumps)"),
+    force: bool = typer.Option(False, "--force", help="replace the -o file when it is an earlier calibration JSON (never anything else)"),
 ):
     """Fit M_X (spec §3) and predict the whole sweep with no refit."""
     from xstage_trace.runner import fit_measurements
 
-    doc = fit_measurements(measurements, dest, output, platform)
+    doc = fit_measurements(measurements, dest, output, platform, force=force)
     if as_json:
         emit(doc)
         return
