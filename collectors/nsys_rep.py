@@ -145,7 +145,7 @@ def _private_dir(path: Path) -> bool:
     return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid()
 
 
-def _workspace(cache_file: str, folders: list[Path]) -> Path:
+def _workspace(report: Path, cache_file: str, folders: list[Path]) -> Path:
     """A fresh temporary folder (unpredictable name, 0700) in the first folder that takes one."""
     for folder in folders:
         if folder != folders[0] and not _private_dir(folder):
@@ -155,8 +155,8 @@ def _workspace(cache_file: str, folders: list[Path]) -> Path:
             return Path(tempfile.mkdtemp(prefix=f".{cache_file}.{os.getpid()}.", suffix=".tmp", dir=folder))
         except OSError:  # read-only or full: try the next folder
             continue
-    raise InputError(folders[0], "cannot write the SQLite export beside the report nor in the user cache",
-                     f"make {folders[-1]} writable (or set XDG_CACHE_HOME), or export by hand and pass the .sqlite")
+    raise InputError(report, f"cannot write its SQLite export beside it nor in {folders[-1]} (read-only, or not a real folder of this user)",
+                     "point XDG_CACHE_HOME at a writable folder of yours, or export by hand and pass the .sqlite")
 
 
 def export_report(report: str | Path, nsys: str | None = None) -> tuple[Path, dict]:
@@ -182,7 +182,7 @@ def export_report(report: str | Path, nsys: str | None = None) -> tuple[Path, di
     info["nsys_version"] = have
     if rep_ver and have and parse_version(have) < parse_version(rep_ver):
         raise InputError(report, f"report written by nsys {rep_ver} but {exe} is {have}", f"use nsys {rep_ver} or newer (--nsys PATH)")
-    work = _workspace(name, [report.parent, user_cache_dir()])
+    work = _workspace(report, name, [report.parent, user_cache_dir()])
     try:
         out = work / "export.sqlite"
         # Absolute paths: a report named "-x.nsys-rep" must not read as an option to nsys.
