@@ -62,7 +62,7 @@ def classify(path: Path) -> str:
     raise InputError(path, "unrecognized input", "pass a .nsys-rep, .sqlite, parquetdir, .xsp dumps or a run folder")
 
 
-def _content_key(path: Path, kind: str) -> str | None:
+def _content_key(path: Path, kind: str) -> str:
     """What makes two inputs the same: the bytes of a file, the manifest of a run folder, the
     tables of a parquetdir."""
     if kind == "run":
@@ -75,7 +75,8 @@ def _content_key(path: Path, kind: str) -> str | None:
 def unique_inputs(inputs: list[str | Path], warnings: list[str]) -> list[Path]:
     """The inputs with probe-dump folders expanded to their dumps and every duplicate dropped, with a
     warning: the same file twice (under any name), a folder and a dump inside it, a dump or report
-    that a run folder given beside it was already made from, the same run folder twice."""
+    that a run folder given beside it was already made from, the same run folder twice. A file is
+    hashed only when it could be a duplicate (another input has its size, or a run folder is given)."""
     expanded: list[tuple[Path, str]] = []
     for raw in inputs:
         path = Path(raw)
@@ -90,8 +91,13 @@ def unique_inputs(inputs: list[str | Path], warnings: list[str]) -> list[Path]:
             for src in read_manifest(path).get("inputs") or []:
                 if isinstance(src, dict) and isinstance(src.get("sha256"), str):
                     seen.setdefault(src["sha256"], f"run folder {path}")
+    sizes = [path.stat().st_size if path.is_file() else -1 for path, _ in expanded]
+    seeded = bool(seen)
     keep: list[Path] = []
-    for path, kind in expanded:
+    for (path, kind), size in zip(expanded, sizes):
+        if size >= 0 and not seeded and sizes.count(size) == 1:
+            keep.append(path)  # a file of a size no other input has, and no run folder: unique
+            continue
         key = _content_key(path, kind)
         if key in seen:
             warnings.append(f"{path}: same content as {seen[key]}; read once")

@@ -37,6 +37,11 @@ def check_output_dir(run_dir: str | Path, force: bool = False) -> Path:
     if run_dir.name in ("", ".", "..") or target == here or target in here.parents:
         raise InputError(run_dir, "is the current folder or one above it, not a new run folder", "name a new folder, e.g. -o run.xstage-run")
     if not os.path.lexists(run_dir):
+        above = next(p for p in target.parents if os.path.lexists(p))  # the folder mkdir would start from
+        if not above.is_dir():
+            raise InputError(run_dir, f"cannot be created: {above} is not a folder", "name a folder path for -o")
+        if not os.access(above, os.W_OK | os.X_OK):
+            raise InputError(run_dir, f"cannot be created: {above} is not writable", "name a folder path you can write for -o")
         return run_dir
     if run_dir.is_symlink():
         raise InputError(run_dir, "is a symbolic link; -o never writes through one", "name a new folder")

@@ -233,6 +233,22 @@ def test_o_through_a_symlink_is_refused(xs, tmp_path):
     assert list((tmp_path / "elsewhere").iterdir()) == []
 
 
+def test_o_below_a_file_is_refused(xs, tmp_path):
+    (tmp_path / "notes.txt").write_text("x")
+    one_line_error(xs("analyze", reference_sqlite(), "-o", tmp_path / "notes.txt" / "run"), "notes.txt", "not a folder")
+    assert (tmp_path / "notes.txt").read_text() == "x"
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
+def test_o_in_a_read_only_folder_is_refused(xs, tmp_path):
+    (tmp_path / "ro").mkdir()
+    (tmp_path / "ro").chmod(0o555)
+    try:
+        one_line_error(xs("analyze", reference_sqlite(), "-o", tmp_path / "ro" / "run"), "ro", "not writable")
+    finally:
+        (tmp_path / "ro").chmod(0o755)
+
+
 def test_an_earlier_run_is_kept_without_force(xs, reference_run, tmp_path):
     run = tmp_path / "r.xstage-run"
     shutil.copytree(reference_run, run)
@@ -325,6 +341,8 @@ def test_output_honours_the_umask(xs, tmp_path, umask):
 
 @pytest.mark.parametrize("renameat2", [True, False], ids=["renameat2", "fallback"])
 def test_atomic_dir_replaces_only_what_the_check_allows(tmp_path, monkeypatch, renameat2):
+    if renameat2 and atomic._RENAMEAT2 is None:
+        pytest.skip("no renameat2 in this libc")
     if not renameat2:
         monkeypatch.setattr(atomic, "_RENAMEAT2", None)
     final = tmp_path / "out"
