@@ -13,6 +13,12 @@ _KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character de
           (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
 
 
+def display_name(name: str) -> str:
+    """A file name as text that every encoder accepts: bytes that are not UTF-8 (which Python keeps
+    as lone surrogates) become ``\\xNN`` escapes, so Arrow, Parquet and JSON can store the name."""
+    return os.fsencode(name).decode("utf-8", "backslashreplace")
+
+
 def input_kind(path: str | Path) -> str:
     """'file' or 'dir' for an existing path (symlinks followed); InputError for anything else."""
     path = Path(path)

@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from xstage_trace.base.atomic import atomic_file
 from xstage_trace.base.errors import InputError
-from xstage_trace.base.paths import require_file
+from xstage_trace.base.paths import display_name, require_file
 from xstage_trace.base.schema import PROBE_SLICES, PROBES
 
 MAGIC = b"XSTPROBE"
@@ -293,7 +293,7 @@ def decode_probe_dump(path: str | Path, rank: int | None = None, allow_overflow:
     roles = max(int(h["roles_per_cta"]), 1)
     rank_v = int(h["rank"]) if rank is None else rank
     n = len(rec8)
-    dump_name = path.name
+    dump_name = display_name(path.name)  # a name that is not UTF-8 still fits an Arrow string
     cta = slice_of // roles if roles > 1 else slice_of
     zeros = pa.array(_constant(n, 0))  # dictionary index of the one dump name; the rank too when 0
     records = pa.Table.from_arrays(

@@ -85,8 +85,8 @@ def subprocess_cli(*args, cwd=None, env=None, timeout=120, preexec_fn=None) -> R
 def one_line_error(r: Result, names: str | tuple[str, ...] = (), fix: str | None = None) -> str:
     """The promise: exit 2, one line on stderr naming the file (and the fix), no traceback, no stdout."""
     assert r.rc == 2, (r.rc, r.out, r.err)
-    lines = [l for l in r.err.splitlines() if l.strip()]
-    assert len(lines) == 1, r.err
+    lines = r.err.splitlines()
+    assert len(lines) == 1 and r.err.endswith("\n"), r.err
     line = lines[0]
     assert line.startswith("xstage-trace: error: "), line
     assert "Traceback" not in r.err and "╭" not in r.err
@@ -1123,6 +1123,17 @@ def test_file_names_with_control_characters_stay_on_one_line(xs, tmp_path, name)
     line = one_line_error(xs("analyze", missing, "-o", tmp_path / "run"), fix="check the path")
     assert repr(str(missing)) in line if not str(missing).isprintable() else str(missing) in line
     assert "\x1b" not in line and "\x07" not in line
+
+
+def test_a_dump_whose_name_is_not_utf8(xs, tmp_path):
+    name = os.fsdecode(b"dump-\xff\xfe.xsp")
+    data = sample_dump_bytes()
+    write_dump(tmp_path / name, data)
+    r = xs("analyze", tmp_path / name, "-o", tmp_path / "run", "--json")
+    assert r.rc == 0, r.err
+    assert r.json()["probes"] == dump_records(data)
+    dumps = pq.read_table(tmp_path / "run" / "probe_slices.parquet").column("dump").unique().to_pylist()
+    assert dumps == ["dump-\\xff\\xfe.xsp"]
 
 
 def test_warnings_with_markup_in_file_names_are_shown_literally(xs, tmp_path):

@@ -42,7 +42,7 @@ def analyze(
     """Collect, align and analyze; write the run dataset and print a summary."""
     from xstage_trace.runner import analyze_inputs
 
-    prog, start = _progress(not as_json)
+    prog, start = _progress(not as_json and err.is_terminal)  # no bar (nor its blank line) in logs and pipes
     if prog:
         prog.start()
     try:
