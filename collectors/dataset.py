@@ -4,7 +4,8 @@ renamed, so a reader never sees half a run. DuckDB reads it as is:
 ``SELECT * FROM read_parquet('RUN/kernels*.parquet')`` or ``'RUN/kernels/*/*.parquet'`` with
 ``hive_partitioning = true``.
 
-``-o`` never replaces a user's file or folder: only an earlier run folder (manifest.json written by
+manifest.json records every file's sha256; reading a run checks them, so a file changed, swapped
+or removed afterwards is an error naming it. ``-o`` never replaces a user's file or folder: only an earlier run folder (manifest.json written by
 xstage-trace), only with ``force``, and then in one atomic exchange.
 """
 
@@ -19,6 +20,7 @@ import pyarrow.parquet as pq
 
 from xstage_trace.base.atomic import atomic_dir
 from xstage_trace.base.errors import InputError
+from xstage_trace.base.hashing import sha256_of
 from xstage_trace.base.jsonable import dumps, loads
 from xstage_trace.base.schema import SCHEMA_VERSION, TABLES, conform, empty_table
 
@@ -85,11 +87,12 @@ def write_run(run_dir: str | Path, tables: dict[str, pa.Table], manifest: dict, 
                         pq.write_table(part, tmp / name / f"rank={r}" / "part-0.parquet", compression="zstd")
                 else:
                     pq.write_table(table, tmp / f"{name}.parquet", compression="zstd")
-            doc = dict(manifest, tool=TOOL, schema_version=SCHEMA_VERSION,
-                       tables={n: (tables[n].num_rows if n in tables else 0) for n in TABLES})
-            (tmp / MANIFEST).write_text(dumps(doc, indent=2, sort_keys=True))
             for name, text in (extra_files or {}).items():
                 (tmp / name).write_text(text)
+            files = {p.relative_to(tmp).as_posix(): sha256_of(p) for p in sorted(tmp.rglob("*")) if p.is_file()}
+            doc = dict(manifest, tool=TOOL, schema_version=SCHEMA_VERSION,
+                       tables={n: (tables[n].num_rows if n in tables else 0) for n in TABLES}, files=files)
+            (tmp / MANIFEST).write_text(dumps(doc, indent=2, sort_keys=True))
     except FileExistsError:
         raise InputError(run_dir, "appeared or changed while the run was written; nothing was replaced", "run again, or name another folder with -o") from None
     return run_dir
@@ -142,11 +145,27 @@ def _read_table_file(name: str, path: Path, partitioned: bool) -> pa.Table:
         raise InputError(path, f"columns do not match the {name} schema ({exc.__class__.__name__})", _REWRITE) from None
 
 
+def _check_files(run_dir: Path, manifest: dict) -> None:
+    """Every file the manifest lists (``files``: relative path → sha256) is there with those bytes."""
+    files = manifest.get("files") or {}
+    if not isinstance(files, dict):
+        raise InputError(run_dir / MANIFEST, "\"files\" is not an object of sha256 sums", _REWRITE)
+    for rel, digest in files.items():
+        path = run_dir / rel
+        if ".." in Path(rel).parts or Path(rel).is_absolute():
+            raise InputError(run_dir / MANIFEST, f"lists a file outside the run folder ({rel!r})", _REWRITE)
+        if not path.is_file() or path.is_symlink():
+            raise InputError(path, "is missing from the run folder (manifest.json lists it)", _REWRITE)
+        if sha256_of(path) != digest:
+            raise InputError(path, "does not match the sha256 that manifest.json recorded (changed after the run was written)", _REWRITE)
+
+
 def read_run(run_dir: str | Path) -> tuple[dict[str, pa.Table], dict]:
     """Read a run folder back: (tables, manifest). Each table's row count is checked against the
     manifest, so a missing, truncated or swapped table file is an InputError, not an empty table."""
     run_dir = Path(run_dir)
     manifest = read_manifest(run_dir)
+    _check_files(run_dir, manifest)
     expected = manifest.get("tables", {})
     tables = {}
     for name in TABLES:
