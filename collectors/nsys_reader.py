@@ -223,6 +223,20 @@ def _kernels(src, strings: pd.Series, rank: int, to_utc, shift: int, nvtx: pd.Da
     return df.sort_values("start_ns", kind="stable")
 
 
+def _pair_keys(t_names: np.ndarray, m_names: np.ndarray, t_rows: np.ndarray, m_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(typeId, metricId) pairs of the name table and the samples → one int64 key each, equal iff the
+    pairs are equal: typeId·(max metricId + 1) + metricId when that cannot overflow int64 (real
+    exports), else dense codes of both ids (ids from an edited export can be anything)."""
+    base = int(m_names.max()) + 1
+    t_max = int(max(np.abs(t_names).max(), np.abs(t_rows).max() if len(t_rows) else 0))
+    if m_names.min() >= 0 and (len(m_rows) == 0 or (m_rows.min() >= 0 and m_rows.max() < base)) and (t_max + 1) * base < 2**62:
+        return t_names * base + m_names, t_rows * base + m_rows
+    _, t_code = np.unique(np.concatenate([t_names, t_rows]), return_inverse=True)
+    m_uni, m_code = np.unique(np.concatenate([m_names, m_rows]), return_inverse=True)
+    key = t_code.astype(np.int64) * len(m_uni) + m_code
+    return key[: len(t_names)], key[len(t_names):]
+
+
 def _gpu_metrics(src, rank: int, shift: int, warnings: list[str]) -> pa.Table:
     if N.METRICS_TABLE not in src.tables() or N.METRIC_NAMES_TABLE not in src.tables():
         warnings.append("no GPU metrics in this export (capture with --gpu-metrics-devices=all for SM/Tensor Active)")
@@ -239,9 +253,8 @@ def _gpu_metrics(src, rank: int, shift: int, warnings: list[str]) -> pa.Table:
             warnings.append(f"{N.METRICS_TABLE} is empty: no GPU metric samples in this export")
         return conform("gpu_metrics", pa.table({}))
     # Join on (typeId, metricId): metricId alone is "not assumed to be stable" across types.
-    base = int(names["metricId"].max()) + 1  # (typeId, metricId) → one int64 key, no collisions
-    key_names = names["typeId"].to_numpy(np.int64) * base + names["metricId"].to_numpy(np.int64)
-    key_rows = m["typeId"].to_numpy().astype(np.int64) * base + m["metricId"].to_numpy().astype(np.int64)
+    key_names, key_rows = _pair_keys(names["typeId"].to_numpy(np.int64), names["metricId"].to_numpy(np.int64),
+                                     m["typeId"].to_numpy().astype(np.int64), m["metricId"].to_numpy().astype(np.int64))
     order = np.argsort(key_names)
     pos = np.searchsorted(key_names[order], key_rows)
     pos = np.minimum(pos, len(order) - 1)

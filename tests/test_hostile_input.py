@@ -765,6 +765,24 @@ def test_exports_missing_optional_parts_are_flagged(xs, sqlite_copy, sql, warnin
     assert check(doc)
 
 
+def test_metric_ids_that_would_overflow_a_packed_key(xs, sqlite_copy, tmp_path):
+    """typeId·(max metricId + 1) + metricId wraps in int64 when max metricId = 2^16 − 1 and typeIds
+    are 2^48 apart: (T, 0) and (T + 2^48, 0) then share a key. Each sample must keep its own
+    metric's name, as SQLite's exact join on both columns gives it."""
+    src = sqlite_copy("ids.sqlite",
+                      *[f"UPDATE {t} SET metricId = 65535 WHERE metricId = 1" for t in ("TARGET_INFO_GPU_METRICS", "GPU_METRICS")],
+                      *[f"UPDATE {t} SET typeId = typeId + {1 << 48}, metricId = 0 WHERE metricId = 2" for t in ("TARGET_INFO_GPU_METRICS", "GPU_METRICS")])
+    con = sqlite3.connect(src)
+    expect = dict(con.execute("SELECT n.metricName, count(*) FROM GPU_METRICS g JOIN "
+                              "(SELECT DISTINCT typeId, metricId, metricName FROM TARGET_INFO_GPU_METRICS) n "
+                              "USING (typeId, metricId) GROUP BY n.metricName"))
+    con.close()
+    r = xs("analyze", src, "-o", tmp_path / "run", "--json")
+    assert r.rc == 0, r.err
+    got = pq.read_table(tmp_path / "run" / "gpu_metrics.parquet").column("metric_raw").cast(pa.string()).value_counts().to_pylist()
+    assert {d["values"]: d["counts"] for d in got} == expect
+
+
 def test_missing_string_table_leaves_names_null_with_a_warning(xs, sqlite_copy):
     src = sqlite_copy("nostrings.sqlite", "DROP TABLE StringIds")
     r = xs("analyze", src, "-o", src.parent / "run")
