@@ -76,7 +76,13 @@ def stall_doc(span_us, cover_us, tiles: Path | None, by: str | None) -> dict:
     check_numbers(df, tiles, non_negative=("rs_span_ns", "cover_ns"), missing_ok=("rs_span_ns", "cover_ns"),
                   fix="give every tile a span and cover time >= 0 (empty where a tile has none)")
     df["predicted_stall_ns"] = predicted_stall_ns(df["rs_span_ns"], df["cover_ns"])
+    if df.empty:
+        raise InputError(tiles, "tile table has no rows", "pass a table with one row per tile")
     groups = [c.strip() for c in by.split(",")] if by else []
+    unknown = [g for g in groups if g not in df.columns]
+    if unknown or (by is not None and not groups) or "" in groups:
+        raise InputError(tiles, f"--by {by!r} names columns the table lacks ({', '.join(repr(u) for u in unknown) or 'empty name'})",
+                         f"use its columns: {', '.join(map(str, df.columns))}")
     summary = stall_summary(df, groups) if groups else stall_summary(df.assign(all="all"), ["all"])
     return {
         "tiles": int(len(df)),
@@ -160,6 +166,8 @@ def sequence_doc(bursts: Path, calibration: Path | None, rate_gbps, issue_floor_
         df = read_table_file(bursts)
     if "volume_bytes" not in df or "gap_ns" not in df:
         raise InputError(bursts, "burst table lacks volume_bytes or gap_ns", "give one row per burst with those columns")
+    if df.empty:
+        raise InputError(bursts, "burst table has no rows", "give one row per burst (a run folder needs probe dumps with remote-store bursts)")
     check_numbers(df, bursts, positive=("volume_bytes", "issue_floor_ns", "producers"), non_negative=("gap_ns",),
                   missing_ok=("issue_floor_ns", "gap_ns"), fix="give every burst a positive volume, issue floor and producer count and a gap >= 0 (empty after the last)")
     model = load_platform(calibration) if calibration else None

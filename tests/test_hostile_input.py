@@ -583,10 +583,11 @@ def test_unusable_calibration_json(xs, tmp_path, text, problem):
     assert not (tmp_path / "run").exists()
 
 
-def test_model_sequence_checks_its_calibration_too(xs, tmp_path, reference_run):
+def test_model_sequence_checks_its_calibration_too(xs, tmp_path):
     calib = tmp_path / "calib.json"
     calib.write_text(json.dumps(_calib(rate_gbps=-1.0)))
-    one_line_error(xs("model", "sequence", reference_run, "--calibration", calib), "calib.json", "calibrate fit")
+    pd.DataFrame({"volume_bytes": [4e6], "gap_ns": [1000.0], "producers": [132]}).to_csv(tmp_path / "b.csv", index=False)
+    one_line_error(xs("model", "sequence", tmp_path / "b.csv", "--calibration", calib), "calib.json", "calibrate fit")
 
 
 @pytest.mark.parametrize("name", ["h200_calibration/calibration_host.json", "h200_calibration/calibration_local.json",
@@ -657,6 +658,19 @@ def test_model_sequence_table_with_unusable_numbers(xs, tmp_path, column, value)
     df.loc[1, column] = value
     df.to_parquet(tmp_path / "bursts.parquet")
     one_line_error(xs("model", "sequence", tmp_path / "bursts.parquet", "--rate-gbps", "67", "--issue-floor-us", "1"), "bursts.parquet", column)
+
+
+@pytest.mark.parametrize("by", ["nonexistent", ",,", "g,"])
+def test_model_stall_by_unknown_columns(xs, tmp_path, by):
+    pd.DataFrame({"span_us": [1.0, 3.0], "cover_us": [2.0, 1.0], "g": ["a", "b"]}).to_csv(tmp_path / "t.csv", index=False)
+    one_line_error(xs("model", "stall", "--tiles", tmp_path / "t.csv", "--by", by), "t.csv", "span_us, cover_us, g")
+
+
+@pytest.mark.parametrize("command", [["model", "sequence", "{f}", "--rate-gbps", "5", "--issue-floor-us", "1"], ["model", "stall", "--tiles", "{f}"]])
+def test_model_tables_without_rows(xs, tmp_path, command):
+    f = tmp_path / "empty.csv"
+    f.write_text("volume_bytes,gap_ns,span_us,cover_us\n")
+    one_line_error(xs(*[a.format(f=f) for a in command]), "empty.csv", "row")
 
 
 # ----------------------------------------------------------------------------- strict JSON
