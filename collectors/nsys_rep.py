@@ -198,8 +198,12 @@ def export_report(report: str | Path, nsys: str | None = None) -> tuple[Path, di
         sidecar = work / "sidecar"
         sidecar.write_text(dumps({"report": report.name, "report_sha256": digest, "export_sha256": sha256_of(out)}))
         cache = work.parent / name
-        os.replace(out, cache)  # the export first: without its sidecar it is never trusted
-        os.replace(sidecar, sidecar_path(cache))
+        try:
+            os.replace(out, cache)  # the export first: without its sidecar it is never trusted
+            os.replace(sidecar, sidecar_path(cache))
+        except OSError as exc:
+            raise InputError(report, f"cannot store its export as {cache} ({exc.strerror or exc})",
+                             "remove what is in the way there, or export by hand and pass the .sqlite") from None
     finally:
         shutil.rmtree(work, ignore_errors=True)
     info["export"] = str(cache)

@@ -1030,6 +1030,16 @@ def test_planted_or_stale_caches_are_not_trusted(xs, fake_nsys, report, tmp_path
     assert not cache.is_symlink()
 
 
+def test_a_folder_in_the_way_of_the_cache(xs, fake_nsys, report, tmp_path):
+    digest = hashlib.sha256(report.read_bytes()).hexdigest()
+    blocker = report.parent / f"capture.nsys-rep.{digest[:16]}.sqlite"
+    (blocker / "mine.txt").parent.mkdir()
+    (blocker / "mine.txt").write_text("x")
+    one_line_error(xs("analyze", report, "--nsys", fake_nsys, "-o", tmp_path / "run"), "capture.nsys-rep", "in the way")
+    assert (blocker / "mine.txt").read_text() == "x"
+    assert sorted(p.name for p in report.parent.iterdir()) == ["capture.nsys-rep", blocker.name]
+
+
 def test_a_report_named_like_an_option(xs, fake_nsys, tmp_path):
     d = tmp_path / "w"
     d.mkdir()
