@@ -238,7 +238,10 @@ def _pair_keys(t_names: np.ndarray, m_names: np.ndarray, t_rows: np.ndarray, m_r
 
 
 def _gpu_metrics(src, rank: int, shift: int, warnings: list[str]) -> pa.Table:
-    if N.METRICS_TABLE not in src.tables() or N.METRIC_NAMES_TABLE not in src.tables():
+    if N.METRICS_TABLE in src.tables() and N.METRIC_NAMES_TABLE not in src.tables():
+        warnings.append(f"{N.METRIC_NAMES_TABLE} missing: GPU metric names unknown, {N.METRICS_TABLE} samples dropped")
+        return conform("gpu_metrics", pa.table({}))
+    if N.METRICS_TABLE not in src.tables():
         warnings.append("no GPU metrics in this export (capture with --gpu-metrics-devices=all for SM/Tensor Active)")
         return conform("gpu_metrics", pa.table({}))
     names = _read(src, N.METRIC_NAMES_TABLE, ["typeId", "metricId", "metricName"]).to_pandas().drop_duplicates(["typeId", "metricId"])

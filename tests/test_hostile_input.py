@@ -764,6 +764,10 @@ def test_exports_of_other_shapes_give_one_line(xs, sqlite_copy, sql, fix_or_prob
 @pytest.mark.parametrize("sql,warning,check", [
     (["DELETE FROM GPU_METRICS"], "GPU_METRICS is empty", lambda d: d["gpu_metrics"] == {}),
     (["DELETE FROM TARGET_INFO_GPU_METRICS"], "samples dropped", lambda d: d["gpu_metrics"] == {}),
+    (["DROP TABLE TARGET_INFO_GPU_METRICS"], "GPU metric names unknown", lambda d: d["gpu_metrics"] == {}),
+    (["DROP TABLE GPU_METRICS"], "no GPU metrics", lambda d: d["gpu_metrics"] == {} and d["kernels"] == REFERENCE_KERNELS),
+    (["DROP TABLE META_DATA_EXPORT"], "schema version unknown", lambda d: d["kernels"] == REFERENCE_KERNELS),
+    (["DROP TABLE TARGET_INFO_SESSION_START_TIME"], "UTC times unknown", lambda d: d["kernels"] == REFERENCE_KERNELS),
     (["DROP TABLE StringIds"], "StringIds missing", lambda d: d["kernels"] == REFERENCE_KERNELS),
     (["ALTER TABLE NVTX_EVENTS DROP COLUMN eventType"], "NVTX ranges not read", lambda d: d["nvtx_ranges"] == 0),
     (["DROP TABLE CUPTI_ACTIVITY_KIND_RUNTIME"], "not attributed to NVTX", lambda d: d["kernels"] == REFERENCE_KERNELS),
