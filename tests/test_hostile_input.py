@@ -1210,6 +1210,17 @@ def test_warnings_with_markup_in_file_names_are_shown_literally(xs, tmp_path):
     assert "[bold]dumps" in r.err  # the duplicate warning names the folder as it is, not as rich markup
 
 
+def test_markup_in_a_gpu_name_prints_literally(xs, tmp_path):
+    """The GPU name comes from the dump header; rich would parse "[/x]" in it as a closing tag and raise."""
+    data = sample_dump_bytes()
+    h = np.frombuffer(data[: HEADER_DTYPE.itemsize], HEADER_DTYPE)[0].copy()
+    h["gpu_name"] = b"NVIDIA H200 [/x][bold]"
+    dump = write_dump(tmp_path / "gpu.xsp", h.tobytes() + data[HEADER_DTYPE.itemsize:])
+    r = xs("analyze", dump, "-o", tmp_path / "run")
+    assert r.rc == 0, r.err
+    assert "NVIDIA H200 [/x][bold]" in r.out
+
+
 def test_one_line_quotes_control_characters():
     e = InputError("a\nb.xsp", "bad\nthing", "fix\tit")
     assert e.one_line() == "'a\\nb.xsp': bad\\nthing; fix\\tit"

@@ -12,7 +12,7 @@ import sys
 
 import typer
 from rich.console import Console
-from rich.markup import escape
+from rich.text import Text
 
 from xstage_trace.base.errors import InputError, printable
 from xstage_trace.base.jsonable import dumps
@@ -20,8 +20,10 @@ from xstage_trace.base.jsonable import dumps
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None, pretty_exceptions_enable=False,
                   help="Tile-level profiling of GPU kernels that fuse compute with remote stores (the X-Stage model).")
 
-err = Console(stderr=True)
-out = Console(width=None if sys.stdout.isatty() else 160)  # piped or logged: wide enough for Table 3
+# markup=False: file names, dump labels and GPU names reach tables and messages; "[/x]" in one of
+# them must print as it is, not be parsed as rich markup (or raise MarkupError).
+err = Console(stderr=True, markup=False)
+out = Console(width=None if sys.stdout.isatty() else 160, markup=False)  # piped or logged: wide enough for Table 3
 
 # typer vendors click in some releases and depends on it in others: find click's classes by name.
 _CLICK = {c.__name__: c for c in typer.BadParameter.__mro__}
@@ -36,7 +38,7 @@ def emit(doc: dict) -> None:
 
 def warn(text: str) -> None:
     """A warning on stderr: one line, the text shown literally (no rich markup from file names)."""
-    err.print(f"[yellow]warning:[/yellow] {escape(printable(text))}", highlight=False, soft_wrap=True)
+    err.print(Text.assemble(("warning:", "yellow"), " ", printable(text)), highlight=False, soft_wrap=True)
 
 
 def _error(line: str, code: int = 2) -> None:

@@ -7,7 +7,6 @@ from typing import List, Optional
 
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.markup import escape
 from rich.table import Table
 
 from xstage_trace.cli import app, emit, err, out, warn
@@ -53,7 +52,7 @@ def analyze(
     if as_json:
         emit(summary)
         return
-    t = Table(title=f"xstage-trace run: {escape(printable(summary['run_dir']))}", show_header=False)
+    t = Table(title=f"xstage-trace run: {printable(summary['run_dir'])}", show_header=False)
     for k in ("gpus", "kernels", "nvtx_ranges", "probes", "bursts", "backpressured_tiles", "time_base"):
         t.add_row(k, str(summary.get(k)))
     known = {name for name, _ in METRIC_PATTERNS}
