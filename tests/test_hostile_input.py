@@ -147,6 +147,8 @@ def reference_run(tmp_path_factory) -> Path:
 @pytest.fixture
 def sqlite_copy(tmp_path):
     def make(name: str = "export.sqlite", *sql: str) -> Path:
+        if any("DROP COLUMN" in q for q in sql) and sqlite3.sqlite_version_info < (3, 35):
+            pytest.skip(f"SQLite {sqlite3.sqlite_version} has no ALTER TABLE DROP COLUMN")
         dst = tmp_path / name
         shutil.copyfile(reference_sqlite(), dst)
         return run_sql(dst, *sql) if sql else dst
