@@ -34,8 +34,8 @@ def check_output_dir(run_dir: str | Path, force: bool = False) -> Path:
     """``run_dir`` when analyze may write there: a new path, or (with ``force``) an earlier run folder.
     InputError for the current folder or one above it, a symlink, a file, or any other folder."""
     run_dir = Path(run_dir)
-    here = Path.cwd().resolve()
-    target = run_dir.resolve()
+    here = Path(os.path.realpath(Path.cwd()))
+    target = Path(os.path.realpath(run_dir))
     if run_dir.name in ("", ".", "..") or target == here or target in here.parents:
         raise InputError(run_dir, "is the current folder or one above it, not a new run folder", "name a new folder, e.g. -o run.xstage-run")
     if not os.path.lexists(run_dir):
@@ -58,9 +58,9 @@ def check_output_dir(run_dir: str | Path, force: bool = False) -> Path:
 
 def check_output_against_inputs(run_dir: str | Path, inputs: list[str | Path]) -> None:
     """InputError when the run folder would be an input, lie inside an input folder, or hold an input."""
-    target = Path(run_dir).resolve()
+    target = Path(os.path.realpath(run_dir))
     for raw in inputs:
-        src = Path(raw).resolve()
+        src = Path(os.path.realpath(raw))
         if target == src:
             raise InputError(run_dir, "is also an input; the run would replace what it is read from", "name a new folder with -o")
         if Path(raw).is_dir() and src in target.parents:

@@ -1165,6 +1165,25 @@ def test_a_fifo_as_a_tiles_table(tmp_path):
     one_line_error(subprocess_cli("model", "stall", "--tiles", tmp_path / "tiles.csv", timeout=60), "tiles.csv", "FIFO")
 
 
+@pytest.mark.parametrize("case", ["symlink loop", "dangling symlink"])
+def test_broken_symlinks_as_inputs(xs, tmp_path, case):
+    link = tmp_path / "in.xsp"
+    link.symlink_to(link if case == "symlink loop" else tmp_path / "gone.xsp")
+    one_line_error(xs("analyze", link, "-o", tmp_path / "run"), "in.xsp")
+
+
+def test_oversized_json_inputs_are_refused_unread(xs, tmp_path, reference_run):
+    calib = tmp_path / "calib.json"
+    with open(calib, "wb") as fh:
+        fh.truncate(17 << 20)  # sparse: 17 MiB of nothing
+    one_line_error(xs("analyze", reference_sqlite(), "--calibration", calib, "-o", tmp_path / "run"), "calib.json", "larger than")
+    run = tmp_path / "big.xstage-run"
+    shutil.copytree(reference_run, run)
+    with open(run / "manifest.json", "r+b") as fh:
+        fh.truncate(65 << 20)
+    one_line_error(xs("analyze", run, "-o", tmp_path / "run2"), "manifest.json", "larger than")
+
+
 # ----------------------------------------------------------------------------- usage errors and names
 
 @pytest.mark.parametrize("args,part", [
