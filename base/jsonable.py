@@ -18,24 +18,36 @@ def json_default(o):
     if isinstance(o, np.bool_):
         return bool(o)
     if isinstance(o, np.ndarray):
-        return finite_or_null(o.tolist())
+        return json_ready(o.tolist())
     return str(o)
 
 
-def finite_or_null(obj):
-    """``obj`` with every non-finite float (Python or numpy) replaced by None, recursively."""
+def _text(s: str) -> str:
+    """Text every JSON reader accepts: lone surrogates (how Python keeps the bytes of a file name that
+    is not UTF-8) become ``\\xNN`` escapes of those bytes; any other lone surrogate ``\\udNNN``."""
+    try:
+        return s.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:
+        return s.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def json_ready(obj):
+    """``obj`` with every non-finite float (Python or numpy) replaced by None and every string made
+    valid Unicode, recursively (keys too)."""
     if isinstance(obj, float | np.floating):
         return float(obj) if math.isfinite(obj) else None
+    if isinstance(obj, str):
+        return _text(obj)
     if isinstance(obj, dict):
-        return {k: finite_or_null(v) for k, v in obj.items()}
+        return {(_text(k) if isinstance(k, str) else k): json_ready(v) for k, v in obj.items()}
     if isinstance(obj, list | tuple):
-        return [finite_or_null(v) for v in obj]
+        return [json_ready(v) for v in obj]
     return obj
 
 
 def dumps(obj, **kwargs) -> str:
-    """Strict JSON text of ``obj`` (NaN/±inf → null; raises rather than write a non-JSON token)."""
-    return json.dumps(finite_or_null(obj), allow_nan=False, default=json_default, **kwargs)
+    """Strict JSON text of ``obj`` (NaN/±inf → null, text valid Unicode; raises rather than write a non-JSON token)."""
+    return json.dumps(json_ready(obj), allow_nan=False, default=json_default, **kwargs)
 
 
 def _reject_constant(token: str):

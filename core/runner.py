@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 from xstage_trace.base.atomic import write_text_atomic
 from xstage_trace.base.errors import InputError
 from xstage_trace.base.table_files import check_numbers, read_table_file
-from xstage_trace.base.jsonable import dumps, finite_or_null
+from xstage_trace.base.jsonable import dumps, json_ready
 
 
 def _default_run_dir(first: Path) -> Path:
@@ -166,7 +166,7 @@ def fit_measurements(path: Path, dest: str | None, output: Path | None, platform
     digest = sha256_of(path) if Path(path).is_file() else None
     doc = calibration_document(fit, digest, Path(path).name)
     try:
-        check_document(finite_or_null(doc), path)
+        check_document(json_ready(doc), path)
     except InputError as exc:
         raise InputError(path, f"the fit is not a usable platform model ({exc.problem})",
                          "the points do not determine M_X: include zero-gap periodic launches and recovered (large-gap or isolated) ones") from None

@@ -709,8 +709,10 @@ def test_the_manifest_is_strict_json(reference_run):
 def test_strict_dumps_turns_nan_and_inf_into_null():
     from xstage_trace.base.jsonable import dumps
 
-    text = dumps({"a": float("nan"), "b": [np.float64("inf"), -np.inf, 1.5], "c": np.float32(2.0), "d": np.int64(3)})
-    assert json.loads(text, parse_constant=_no_constant) == {"a": None, "b": [None, None, 1.5], "c": 2.0, "d": 3}
+    text = dumps({"a": float("nan"), "b": [np.float64("inf"), -np.inf, 1.5], "c": np.float32(2.0), "d": np.int64(3),
+                  "e": os.fsdecode(b"x\xff"), "f": "\ud800", "g": "é"})
+    assert json.loads(text, parse_constant=_no_constant) == {"a": None, "b": [None, None, 1.5], "c": 2.0, "d": 3,
+                                                              "e": "x\\xff", "f": "\\ud800", "g": "é"}
 
 
 # ----------------------------------------------------------------------------- SQLite file names
@@ -1218,6 +1220,9 @@ def test_a_dump_whose_name_is_not_utf8(xs, tmp_path):
     assert r.json()["probes"] == dump_records(data)
     dumps = pq.read_table(tmp_path / "run" / "probe_slices.parquet").column("dump").unique().to_pylist()
     assert dumps == ["dump-\\xff\\xfe.xsp"]
+    text = (tmp_path / "run" / "manifest.json").read_text()
+    text.encode("utf-8")  # no lone surrogate: any JSON reader accepts it
+    assert json.loads(text)["inputs"][0]["path"].endswith("dump-\\xff\\xfe.xsp")
 
 
 def test_warnings_with_markup_in_file_names_are_shown_literally(xs, tmp_path):
