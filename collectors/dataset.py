@@ -53,7 +53,23 @@ def check_output_dir(run_dir: str | Path, force: bool = False) -> Path:
         raise InputError(run_dir, "exists and is not an xstage-trace run folder; -o never replaces it", "name a new folder, e.g. -o run.xstage-run")
     if not force:
         raise InputError(run_dir, "already holds an xstage-trace run", "pass --force to replace it, or name another folder with -o")
+    foreign = unlisted_files(run_dir)
+    if foreign:
+        raise InputError(run_dir, f"holds files xstage-trace did not write ({', '.join(foreign[:3])}{', …' if len(foreign) > 3 else ''}); --force would delete them",
+                         "move them out of the run folder, or name another folder with -o")
     return run_dir
+
+
+def unlisted_files(run_dir: Path) -> list[str]:
+    """Files in a run folder that its manifest does not account for (a user's notes, a report saved
+    into it): ``files`` lists what write_run wrote; runs from before that list know their table names."""
+    manifest = read_manifest(run_dir)
+    listed = set(manifest.get("files") or {})
+    found = sorted(p.relative_to(run_dir).as_posix() for p in Path(run_dir).rglob("*") if not p.is_dir())
+    if listed:
+        return [f for f in found if f not in listed and f != MANIFEST]
+    known = {MANIFEST, "calibration_points.csv"} | {f"{n}.parquet" for n in TABLES}
+    return [f for f in found if f not in known and not (f.split("/")[0] in TABLES and f.endswith(".parquet"))]
 
 
 def check_output_against_inputs(run_dir: str | Path, inputs: list[str | Path]) -> None:

@@ -59,7 +59,7 @@ def analyze_inputs(inputs: list[Path], output: Path | None, nsys=None, calibrati
 
     run_dir = Path(output) if output else _default_run_dir(Path(inputs[0]))
     check_output_dir(run_dir, force)
-    check_output_against_inputs(run_dir, inputs)
+    check_output_against_inputs(run_dir, [*inputs, calibration] if calibration else inputs)
     model = load_platform(calibration) if calibration else None
     c = collect(inputs, nsys=nsys, allow_overflow=allow_overflow, progress=progress)
     tables, extra = run_analyses(c.tables, model)

@@ -208,12 +208,20 @@ def test_o_inside_an_input_folder_is_refused(xs, tmp_path):
     assert sorted(p.name for p in dumps.iterdir()) == ["a.xsp"]
 
 
+def test_a_run_folder_that_holds_an_input(tmp_path):
+    """check_output_against_inputs on its own: replacing the folder would delete the input."""
+    from xstage_trace.collectors.dataset import check_output_against_inputs
+
+    with pytest.raises(InputError, match="holds the input"):
+        check_output_against_inputs(tmp_path / "run", [tmp_path / "run" / "sub" / "export.sqlite"])
+
+
 def test_force_onto_a_run_that_holds_an_input_keeps_the_input(xs, reference_run, tmp_path):
     run = tmp_path / "old.xstage-run"
     shutil.copytree(reference_run, run)
     shutil.copyfile(reference_sqlite(), run / "export.sqlite")  # the user keeps an input inside it
     before = snapshot(run)
-    one_line_error(xs("analyze", run / "export.sqlite", "-o", run, "--force"), "old.xstage-run", "holds the input")
+    one_line_error(xs("analyze", run / "export.sqlite", "-o", run, "--force"), "old.xstage-run", "--force would delete them")
     assert snapshot(run) == before
 
 
@@ -262,7 +270,7 @@ def test_an_earlier_run_is_kept_without_force(xs, reference_run, tmp_path):
 def test_force_replaces_an_earlier_run_in_one_step(xs, reference_run, tmp_path):
     run = tmp_path / "r.xstage-run"
     shutil.copytree(reference_run, run)
-    (run / "stale-extra.txt").write_text("from the old run")
+    old_kernels = pq.read_table(run / "kernels.parquet").num_rows
     dumps = tmp_path / "dumps"
     dumps.mkdir()
     data = sample_dump_bytes()
@@ -270,8 +278,29 @@ def test_force_replaces_an_earlier_run_in_one_step(xs, reference_run, tmp_path):
     r = xs("analyze", dumps, "-o", run, "--force", "--json")
     assert r.rc == 0, r.err
     assert r.json()["probes"] == dump_records(data) and r.json()["kernels"] == 0
-    assert not (run / "stale-extra.txt").exists()  # the old folder is gone as a whole, not merged
+    assert old_kernels == REFERENCE_KERNELS and pq.read_table(run / "kernels.parquet").num_rows == 0  # the new run, whole
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dumps", "r.xstage-run"]  # no temporaries left
+
+
+@pytest.mark.parametrize("extra", ["notes.md", "figures/plot.png", "kernels/rank=0/mine.txt"])
+def test_force_never_deletes_a_users_file_inside_an_earlier_run(xs, reference_run, tmp_path, extra):
+    run = tmp_path / "r.xstage-run"
+    shutil.copytree(reference_run, run)
+    (run / extra).parent.mkdir(parents=True, exist_ok=True)
+    (run / extra).write_text("mine")
+    before = snapshot(run)
+    one_line_error(xs("analyze", reference_sqlite(), "-o", run, "--force"), "r.xstage-run", "move them out")
+    assert snapshot(run) == before
+
+
+def test_force_never_deletes_the_calibration_it_reads(xs, reference_run, tmp_path):
+    run = tmp_path / "r.xstage-run"
+    shutil.copytree(reference_run, run)
+    shutil.copyfile(CALIB / "calibration_host.json", tmp_path / "calib.json")
+    one_line_error(xs("analyze", reference_sqlite(), "-o", tmp_path / "calib.json", "--force"), "calib.json")
+    (run / "calib.json").write_bytes((tmp_path / "calib.json").read_bytes())
+    one_line_error(xs("analyze", reference_sqlite(), "--calibration", run / "calib.json", "-o", run, "--force"), "r.xstage-run")
+    assert (run / "calib.json").is_file()
 
 
 @pytest.mark.parametrize("manifest", ['{"tool": "something-else", "schema_version": 1}', "{not json", "[1, 2]", ""])
