@@ -194,6 +194,9 @@ def _kernels(src, strings: pd.Series, rank: int, to_utc, shift: int, nvtx: pd.Da
             "stream_id": k["streamId"].astype(np.int32).values,
         }
     )
+    unnamed = int(df["name"].isna().sum())
+    if unnamed and len(strings):
+        warnings.append(f"{unnamed} kernels name a string id that {N.STRINGS_TABLE} lacks: their names are null")
     for c_src, c_dst in (("correlationId", "correlation_id"), ("gridX", "grid_x"), ("gridY", "grid_y"), ("gridZ", "grid_z"),
                          ("blockX", "block_x"), ("blockY", "block_y"), ("blockZ", "block_z")):
         if c_src in k:

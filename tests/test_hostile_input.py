@@ -834,6 +834,17 @@ def test_metric_ids_that_would_overflow_a_packed_key(xs, sqlite_copy, tmp_path):
     assert {d["values"]: d["counts"] for d in got} == expect
 
 
+def test_kernel_names_missing_from_the_string_table_are_flagged(xs, sqlite_copy, tmp_path):
+    src = sqlite_copy("holes.sqlite", "DELETE FROM StringIds WHERE id = (SELECT demangledName FROM CUPTI_ACTIVITY_KIND_KERNEL LIMIT 1)")
+    con = sqlite3.connect(src)
+    (lost,) = con.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE demangledName NOT IN (SELECT id FROM StringIds)").fetchone()
+    con.close()
+    r = xs("analyze", src, "-o", tmp_path / "run", "--json")
+    assert r.rc == 0, r.err
+    assert lost > 0 and f"{lost} kernels name a string id that StringIds lacks: their names are null" in r.json()["warnings"]
+    assert pq.read_table(tmp_path / "run" / "kernels.parquet").column("name").null_count == lost
+
+
 def test_missing_string_table_leaves_names_null_with_a_warning(xs, sqlite_copy):
     src = sqlite_copy("nostrings.sqlite", "DROP TABLE StringIds")
     r = xs("analyze", src, "-o", src.parent / "run")
