@@ -22,8 +22,16 @@ def byte_balance(volume_bytes, rate_gbps, issue_floor_ns, gap_ns):
 
 
 def backlog_bytes(delta_b) -> np.ndarray:
-    """Spec §4: q_n before each burst for q_{n+1} = [q_n + Δb_n]₊, q_0 = 0 (length N; closed form)."""
+    """Spec §4: q_n before each burst for q_{n+1} = [q_n + Δb_n]₊, q_0 = 0 (length N; closed form).
+
+    An unbounded gap (Δb_n = −∞: no next burst in that launch) drains the queue, q_{n+1} = 0; it is
+    replaced by a finite balance more negative than every backlog the sequence can build, so the
+    closed form never meets −∞ − (−∞).
+    """
     db = np.asarray(delta_b, dtype=np.float64)
+    drained = np.isneginf(db)
+    if drained.any():
+        db = np.where(drained, -(np.abs(np.where(drained, 0.0, db)).sum() + 1.0), db)
     s = np.concatenate(([0.0], np.cumsum(db[:-1])))  # S_0 … S_{N-1}: the last balance only acts after the last burst
     return s - np.minimum.accumulate(s)
 

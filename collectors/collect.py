@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from xstage_trace import __version__
-from xstage_trace.collectors.dataset import is_run_dir, read_run
+from xstage_trace.collectors.dataset import MANIFEST, is_run_dir, read_manifest, read_run
 from xstage_trace.collectors.nsys_reader import read_nsys_export
 from xstage_trace.collectors.nsys_rep import export_report
 from xstage_trace.collectors.align import Alignment
@@ -18,6 +18,7 @@ from xstage_trace.collectors.pairing import AlignBounds, dump_span_gt_ns, export
 from xstage_trace.base.hashing import sha256_of
 from xstage_trace.collectors.probe_format import decode_probe_dump, is_probe_dump_name
 from xstage_trace.base.errors import InputError
+from xstage_trace.base.paths import input_kind
 from xstage_trace.base.schema import TABLES, conform, empty_table
 
 
@@ -32,13 +33,13 @@ class Collected:
 
 
 def classify(path: Path) -> str:
-    """Kind of one input path: nsys-rep, sqlite, parquetdir, run, probe-dir, probe."""
-    if not path.exists():
-        raise InputError(path, "no such file or folder", "check the path")
-    if path.is_dir():
-        if is_run_dir(path):
-            return "run"
-        if any(is_probe_dump_name(p.name) for p in path.iterdir()):
+    """Kind of one input path: nsys-rep, sqlite, parquetdir, run, probe-dir, probe. FIFOs, devices
+    and sockets are refused before anything opens them (an open would block or never end)."""
+    if input_kind(path) == "dir":
+        has_dumps = any(is_probe_dump_name(p.name) for p in path.iterdir())
+        if is_run_dir(path) or ((path / MANIFEST).is_file() and not has_dumps):
+            return "run"  # a damaged run folder too: read_run names what is wrong with it
+        if has_dumps:
             return "probe-dir"
         if any(path.glob("*.parquet")):
             return "parquetdir"
@@ -61,6 +62,65 @@ def classify(path: Path) -> str:
     if head.startswith(b"NVIDIA Tegra"):
         return "nsys-rep"
     raise InputError(path, "unrecognized input", "pass a .nsys-rep, .sqlite, parquetdir, .xsp dumps or a run folder")
+
+
+def _content_key(path: Path, kind: str) -> str:
+    """What makes two inputs the same: the bytes of a file, the manifest of a run folder, the
+    tables of a parquetdir."""
+    if kind == "run":
+        return "run:" + sha256_of(path / MANIFEST)
+    if kind == "parquetdir":
+        return "parquetdir:" + ",".join(sha256_of(p) for p in sorted(path.glob("*.parquet")))
+    return sha256_of(path)
+
+
+def unique_inputs(inputs: list[str | Path], warnings: list[str]) -> list[Path]:
+    """The inputs with probe-dump folders expanded to their dumps and every duplicate dropped, with a
+    warning: the same file twice (under any name), a folder and a dump inside it, a dump or report
+    that a run folder given beside it was already made from, the same run folder twice. A file is
+    hashed only when it could be a duplicate (another input has its size, or a run folder is given)."""
+    expanded: list[tuple[Path, str]] = []
+    for raw in inputs:
+        path = Path(raw)
+        kind = classify(path)
+        if kind == "probe-dir":
+            expanded += [(p, classify(p)) for p in sorted(path.iterdir()) if is_probe_dump_name(p.name)]  # refuses a FIFO named *.xsp
+        else:
+            expanded.append((path, kind))
+    seen: dict[str, str] = {}
+    for path, kind in expanded:  # run folders first: what they were made from counts as seen
+        if kind == "run":
+            for src in read_manifest(path).get("inputs") or []:
+                if isinstance(src, dict) and isinstance(src.get("sha256"), str):
+                    seen.setdefault(src["sha256"], f"run folder {path}")
+    sizes = [path.stat().st_size if path.is_file() else -1 for path, _ in expanded]
+    seeded = bool(seen)
+    keep: list[Path] = []
+    for (path, kind), size in zip(expanded, sizes):
+        if size >= 0 and not seeded and sizes.count(size) == 1:
+            keep.append(path)  # a file of a size no other input has, and no run folder: unique
+            continue
+        key = _content_key(path, kind)
+        if key in seen:
+            warnings.append(f"{path}: same content as {seen[key]}; read once")
+            continue
+        seen[key] = str(path)
+        keep.append(path)
+    return keep
+
+
+def refuse_same_capture(exports) -> None:
+    """InputError when two nsys inputs hold one capture (a .nsys-rep and its own .sqlite export, or
+    two exports of one report): the same session start and the same kernels."""
+    first: dict[tuple, Path] = {}
+    for e in exports:
+        k = e.kernels
+        starts = k["start_ns"].to_numpy(zero_copy_only=False)
+        key = (e.utc_epoch_ns, k.num_rows, int(starts.min()), int(starts.max()), int(pc.sum(k["duration_ns"]).as_py() or 0))
+        if key in first:
+            raise InputError(e.path, f"holds the same capture as {first[key]} (same session start and kernels)",
+                             "pass the .nsys-rep or its export, not both")
+        first[key] = e.path
 
 
 def _concat(name: str, parts: list[pa.Table]) -> pa.Table:
@@ -103,6 +163,7 @@ def plan_run(inputs: list[str | Path], nsys: str | None = None, allow_overflow: 
     """Read every input but the probe records: exports, dump headers and slice tables; pair dumps with the
     export that holds them (by data) and fix each dump's clock mapping. Records are read per task later."""
     warnings: list[str] = []
+    inputs = unique_inputs(inputs, warnings)
     sources: list[dict] = []
     exports = []
     dumps = []
@@ -136,6 +197,7 @@ def plan_run(inputs: list[str | Path], nsys: str | None = None, allow_overflow: 
         sources.append({"path": str(p), "kind": "probe", "sha256": sha256_of(p), "gpu": d.header["gpu_name"], "label": d.header["label"]})
     if not exports and not dumps and not prior:
         raise InputError(None, "no inputs", "pass at least one .nsys-rep, .sqlite, parquetdir, probe dump or run folder")
+    refuse_same_capture(exports)
 
     pairings = pair_dumps(exports, dumps, bounds) if exports and dumps else []
     ranks = export_ranks(exports, pairings, rank_overrides or {})

@@ -13,13 +13,9 @@ from pathlib import Path
 
 from xstage_trace.base.errors import InputError
 from xstage_trace.base.hashing import sha256_of
+from xstage_trace.base.paths import user_cache_dir
 
 ZST_SUFFIX = ".zst"
-
-
-def user_cache_dir() -> Path:
-    """xstage-trace's folder in the user's cache (``$XDG_CACHE_HOME`` or ``~/.cache``)."""
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "xstage-trace"
 
 
 def decompressed_export(path: Path) -> Path:

@@ -4,11 +4,16 @@ renamed, so a reader never sees half a run. DuckDB reads it as is:
 ``SELECT * FROM read_parquet('RUN/kernels*.parquet')`` or ``'RUN/kernels/*/*.parquet'`` with
 ``hive_partitioning = true``. The ``probes`` table of an analyzed run is one file per dump,
 ``probes/rank=R/part-NNNNN.parquet`` (written while the dumps stream through ``analyze``).
+
+
+manifest.json records every file's sha256; reading a run checks them, so a file changed, swapped
+or removed afterwards is an error naming it. ``-o`` never replaces a user's file or folder: only an earlier run folder (manifest.json written by
+xstage-trace), only with ``force``, and then in one atomic exchange.
 """
 
 from __future__ import annotations
 
-import json
+import os
 from pathlib import Path
 from typing import Callable
 
@@ -18,9 +23,14 @@ import pyarrow.parquet as pq
 
 from xstage_trace.base.atomic import atomic_dir
 from xstage_trace.base.errors import InputError
+from xstage_trace.base.hashing import sha256_of
+from xstage_trace.base.jsonable import dumps, loads
 from xstage_trace.base.schema import SCHEMA_VERSION, TABLES, conform, empty_table
 
 MANIFEST = "manifest.json"
+TOOL = "xstage-trace"
+MAX_MANIFEST_BYTES = 64 << 20
+_REWRITE = "re-run xstage-trace analyze on the original inputs to write the run again"
 
 
 def write_table(folder: Path, name: str, table: pa.Table) -> None:
@@ -48,17 +58,58 @@ def write_probe_part(folder: Path, rank: int, index: int, records: pa.Table) -> 
     pq.write_table(conform("probes", records), path, compression="zstd")
 
 
+def check_output_dir(run_dir: str | Path, force: bool = False) -> Path:
+    """``run_dir`` when analyze may write there: a new path, or (with ``force``) an earlier run folder.
+    InputError for the current folder or one above it, a symlink, a file, or any other folder."""
+    run_dir = Path(run_dir)
+    here = Path(os.path.realpath(Path.cwd()))
+    target = Path(os.path.realpath(run_dir))
+    if run_dir.name in ("", ".", "..") or target == here or target in here.parents:
+        raise InputError(run_dir, "is the current folder or one above it, not a new run folder", "name a new folder, e.g. -o run.xstage-run")
+    if not os.path.lexists(run_dir):
+        above = next(p for p in target.parents if os.path.lexists(p))  # the folder mkdir would start from
+        if not above.is_dir():
+            raise InputError(run_dir, f"cannot be created: {above} is not a folder", "name a folder path for -o")
+        if not os.access(above, os.W_OK | os.X_OK):
+            raise InputError(run_dir, f"cannot be created: {above} is not writable", "name a folder path you can write for -o")
+        return run_dir
+    if run_dir.is_symlink():
+        raise InputError(run_dir, "is a symbolic link; -o never writes through one", "name a new folder")
+    if not run_dir.is_dir():
+        raise InputError(run_dir, "exists and is not a folder; -o never replaces a file", "name a new folder, e.g. -o run.xstage-run")
+    if not is_run_dir(run_dir):
+        raise InputError(run_dir, "exists and is not an xstage-trace run folder; -o never replaces it", "name a new folder, e.g. -o run.xstage-run")
+    if not force:
+        raise InputError(run_dir, "already holds an xstage-trace run", "pass --force to replace it, or name another folder with -o")
+    foreign = unlisted_files(run_dir)
+    if foreign:
+        raise InputError(run_dir, f"holds files xstage-trace did not write ({', '.join(foreign[:3])}{', …' if len(foreign) > 3 else ''}); --force would delete them",
+                         "move them out of the run folder, or name another folder with -o")
+    return run_dir
+
+
 def write_run(run_dir: str | Path, tables: dict[str, pa.Table], manifest: dict | Callable[[], dict],
               extra_files: dict[str, str] | Callable[[], dict[str, str]] | None = None,
-              results: dict | Callable[[], dict] | None = None, fill: Callable[[Path], dict[str, int]] | None = None) -> dict[str, int]:
+              results: dict | Callable[[], dict] | None = None, fill: Callable[[Path], dict[str, int]] | None = None,
+              force: bool = False) -> dict[str, int]:
     """Write every table of TABLES (empty ones too, so the schema is always there), the manifest,
     ``extra_files`` (name → text, e.g. calibration_points.csv) and ``results`` (name → DataFrame, written
     as NAME.parquet, e.g. table3), all inside the one atomic rename; returns the row count per table.
     ``fill(tmp)``, when given, runs first inside the temporary folder (a streaming analyze writes its
     probe parts there) and returns the row counts of the tables it wrote, which are not written again;
-    ``manifest``, ``extra_files`` and ``results`` may then be functions called after it."""
-    run_dir = Path(run_dir)
-    with atomic_dir(run_dir) as tmp:
+    ``manifest``, ``extra_files`` and ``results`` may then be functions called after it. An existing
+    ``run_dir`` is replaced only when it is an earlier run and ``force`` is set; manifest.json records
+    every file's sha256."""
+    run_dir = check_output_dir(run_dir, force)
+    try:
+        counts = _write_run(run_dir, tables, manifest, extra_files, results, fill, force)
+    except FileExistsError:
+        raise InputError(run_dir, "appeared or changed while the run was written; nothing was replaced", "run again, or name another folder with -o") from None
+    return counts
+
+
+def _write_run(run_dir, tables, manifest, extra_files, results, fill, force) -> dict[str, int]:
+    with atomic_dir(run_dir, replaceable=is_run_dir if force else None) as tmp:
         streamed = fill(tmp) if fill else {}
         for name in TABLES:
             if name not in streamed:
@@ -69,14 +120,99 @@ def write_run(run_dir: str | Path, tables: dict[str, pa.Table], manifest: dict |
             pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), tmp / f"{name}.parquet", compression="zstd")
         for name, text in ((extra_files() if callable(extra_files) else extra_files) or {}).items():
             (tmp / name).write_text(text)
-        doc = dict(manifest() if callable(manifest) else manifest, schema_version=SCHEMA_VERSION, tables=counts)
-        (tmp / MANIFEST).write_text(json.dumps(doc, indent=2, sort_keys=True, default=str))
+        files = {q.relative_to(tmp).as_posix(): sha256_of(q) for q in sorted(tmp.rglob("*")) if q.is_file()}
+        doc = dict(manifest() if callable(manifest) else manifest, tool=TOOL, schema_version=SCHEMA_VERSION, tables=counts, files=files)
+        (tmp / MANIFEST).write_text(dumps(doc, indent=2, sort_keys=True))
     return counts
 
 
-def is_run_dir(path: Path) -> bool:
-    """True for a folder written by write_run."""
-    return Path(path, MANIFEST).is_file()
+
+
+def unlisted_files(run_dir: Path) -> list[str]:
+    """Files in a run folder that its manifest does not account for (a user's notes, a report saved
+    into it): ``files`` lists what write_run wrote; runs from before that list know their table names."""
+    manifest = read_manifest(run_dir)
+    listed = set(manifest.get("files") or {})
+    found = sorted(p.relative_to(run_dir).as_posix() for p in Path(run_dir).rglob("*") if not p.is_dir())
+    if listed:
+        return [f for f in found if f not in listed and f != MANIFEST]
+    known = {MANIFEST, "calibration_points.csv"} | {f"{n}.parquet" for n in TABLES}
+    return [f for f in found if f not in known and not (f.split("/")[0] in TABLES and f.endswith(".parquet"))]
+
+
+def check_output_against_inputs(run_dir: str | Path, inputs: list[str | Path]) -> None:
+    """InputError when the run folder would be an input, lie inside an input folder, or hold an input."""
+    target = Path(os.path.realpath(run_dir))
+    for raw in inputs:
+        src = Path(os.path.realpath(raw))
+        if target == src:
+            raise InputError(run_dir, "is also an input; the run would replace what it is read from", "name a new folder with -o")
+        if Path(raw).is_dir() and src in target.parents:
+            raise InputError(run_dir, f"lies inside the input folder {src}", "write the run outside the input folders (-o elsewhere)")
+        if target in src.parents:
+            raise InputError(run_dir, f"holds the input {src}; replacing it would delete that input", "name a new folder with -o")
+
+
+def read_manifest(run_dir: str | Path) -> dict:
+    """manifest.json of a run folder, checked: strict JSON, an object, written by xstage-trace, a schema
+    this version reads. InputError naming the file otherwise."""
+    path = Path(run_dir, MANIFEST)
+    if not path.is_file():
+        raise InputError(run_dir, f"not an xstage run dataset (no {MANIFEST})", "pass a folder written by xstage-trace analyze -o")
+    if path.stat().st_size > MAX_MANIFEST_BYTES:
+        raise InputError(path, f"is larger than {MAX_MANIFEST_BYTES >> 20} MiB, not a run manifest", _REWRITE)
+    try:
+        doc = loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise InputError(path, f"not a readable manifest ({exc.__class__.__name__}: {str(exc)[:120]})", _REWRITE) from None
+    if not isinstance(doc, dict) or doc.get("tool") != TOOL:
+        raise InputError(path, "not an xstage-trace manifest (no \"tool\": \"xstage-trace\")", "pass a folder written by xstage-trace analyze -o")
+    version = doc.get("schema_version")
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise InputError(path, f"schema_version {version!r} is not an integer", _REWRITE)
+    if version > SCHEMA_VERSION:
+        raise InputError(run_dir, f"run dataset schema {version} is newer than this xstage-trace ({SCHEMA_VERSION})", "upgrade xstage-trace")
+    if not isinstance(doc.get("tables", {}), dict):
+        raise InputError(path, "\"tables\" is not an object of row counts", _REWRITE)
+    return doc
+
+
+def is_run_dir(path: str | Path) -> bool:
+    """True for a folder written by write_run (its manifest.json names xstage-trace as the tool)."""
+    path = Path(path)
+    if path.is_symlink() or not path.is_dir():
+        return False
+    try:
+        read_manifest(path)
+    except InputError:
+        return False
+    return True
+
+
+def _read_table_file(name: str, path: Path, partitioned: bool) -> pa.Table:
+    try:
+        table = pq.read_table(path, partitioning=None) if partitioned else pq.read_table(path)
+    except (pa.ArrowException, OSError) as exc:
+        raise InputError(path, f"not a readable Parquet table ({exc.__class__.__name__}: {str(exc)[:120]})", _REWRITE) from None
+    try:
+        return conform(name, table)
+    except (pa.ArrowException, KeyError) as exc:
+        raise InputError(path, f"columns do not match the {name} schema ({exc.__class__.__name__})", _REWRITE) from None
+
+
+def _check_files(run_dir: Path, manifest: dict) -> None:
+    """Every file the manifest lists (``files``: relative path → sha256) is there with those bytes."""
+    files = manifest.get("files") or {}
+    if not isinstance(files, dict):
+        raise InputError(run_dir / MANIFEST, "\"files\" is not an object of sha256 sums", _REWRITE)
+    for rel, digest in files.items():
+        path = run_dir / rel
+        if ".." in Path(rel).parts or Path(rel).is_absolute():
+            raise InputError(run_dir / MANIFEST, f"lists a file outside the run folder ({rel!r})", _REWRITE)
+        if not path.is_file() or path.is_symlink():
+            raise InputError(path, "is missing from the run folder (manifest.json lists it)", _REWRITE)
+        if sha256_of(path) != digest:
+            raise InputError(path, "does not match the sha256 that manifest.json recorded (changed after the run was written)", _REWRITE)
 
 
 def table_files(run_dir: Path, name: str) -> list[str]:
@@ -89,18 +225,23 @@ def table_files(run_dir: Path, name: str) -> list[str]:
 
 
 def read_run(run_dir: str | Path, tables: list[str] | None = None) -> tuple[dict[str, pa.Table], dict]:
-    """Read a run folder back: (tables, manifest); ``tables`` limits which are read."""
+    """Read a run folder back: (tables, manifest); ``tables`` limits which are read. Every file is checked
+    against the sha256 manifest.json recorded and each table's row count against the manifest, so a
+    missing, truncated or swapped table file is an InputError, not an empty table."""
     run_dir = Path(run_dir)
-    if not Path(run_dir, MANIFEST).is_file():
-        raise InputError(run_dir, "not an xstage run dataset (no manifest.json)", "pass a folder written by xstage-trace analyze -o")
-    manifest = json.loads(Path(run_dir, MANIFEST).read_text())
-    if manifest.get("schema_version", 0) > SCHEMA_VERSION:
-        raise InputError(run_dir, f"run dataset schema {manifest.get('schema_version')} is newer than this xstage-trace ({SCHEMA_VERSION})", "upgrade xstage-trace")
-    if manifest.get("schema_version", 0) < SCHEMA_VERSION:
-        raise InputError(run_dir, f"run dataset schema {manifest.get('schema_version')} is older than this xstage-trace ({SCHEMA_VERSION})",
+    manifest = read_manifest(run_dir)
+    if manifest["schema_version"] < SCHEMA_VERSION:
+        raise InputError(run_dir, f"run dataset schema {manifest['schema_version']} is older than this xstage-trace ({SCHEMA_VERSION})",
                          "analyze its inputs again (manifest.json lists them)")
+    _check_files(run_dir, manifest)
+    expected = manifest.get("tables", {})
     out = {}
     for name in tables or TABLES:
         files = table_files(run_dir, name)
-        out[name] = pa.concat_tables([conform(name, pq.read_table(f, partitioning=None)) for f in files]) if files else empty_table(name)
+        out[name] = pa.concat_tables([_read_table_file(name, Path(f), True) for f in files]) if files else empty_table(name)
+        want = expected.get(name)
+        if want is not None and out[name].num_rows != want:
+            problem = (f"{name} is missing (manifest.json lists {want} rows)" if not files
+                       else f"holds {out[name].num_rows} rows of {name}, manifest.json lists {want} (file replaced or truncated?)")
+            raise InputError(Path(files[0]) if len(files) == 1 else run_dir, problem, _REWRITE)
     return out, manifest

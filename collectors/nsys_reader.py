@@ -38,10 +38,38 @@ class NsysExport:
     warnings: list[str] = field(default_factory=list)
 
 
-def _strings(src) -> pd.Series:
+# Columns nsys writes as integers (timestamps, ids, enums); text or fractional values there mean an
+# export this reader does not understand, and are refused rather than misread.
+INTEGER_COLUMNS = frozenset({
+    "start", "end", "timestamp", "utcEpochNs", "deviceId", "streamId", "shortName", "demangledName", "correlationId",
+    "globalPid", "globalTid", "gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ", "eventType", "textId", "domainId",
+    "id", "typeId", "metricId", "gpuId", "smCount", "numMultiprocessors", "clockRate",
+})
+
+
+def _read(src, table: str, columns: list[str]) -> pa.Table:
+    """``src.read`` with the integer columns checked: integers pass, integral floats become int64,
+    anything else (text timestamps, fractional ids) is an InputError naming table and column."""
+    t = src.read(table, columns)
+    for i, name in enumerate(t.column_names):
+        col = t.column(i)
+        if name not in INTEGER_COLUMNS or pa.types.is_integer(col.type) or pa.types.is_null(col.type):
+            continue
+        try:
+            if not pa.types.is_floating(col.type):
+                raise pa.ArrowInvalid("not a number")
+            t = t.set_column(i, name, col.cast(pa.int64()))  # safe cast: fails on fractions and NaN
+        except pa.ArrowException:
+            raise InputError(src.path, f"{table}.{name} holds {col.type} values where nsys writes integers (text timestamps?)",
+                             "re-export the report with nsys export --type sqlite (nsys 2022.4 or newer)") from None
+    return t
+
+
+def _strings(src, warnings: list[str]) -> pd.Series:
     if N.STRINGS_TABLE not in src.tables():
+        warnings.append(f"{N.STRINGS_TABLE} missing: kernel and NVTX names are unknown (null)")
         return pd.Series(dtype=object)
-    t = src.read(N.STRINGS_TABLE, ["id", "value"]).to_pandas()
+    t = _read(src, N.STRINGS_TABLE, ["id", "value"]).to_pandas()
     return pd.Series(t["value"].values, index=t["id"].values)
 
 
@@ -55,34 +83,42 @@ def _export_meta(src) -> dict:
 def _session_epoch(src) -> int | None:
     if N.SESSION_TABLE not in src.tables() or "utcEpochNs" not in src.columns(N.SESSION_TABLE):
         return None
-    v = src.read(N.SESSION_TABLE, ["utcEpochNs"]).column(0).to_pylist()
+    v = _read(src, N.SESSION_TABLE, ["utcEpochNs"]).column(0).to_pylist()
     return int(v[0]) if v and v[0] is not None else None
 
 
 def _gpus(src, kernel_devices: np.ndarray, warnings: list[str]) -> list[dict]:
     if N.GPU_INFO_TABLE in src.tables():
         cols = [c for c in ("id", "name", "smCount", "clockRate", "l2CacheSize") if c in src.columns(N.GPU_INFO_TABLE)]
-        t = src.read(N.GPU_INFO_TABLE, cols).to_pandas()
+        if "id" not in cols:
+            raise InputError(src.path, f"{N.GPU_INFO_TABLE} lacks column id (an export of another nsys version?)", "re-export the report with nsys export --type sqlite")
+        t = _read(src, N.GPU_INFO_TABLE, cols).to_pandas()
         return [
-            {"device_id": int(r["id"]), "name": str(r.get("name", "unknown")), "sm_count": int(r["smCount"]) if "smCount" in r else None,
-             "clock_hz": int(r["clockRate"]) if "clockRate" in r else None}
+            {"device_id": int(r["id"]), "name": str(r.get("name", "unknown")),
+             "sm_count": int(r["smCount"]) if pd.notna(r.get("smCount")) else None,
+             "clock_hz": int(r["clockRate"]) if pd.notna(r.get("clockRate")) else None}
             for _, r in t.iterrows()  # one row per GPU, not per event
         ]
     warnings.append(f"{N.GPU_INFO_TABLE} missing: GPU names unknown")
-    if N.CUDA_DEVICE_TABLE in src.tables() and "numMultiprocessors" in src.columns(N.CUDA_DEVICE_TABLE):
-        t = src.read(N.CUDA_DEVICE_TABLE, ["gpuId", "numMultiprocessors"]).to_pandas()
+    if N.CUDA_DEVICE_TABLE in src.tables() and {"gpuId", "numMultiprocessors"} <= set(src.columns(N.CUDA_DEVICE_TABLE)):
+        t = _read(src, N.CUDA_DEVICE_TABLE, ["gpuId", "numMultiprocessors"]).to_pandas()
         return [{"device_id": int(g), "name": "unknown", "sm_count": int(s), "clock_hz": None} for g, s in zip(t.gpuId, t.numMultiprocessors)]
     return [{"device_id": int(d), "name": "unknown", "sm_count": None, "clock_hz": None} for d in np.unique(kernel_devices)]
 
 
 def _nvtx(src, strings: pd.Series, rank: int, to_utc, shift: int, warnings: list[str]) -> pd.DataFrame:
     cols_have = src.columns(N.NVTX_TABLE)
+    empty = pd.DataFrame(columns=["rank", "name", "start_ns", "end_ns", "start_utc_ns", "event_type", "global_tid", "domain_id"])
     if not cols_have:
         warnings.append("no NVTX ranges in this export (capture with -t cuda,nvtx to attribute kernels to ranges)")
-        return pd.DataFrame(columns=["rank", "name", "start_ns", "end_ns", "start_utc_ns", "event_type", "global_tid", "domain_id"])
+        return empty
+    lacking = [c for c in ("start", "end", "eventType") if c not in cols_have]
+    if lacking:
+        warnings.append(f"{N.NVTX_TABLE} lacks {', '.join(lacking)} (another nsys version?): NVTX ranges not read")
+        return empty
     want = [c for c in ("start", "end", "eventType", "text", "textId", "globalTid", "domainId") if c in cols_have]
-    t = src.read(N.NVTX_TABLE, want).to_pandas()
-    t = t[t["eventType"].isin(N.NVTX_RANGE_TYPES) & t["end"].notna()]
+    t = _read(src, N.NVTX_TABLE, want).to_pandas()
+    t = t[t["eventType"].isin(N.NVTX_RANGE_TYPES) & t["start"].notna() & t["end"].notna()]
     name = t["text"] if "text" in t else pd.Series(None, index=t.index, dtype=object)
     if "textId" in t:
         name = name.where(name.notna(), t["textId"].map(strings))
@@ -141,7 +177,10 @@ def _kernels(src, strings: pd.Series, rank: int, to_utc, shift: int, nvtx: pd.Da
     if missing:
         raise InputError(src.path, f"kernel table lacks {', '.join(missing)} (nsys schema older than 2022.4?)", "re-export the report with nsys 2022.4 or newer")
     cols = list(N.KERNEL_CORE_COLUMNS) + [c for c in N.KERNEL_OPTIONAL_COLUMNS if c in have]
-    k = src.read(N.KERNEL_TABLE, cols).to_pandas()
+    k = _read(src, N.KERNEL_TABLE, cols).to_pandas()
+    holes = [c for c in ("start", "end", "deviceId", "streamId") if k[c].isna().any()]
+    if holes:
+        raise InputError(src.path, f"{N.KERNEL_TABLE} has kernels without {', '.join(holes)}", "re-export the report with nsys export --type sqlite")
     start = k["start"].astype(np.int64).to_numpy() - shift
     df = pd.DataFrame(
         {
@@ -156,13 +195,17 @@ def _kernels(src, strings: pd.Series, rank: int, to_utc, shift: int, nvtx: pd.Da
             "stream_id": k["streamId"].astype(np.int32).values,
         }
     )
+    unnamed = int(df["name"].isna().sum())
+    if unnamed and len(strings):
+        warnings.append(f"{unnamed} kernels name a string id that {N.STRINGS_TABLE} lacks: their names are null")
     for c_src, c_dst in (("correlationId", "correlation_id"), ("gridX", "grid_x"), ("gridY", "grid_y"), ("gridZ", "grid_z"),
                          ("blockX", "block_x"), ("blockY", "block_y"), ("blockZ", "block_z")):
         if c_src in k:
             df[c_dst] = k[c_src].values
     df["nvtx_range"] = None
-    if len(nvtx) and "correlation_id" in df and N.RUNTIME_TABLE in src.tables():
-        rt = src.read(N.RUNTIME_TABLE, ["correlationId", "start", "globalTid"]).to_pandas()
+    runtime_ok = N.RUNTIME_TABLE in src.tables() and {"correlationId", "start", "globalTid"} <= set(src.columns(N.RUNTIME_TABLE))
+    if len(nvtx) and "correlation_id" in df and runtime_ok:
+        rt = _read(src, N.RUNTIME_TABLE, ["correlationId", "start", "globalTid"]).to_pandas()
         # correlationId restarts in every process: join on (process, correlationId).
         use_pid = "globalPid" in k
         keys = ["pid", "correlationId"] if use_pid else ["correlationId"]
@@ -180,21 +223,45 @@ def _kernels(src, strings: pd.Series, rank: int, to_utc, shift: int, nvtx: pd.Da
         names = ranges["name"].to_numpy(dtype=object)
         df["nvtx_range"] = np.where(where >= 0, names[np.maximum(where, 0)], None)
     elif len(nvtx):
-        warnings.append(f"{N.RUNTIME_TABLE} missing: kernels not attributed to NVTX ranges")
+        warnings.append(f"{N.RUNTIME_TABLE} missing or without correlationId/start/globalTid: kernels not attributed to NVTX ranges")
     return df.sort_values("start_ns", kind="stable")
 
 
+def _pair_keys(t_names: np.ndarray, m_names: np.ndarray, t_rows: np.ndarray, m_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(typeId, metricId) pairs of the name table and the samples → one int64 key each, equal iff the
+    pairs are equal: typeId·(max metricId + 1) + metricId when that cannot overflow int64 (real
+    exports), else dense codes of both ids (ids from an edited export can be anything)."""
+    base = int(m_names.max()) + 1
+    t_max = int(max(np.abs(t_names).max(), np.abs(t_rows).max() if len(t_rows) else 0))
+    if m_names.min() >= 0 and (len(m_rows) == 0 or (m_rows.min() >= 0 and m_rows.max() < base)) and (t_max + 1) * base < 2**62:
+        return t_names * base + m_names, t_rows * base + m_rows
+    _, t_code = np.unique(np.concatenate([t_names, t_rows]), return_inverse=True)
+    m_uni, m_code = np.unique(np.concatenate([m_names, m_rows]), return_inverse=True)
+    key = t_code.astype(np.int64) * len(m_uni) + m_code
+    return key[: len(t_names)], key[len(t_names):]
+
+
 def _gpu_metrics(src, rank: int, shift: int, warnings: list[str]) -> pa.Table:
-    if N.METRICS_TABLE not in src.tables() or N.METRIC_NAMES_TABLE not in src.tables():
+    if N.METRICS_TABLE in src.tables() and N.METRIC_NAMES_TABLE not in src.tables():
+        warnings.append(f"{N.METRIC_NAMES_TABLE} missing: GPU metric names unknown, {N.METRICS_TABLE} samples dropped")
+        return conform("gpu_metrics", pa.table({}))
+    if N.METRICS_TABLE not in src.tables():
         warnings.append("no GPU metrics in this export (capture with --gpu-metrics-devices=all for SM/Tensor Active)")
         return conform("gpu_metrics", pa.table({}))
-    names = src.read(N.METRIC_NAMES_TABLE, ["typeId", "metricId", "metricName"]).to_pandas().drop_duplicates(["typeId", "metricId"])
-    m = src.read(N.METRICS_TABLE, ["timestamp", "typeId", "metricId", "value"])
+    names = _read(src, N.METRIC_NAMES_TABLE, ["typeId", "metricId", "metricName"]).to_pandas().drop_duplicates(["typeId", "metricId"])
+    m = _read(src, N.METRICS_TABLE, ["timestamp", "typeId", "metricId", "value"])
     m = m.filter(pc.is_valid(m["timestamp"]))
+    if m.num_rows and not (pa.types.is_integer(m["value"].type) or pa.types.is_floating(m["value"].type)):
+        raise InputError(src.path, f"{N.METRICS_TABLE}.value holds {m['value'].type} values, not numbers", "re-export the report with nsys export --type sqlite")
+    if m.num_rows == 0 or names.empty:
+        if m.num_rows:
+            warnings.append(f"{m.num_rows} GPU-metric samples but {N.METRIC_NAMES_TABLE} is empty: samples dropped (metric names unknown)")
+        else:
+            warnings.append(f"{N.METRICS_TABLE} is empty: no GPU metric samples in this export")
+        return conform("gpu_metrics", pa.table({}))
     # Join on (typeId, metricId): metricId alone is "not assumed to be stable" across types.
-    base = int(names["metricId"].max()) + 1  # (typeId, metricId) → one int64 key, no collisions
-    key_names = names["typeId"].to_numpy(np.int64) * base + names["metricId"].to_numpy(np.int64)
-    key_rows = m["typeId"].to_numpy().astype(np.int64) * base + m["metricId"].to_numpy().astype(np.int64)
+    key_names, key_rows = _pair_keys(names["typeId"].to_numpy(np.int64), names["metricId"].to_numpy(np.int64),
+                                     m["typeId"].to_numpy().astype(np.int64), m["metricId"].to_numpy().astype(np.int64))
     order = np.argsort(key_names)
     pos = np.searchsorted(key_names[order], key_rows)
     pos = np.minimum(pos, len(order) - 1)
@@ -238,12 +305,17 @@ def read_nsys_export(path: str | Path, rank: int = 0) -> NsysExport:
             warnings.append(f"{path.name}: no META_DATA_EXPORT (nsys 2022.4 or older); schema version unknown")
         if N.KERNEL_TABLE not in src.tables():
             raise InputError(path, "export has no kernels (CUPTI_ACTIVITY_KIND_KERNEL missing)", "capture with nsys profile -t cuda,nvtx so GPU kernels are traced")
-        strings = _strings(src)
+        strings = _strings(src, warnings)
         epoch = _session_epoch(src)
-        k_start = src.read(N.KERNEL_TABLE, ["start"]).column(0)
+        if "start" not in src.columns(N.KERNEL_TABLE):
+            raise InputError(path, f"{N.KERNEL_TABLE} lacks column start (nsys schema older than 2022.4?)", "re-export the report with nsys 2022.4 or newer")
+        k_start = _read(src, N.KERNEL_TABLE, ["start"]).column(0)
         if k_start.length() == 0:
             raise InputError(path, "export has no kernels (kernel table is empty)", "capture a run that launches GPU kernels, with nsys profile -t cuda")
-        normalized = int(pc.min(k_start).as_py()) > UTC_NORMALIZED_THRESHOLD_NS
+        first_ns = pc.min(k_start).as_py()
+        if first_ns is None:
+            raise InputError(path, f"{N.KERNEL_TABLE} has kernels without start", "re-export the report with nsys export --type sqlite")
+        normalized = int(first_ns) > UTC_NORMALIZED_THRESHOLD_NS
         if epoch is None:
             warnings.append(f"{N.SESSION_TABLE} missing: UTC times unknown, probe alignment falls back to per-kernel offsets")
         # --ts-normalize exports store UTC ns; shift them back so *_ns is session-relative everywhere.

@@ -15,6 +15,20 @@ import pyarrow.parquet as pq
 
 from xstage_trace.base.errors import InputError
 
+_REEXPORT_PQ = "pass an nsys parquetdir export: nsys export --type parquetdir REPORT.nsys-rep"
+_REEXPORT = "pass an nsys export: nsys export --type sqlite REPORT.nsys-rep"
+
+
+def read_only_uri(path: Path) -> str:
+    """A ``file:`` URI that opens ``path`` itself read-only: the absolute path percent-encoded (a
+    ``#``, ``?`` or ``%`` in a name stays part of the name), then ``?mode=ro``."""
+    return Path(path).absolute().as_uri() + "?mode=ro"
+
+
+def _ident(name: str) -> str:
+    """A quoted SQL identifier (double quotes doubled), whatever characters the name holds."""
+    return '"' + name.replace('"', '""') + '"'
+
 
 class SqliteTables:
     """Tables of an nsys SQLite export. Column reads go through the ADBC SQLite driver (C, straight
@@ -23,11 +37,12 @@ class SqliteTables:
     def __init__(self, path: Path):
         self.path = Path(path)
         self._adbc = None
+        self._uri = read_only_uri(self.path)
         try:
-            self.conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True)
+            self.conn = sqlite3.connect(self._uri, uri=True)
             names = [r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
-        except sqlite3.DatabaseError as exc:
-            raise InputError(self.path, f"not a readable SQLite database ({exc})", "pass an nsys export: nsys export --type sqlite REPORT.nsys-rep") from None
+        except sqlite3.Error as exc:
+            raise InputError(self.path, f"not a readable SQLite database ({exc})", _REEXPORT) from None
         self._tables = set(names)
         self._cols: dict[str, list[str]] = {}
 
@@ -36,21 +51,32 @@ class SqliteTables:
 
     def columns(self, table: str) -> list[str]:
         if table not in self._cols:
-            self._cols[table] = [r[1] for r in self.conn.execute(f"PRAGMA table_info([{table}])")] if table in self._tables else []
+            try:
+                self._cols[table] = [r[1] for r in self.conn.execute(f"PRAGMA table_info({_ident(table)})")] if table in self._tables else []
+            except sqlite3.Error as exc:
+                raise InputError(self.path, f"table {table} is unreadable ({exc})", _REEXPORT) from None
         return self._cols[table]
 
     def read(self, table: str, columns: list[str]) -> pa.Table:
-        """Read ``columns`` of ``table`` into Arrow."""
-        sql = "SELECT " + ", ".join(f"[{c}]" for c in columns) + f" FROM [{table}]"
+        """Read ``columns`` of ``table`` into Arrow (InputError when a column is absent or the file is damaged)."""
+        absent = [c for c in columns if c not in self.columns(table)]
+        if absent:
+            raise InputError(self.path, f"table {table} lacks column {', '.join(absent)} (an export of another nsys version?)", _REEXPORT)
+        sql = "SELECT " + ", ".join(_ident(c) for c in columns) + f" FROM {_ident(table)}"
         fast = self._read_adbc(sql)
-        return fast if fast is not None else self._read_sqlite3(sql, columns)
+        if fast is not None:
+            return fast
+        try:
+            return self._read_sqlite3(sql, columns)
+        except sqlite3.Error as exc:
+            raise InputError(self.path, f"table {table} is unreadable ({exc})", _REEXPORT) from None
 
     def _read_adbc(self, sql: str) -> pa.Table | None:
         try:
             if self._adbc is None:
                 import adbc_driver_sqlite.dbapi as adbc
 
-                self._adbc = adbc.connect(f"file:{self.path}?mode=ro")
+                self._adbc = adbc.connect(self._uri)
             cur = self._adbc.cursor()
             try:
                 cur.execute(sql)
@@ -96,7 +122,7 @@ class ParquetDirTables:
         self.path = Path(path)
         self._files = {p.stem: p for p in self.path.glob("*.parquet")}
         if not self._files:
-            raise InputError(self.path, "folder holds no .parquet tables", "pass an nsys parquetdir export: nsys export --type parquetdir REPORT.nsys-rep")
+            raise InputError(self.path, "folder holds no .parquet tables", _REEXPORT_PQ)
 
     def tables(self) -> set[str]:
         return set(self._files)
@@ -104,10 +130,20 @@ class ParquetDirTables:
     def columns(self, table: str) -> list[str]:
         if table not in self._files:
             return []
-        return list(pq.read_schema(self._files[table]).names)
+        try:
+            return list(pq.read_schema(self._files[table]).names)
+        except (pa.ArrowException, OSError) as exc:
+            raise InputError(self._files[table], f"not a readable Parquet table ({exc.__class__.__name__})", _REEXPORT_PQ) from None
 
     def read(self, table: str, columns: list[str]) -> pa.Table:
-        return pq.read_table(self._files[table], columns=columns)
+        """Read ``columns`` of ``table`` (InputError when a column is absent or the file is damaged)."""
+        absent = [c for c in columns if c not in self.columns(table)]
+        if absent:
+            raise InputError(self._files[table], f"lacks column {', '.join(absent)} (an export of another nsys version?)", _REEXPORT_PQ)
+        try:
+            return pq.read_table(self._files[table], columns=columns)
+        except (pa.ArrowException, OSError) as exc:
+            raise InputError(self._files[table], f"not a readable Parquet table ({exc.__class__.__name__})", _REEXPORT_PQ) from None
 
     def close(self) -> None:
         pass

@@ -16,6 +16,7 @@ import pyarrow as pa
 from xstage_trace.base.atomic import atomic_file
 from xstage_trace.base.config import ConfigError, RunConfig
 from xstage_trace.base.errors import InputError
+from xstage_trace.base.paths import display_name, require_file
 from xstage_trace.base.schema import PROBE_SLICES, PROBES
 
 MAGIC = b"XSTPROBE"
@@ -28,6 +29,15 @@ CLOCK_MASK = (1 << CLOCK_BITS) - 1
 MMAP_MIN_BYTES = 8 << 20
 # Below this anchor span the 32 ns %globaltimer tick makes a poor clock-rate estimate.
 MIN_ANCHOR_SPAN_NS = 20_000
+# Plausible SM clocks: a header rate outside them is corrupt; a measured anchor rate outside them is
+# not used (the slice falls back to the header's nominal clock).
+MIN_SM_CLOCK_KHZ, MAX_SM_CLOCK_KHZ = 100_000, 10_000_000
+MIN_NS_PER_CYCLE, MAX_NS_PER_CYCLE = 1e6 / MAX_SM_CLOCK_KHZ, 1e6 / MIN_SM_CLOCK_KHZ
+# Records one dump may hold before it is refused from its header (the run tables and analyses take
+# about BYTES_PER_RECORD of memory each); the environment variable raises the limit.
+MAX_RECORDS_ENV = "XSTAGE_MAX_DUMP_RECORDS"
+DEFAULT_MAX_RECORDS = 4 << 20
+BYTES_PER_RECORD = 210
 
 HEADER_DTYPE = np.dtype(
     [
@@ -92,6 +102,20 @@ def _constant(n: int, value: int) -> np.ndarray:
 
 def _fail(path: Path, problem: str, fix: str) -> None:
     raise InputError(path, problem, fix)
+
+
+def max_dump_records() -> int:
+    """The per-dump record limit: $XSTAGE_MAX_DUMP_RECORDS, else DEFAULT_MAX_RECORDS."""
+    text = os.environ.get(MAX_RECORDS_ENV, "").strip()
+    if not text:
+        return DEFAULT_MAX_RECORDS
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise InputError(None, f"{MAX_RECORDS_ENV}={text!r} is not a positive integer", f"set it to a record count, e.g. {MAX_RECORDS_ENV}={DEFAULT_MAX_RECORDS}")
+    return value
 
 
 def read_header(path: Path, raw: np.ndarray) -> tuple[np.void, list[str], np.ndarray]:
@@ -204,6 +228,7 @@ def is_probe_dump_name(name: str) -> bool:
 def read_dump_bytes(path: Path, limit: int | None = None) -> np.ndarray:
     """A dump's bytes (its first ``limit`` bytes when given): memory-mapped when plain and large, read when
     small, decompressed when the file is a zstd frame (``.xsp.zst``, recognised by its magic whatever the name)."""
+    path = require_file(path)  # a FIFO or device would block or never end
     try:
         with open(path, "rb") as fh:
             compressed = fh.read(4) == ZSTD_MAGIC
@@ -253,6 +278,14 @@ def decode_probe_dump(path: str | Path, rank: int | None = None, allow_overflow:
         _fail(path, f"truncated probe dump ({raw.size} of {need} bytes)", "copy the whole file again or re-run the instrumented program")
     if records and raw.size > need:
         _fail(path, f"corrupt probe dump ({raw.size - need} bytes beyond the last record)", "re-run the instrumented program to write a fresh dump")
+    limit = max_dump_records()
+    if int(stored.sum()) > limit:
+        n = int(stored.sum())
+        _fail(path, f"dump holds {n} records, more than the {limit} one dump may hold (analysis needs about {n * BYTES_PER_RECORD / 1e9:.1f} GB of memory)",
+              f"set {MAX_RECORDS_ENV}={n} if this machine has the memory, or capture fewer records (smaller capacity or fewer slices)")
+    khz = int(h["sm_clock_khz"])
+    if not MIN_SM_CLOCK_KHZ <= khz <= MAX_SM_CLOCK_KHZ:
+        _fail(path, f"corrupt probe dump header (SM clock {khz} kHz is outside {MIN_SM_CLOCK_KHZ}-{MAX_SM_CLOCK_KHZ} kHz)", "re-run the instrumented program to write a fresh dump")
     if dropped.any():
         msg = (
             f"probe buffer overflowed: {int(dropped.sum())} records dropped in {int((dropped > 0).sum())} "
@@ -267,15 +300,19 @@ def decode_probe_dump(path: str | Path, rank: int | None = None, allow_overflow:
     opened = sl["gt_open"] != 0
     span_ns = sl["gt_close"].astype(np.float64) - sl["gt_open"].astype(np.float64)
     span_cyc = sl["clk_close"].astype(np.float64) - sl["clk_open"].astype(np.float64)
-    khz = int(h["sm_clock_khz"])
-    nominal = 1e6 / khz if khz else np.nan
-    good = closed & opened & (span_ns >= MIN_ANCHOR_SPAN_NS) & (span_cyc > 0)
-    npc = np.where(good, span_ns / np.where(span_cyc > 0, span_cyc, 1.0), nominal)
+    nominal = 1e6 / khz
+    measured = span_ns / np.where(span_cyc > 0, span_cyc, 1.0)
+    implausible = closed & opened & (span_ns >= MIN_ANCHOR_SPAN_NS) & (span_cyc > 0) & ~((measured >= MIN_NS_PER_CYCLE) & (measured <= MAX_NS_PER_CYCLE))
+    good = closed & opened & (span_ns >= MIN_ANCHOR_SPAN_NS) & (span_cyc > 0) & ~implausible
+    npc = np.where(good, measured, nominal)
     used = stored > 0
     if (used & ~closed).any():
         warnings.append(f"{path.name}: {int((used & ~closed).sum())} slices were never closed (kernel exited early?); their times use the nominal SM clock")
     elif (used & ~good).any():
         warnings.append(f"{path.name}: {int((used & ~good).sum())} slices ran under {MIN_ANCHOR_SPAN_NS // 1000} µs; their clock64→ns uses the nominal SM clock")
+    if (used & implausible).any():
+        warnings.append(f"{path.name}: {int((used & implausible).sum())} slices have anchors implying a clock outside "
+                        f"{MIN_SM_CLOCK_KHZ // 1000}-{MAX_SM_CLOCK_KHZ // 1000} MHz; their times use the nominal SM clock")
     moved = used & closed & (sl["smid_open"] != sl["smid_close"])
     if moved.any():
         warnings.append(f"{path.name}: {int(moved.sum())} slices changed SM between open and close")
@@ -287,7 +324,7 @@ def decode_probe_dump(path: str | Path, rank: int | None = None, allow_overflow:
     roles = max(int(h["roles_per_cta"]), 1)
     rank_v = int(h["rank"]) if rank is None else rank
     n = len(rec8)
-    dump_name = path.name
+    dump_name = display_name(path.name)  # a name that is not UTF-8 still fits an Arrow string
     cta = slice_of // roles if roles > 1 else slice_of
     zeros = pa.array(_constant(n, 0))  # dictionary index of the one dump name; the rank too when 0
     records = pa.Table.from_arrays(

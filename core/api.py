@@ -16,7 +16,6 @@ Tables are read lazily, once each, from the folder's Parquet files; nothing is r
 from __future__ import annotations
 
 import functools
-import json
 from pathlib import Path
 
 import pandas as pd
@@ -49,9 +48,9 @@ class Run:
     @functools.cached_property
     def manifest(self) -> dict:
         """manifest.json: inputs with their hashes, GPUs, alignment per rank, warnings, table sizes."""
-        from xstage_trace.collectors.dataset import MANIFEST
+        from xstage_trace.collectors.dataset import read_manifest
 
-        return json.loads((self.path / MANIFEST).read_text())
+        return read_manifest(self.path)
 
     def table(self, name: str) -> pa.Table:
         """One run-dataset table as Arrow (``kernels``, ``nvtx``, ``gpu_metrics``, ``probes``,

@@ -8,13 +8,15 @@ cross-run validation. Version-1 files (single R, p90-knee Q) still load, with th
 
 from __future__ import annotations
 
-import json
+import math
 from pathlib import Path
 
 from xstage_trace.analysis.calibration_capacity import CapacityEstimate, Knee
 from xstage_trace.analysis.calibration_fit import CalibratedPlatform, CalibrationFit, Validation
 from xstage_trace.analysis.platform import PlatformModel
 from xstage_trace.base.errors import InputError
+from xstage_trace.base.jsonable import loads
+from xstage_trace.base.paths import require_file
 
 CALIBRATION_VERSION = 2
 EQ1_LINE = "Eq. 1 + loop overhead"
@@ -100,25 +102,80 @@ def period_errors_of(doc: dict) -> dict:
     return {name: doc[key] for key, name in (("errors_steady_state", "eq1_loop_overhead"), ("errors_recurrence", "recurrence")) if doc.get(key)}
 
 
-def load_platform_from_doc(doc: dict) -> PlatformModel:
-    """A calibration document (dict) → PlatformModel (a CalibratedPlatform with R(K) from version 2 on)."""
-    version = int(doc.get("calibration_version", 1))
-    if version > CALIBRATION_VERSION:
-        raise ValueError(f"calibration_version {version} is newer than this xstage-trace reads ({CALIBRATION_VERSION})")
+_REFIT = "refit it with this release: xstage-trace calibrate fit POINTS -o calib.json"
+MAX_CALIBRATION_BYTES = 16 << 20
+
+
+def _finite(value, low: float, strict: bool) -> bool:
+    """A JSON number (not a bool), finite, above ``low`` (or at it when not ``strict``)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return math.isfinite(value) and (value > low if strict else value >= low)
+
+
+def _producer_key(text) -> int | None:
+    try:
+        k = int(text)
+    except (TypeError, ValueError):
+        return None
+    return k if k > 0 else None
+
+
+def check_document(doc, path: str | Path | None) -> None:
+    """InputError unless ``doc`` is a calibration document this version reads: calibration_version
+    1..CALIBRATION_VERSION, R > 0 finite, every T_iss^0(K, B) > 0 finite with K, B > 0, Q(K) > 0 finite, overhead ≥ 0."""
+    if not isinstance(doc, dict):
+        raise InputError(path, "not a calibration JSON (not an object)", "pass a file written by xstage-trace calibrate fit -o")
+    version = doc.get("calibration_version")
+    if isinstance(version, bool) or version not in range(1, CALIBRATION_VERSION + 1):
+        raise InputError(path, f"calibration_version {version!r} is not supported (this xstage-trace reads {CALIBRATION_VERSION})", _REFIT)
+    if not _finite(doc.get("rate_gbps"), 0.0, True):
+        raise InputError(path, f"rate_gbps {doc.get('rate_gbps')!r} is not a positive finite number", _REFIT)
+    floors = doc.get("issue_floor_ns")
+    if not isinstance(floors, dict) or not floors:
+        raise InputError(path, "issue_floor_ns is missing or empty", _REFIT)
+    for key, value in floors.items():
+        parts = key.split(",") if isinstance(key, str) else []
+        if len(parts) != 2 or any(_producer_key(x) is None for x in parts) or not _finite(value, 0.0, True):
+            raise InputError(path, f"issue_floor_ns entry {key!r}: {value!r} is not \"K,B\": a positive finite time", _REFIT)
+    caps = doc.get("capacity_by_producers_bytes") or {}
+    if not isinstance(caps, dict):
+        raise InputError(path, "capacity_by_producers_bytes is not an object", _REFIT)
+    for key, value in caps.items():
+        if _producer_key(key) is None or not _finite(value, 0.0, True):
+            raise InputError(path, f"capacity_by_producers_bytes entry {key!r}: {value!r} is not a positive finite capacity", _REFIT)
+    if not _finite(doc.get("loop_overhead_ns", 0.0), 0.0, False):
+        raise InputError(path, f"loop_overhead_ns {doc.get('loop_overhead_ns')!r} is not a finite number >= 0", _REFIT)
+
+
+def load_platform_from_doc(doc: dict, path: str | Path | None = None) -> PlatformModel:
+    """A calibration document (dict), after check_document → PlatformModel (a CalibratedPlatform with R(K)
+    from version 2 on)."""
+    check_document(doc, path)
+    version = int(doc["calibration_version"])
     floors = {tuple(int(x) for x in k.split(",")): float(v) for k, v in doc["issue_floor_ns"].items()}
     caps = {int(k): float(v) for k, v in (doc.get("capacity_by_producers_bytes") or {}).items()} or None
-    args = (float(doc["rate_gbps"]), floors, caps, float(doc.get("loop_overhead_ns", 0.0)), doc.get("platform", ""), doc.get("store_path", ""))
+    args = (float(doc["rate_gbps"]), floors, caps, float(doc.get("loop_overhead_ns", 0.0)), str(doc.get("platform", "")), str(doc.get("store_path", "")))
     if version >= 2:
         rates = {int(k): float(v) for k, v in (doc.get("rate_by_producers_gbps") or {}).items()}
         return CalibratedPlatform(*args, rates)
     return PlatformModel(*args)  # version 1: its rate_by_producers_gbps was a diagnostic, prediction used the single R
 
 
-def load_platform(path: str | Path) -> PlatformModel:
-    """Read a calibration JSON back into a PlatformModel."""
-    path = Path(path)
+def read_document(path: str | Path) -> dict:
+    """A calibration JSON file as a dict (strict JSON: NaN/Infinity tokens refused), checked."""
+    path = require_file(path)
+    if path.stat().st_size > MAX_CALIBRATION_BYTES:
+        raise InputError(path, f"is larger than {MAX_CALIBRATION_BYTES >> 20} MiB, not a calibration JSON", "pass a file written by xstage-trace calibrate fit -o")
     try:
-        return load_platform_from_doc(json.loads(path.read_text()))
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise InputError(path, f"not a readable calibration JSON ({exc.__class__.__name__}: {exc})",
+        doc = loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise InputError(path, f"not a readable calibration JSON ({exc.__class__.__name__}: {str(exc)[:120]})",
                          "pass a file written by xstage-trace calibrate fit -o") from None
+    check_document(doc, path)
+    return doc
+
+
+def load_platform(path: str | Path) -> PlatformModel:
+    """Read a calibration JSON back into a PlatformModel (every number checked before use)."""
+    return load_platform_from_doc(read_document(path), path)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import json
+import os
 import shutil
 import subprocess
 import tempfile
@@ -14,8 +14,8 @@ import pyarrow.compute as pc
 
 from xstage_trace.base.atomic import write_text_atomic
 from xstage_trace.base.errors import InputError
-from xstage_trace.base.table_files import read_table_file
-from xstage_trace.base.jsonable import json_default
+from xstage_trace.base.table_files import check_numbers, read_table_file
+from xstage_trace.base.jsonable import dumps, json_ready
 
 
 def _default_run_dir(first: Path) -> Path:
@@ -24,19 +24,25 @@ def _default_run_dir(first: Path) -> Path:
 
 
 def analyze_inputs(inputs: list[Path], output: Path | None, nsys=None, calibration=None, allow_overflow=False, progress=None,
-                   rank_overrides: dict[str, int] | None = None, warmup_launches: int = 0, workers: int | None = None) -> dict:
+                   rank_overrides: dict[str, int] | None = None, warmup_launches: int = 0, workers: int | None = None,
+                   force: bool = False) -> dict:
     """plan (exports, dump headers, pairing) → dumps streamed one at a time through the per-dump analyses
-    (probes written as they are produced) → whole-run analyses → run dataset (atomic) → summary dict."""
+    (probes written as they are produced) → whole-run analyses → run dataset (atomic) → summary dict.
+
+    The output folder is checked before any input is read: it must be new, or an earlier run folder
+    with ``force``, and it must neither be, lie inside, nor hold an input."""
     from xstage_trace.analyses import AnalysisContext, analyze_run
     from xstage_trace.calibration_io import load_platform
     from xstage_trace.collectors.collect import plan_run
-    from xstage_trace.collectors.dataset import write_run
+    from xstage_trace.collectors.dataset import check_output_against_inputs, check_output_dir, write_run
     from xstage_trace.stream import frames_of, run_tasks
 
+    run_dir = Path(output) if output else _default_run_dir(Path(inputs[0]))
+    check_output_dir(run_dir, force)
+    check_output_against_inputs(run_dir, [*inputs, calibration] if calibration else inputs)
     ctx = AnalysisContext(model=load_platform(calibration) if calibration else None, warmup_launches=warmup_launches)
     plan = plan_run(inputs, nsys=nsys, allow_overflow=allow_overflow, rank_overrides=rank_overrides)
     tables = plan.tables
-    run_dir = Path(output) if output else _default_run_dir(Path(inputs[0]))
     state: dict = {}
 
     def fill(tmp: Path) -> dict[str, int]:
@@ -60,7 +66,7 @@ def analyze_inputs(inputs: list[Path], output: Path | None, nsys=None, calibrati
     written = write_run(run_dir, tables, manifest,
                         extra_files=lambda: {"calibration_points.csv": state["points"].to_csv(index=False)} if len(state["points"]) else {},
                         results=lambda: {"table3": state["results"]["table3"]} if len(state["results"].get("table3", [])) else {},
-                        fill=fill)
+                        fill=fill, force=force)
     table3 = state["results"].get("table3", pd.DataFrame())
     gm = tables["gpu_metrics"]
     metric_counts = {}
@@ -88,27 +94,38 @@ def analyze_inputs(inputs: list[Path], output: Path | None, nsys=None, calibrati
     }
 
 
+POINT_COLUMNS = ("dest", "mode", "K", "B", "V", "gap_ns", "tiss_med_ns", "tiss_p90_ns", "period_med_ns")
+POINT_MODES = ("periodic", "isolated")
+
+
 def load_measurements(path: Path) -> pd.DataFrame:
-    """Calibration points from a CSV, a Parquet file, a run folder, or a folder of calibration dumps."""
+    """Calibration points from a CSV, a Parquet file, a run folder, or a folder of calibration dumps,
+    checked before use: K, B, V and the times positive and finite, gaps finite and ≥ 0, known modes."""
     from xstage_trace.analysis.calibration_points import calibration_points
+    from xstage_trace.base.paths import input_kind
     from xstage_trace.collectors.collect import collect
 
     path = Path(path)
-    if not path.exists():
-        raise InputError(path, "no such file or folder", "check the path")
-    if path.is_dir() and (path / "calibration_points.csv").is_file():
-        return pd.read_csv(path / "calibration_points.csv")
-    if path.is_dir():
+    source = path
+    if input_kind(path) == "dir" and (path / "calibration_points.csv").is_file():
+        source = path / "calibration_points.csv"
+        pts = read_table_file(source, "the calibration_points.csv written by analyze")
+    elif path.is_dir():
         c = collect([path])
         pts = calibration_points(*(c.tables[n].to_pandas() for n in ("probes", "probe_slices", "dumps")))
     else:
         pts = read_table_file(path, "the calibration points CSV/Parquet or a folder of calibration dumps")
-    need = {"dest", "mode", "K", "B", "V", "gap_ns", "tiss_med_ns", "tiss_p90_ns", "period_med_ns"}
-    missing = need - set(pts.columns)
+    missing = set(POINT_COLUMNS) - set(pts.columns)
     if missing:
-        raise InputError(path, f"calibration points lack columns {sorted(missing)}", "use the columns of h200_burst_gap_sweep.csv or pass calibration dumps")
+        raise InputError(source, f"calibration points lack columns {sorted(missing)}", "use the columns of h200_burst_gap_sweep.csv or pass calibration dumps")
     if pts.empty:
-        raise InputError(path, "no calibration points", "run the calibration benchmark (xstage-trace calibrate run)")
+        raise InputError(source, "no calibration points", "run the calibration benchmark (xstage-trace calibrate run)")
+    check_numbers(pts, source, positive=("K", "B", "V", "tiss_med_ns", "tiss_p90_ns", "period_med_ns"), non_negative=("gap_ns",),
+                  fix="calibration points need positive K, B, V and times and a gap >= 0; re-run the benchmark or fix those rows")
+    bad_mode = ~pts["mode"].isin(POINT_MODES)
+    if bad_mode.any():
+        raise InputError(source, f"column mode has {int(bad_mode.sum())} values other than periodic/isolated (first: {pts['mode'][bad_mode].iloc[0]!r})",
+                         "use the modes of h200_burst_gap_sweep.csv")
     return pts
 
 
@@ -122,14 +139,34 @@ def _store_path_of(pts: pd.DataFrame, path: Path, dest: str | None, option: str)
     return dest
 
 
+def check_calibration_output(output: Path, force: bool) -> None:
+    """``calibrate fit -o`` never replaces a user's file: only an earlier calibration JSON, with ``force``."""
+    from xstage_trace.calibration_io import read_document
+
+    output = Path(output)
+    if not os.path.lexists(output):
+        return
+    if output.is_symlink() or not output.is_file():
+        raise InputError(output, "exists and is not a regular file; -o never replaces it", "name a new file, e.g. -o calib.json")
+    try:
+        read_document(output)
+    except InputError:
+        raise InputError(output, "exists and is not a calibration JSON; -o never replaces it", "name a new file, e.g. -o calib.json") from None
+    if not force:
+        raise InputError(output, "already holds a calibration JSON", "pass --force to replace it, or name another file with -o")
+
+
 def fit_measurements(path: Path, dest: str | None, output: Path | None, platform: str = "",
-                     validate: Path | None = None, validate_dest: str | None = None) -> dict:
+                     validate: Path | None = None, validate_dest: str | None = None, force: bool = False) -> dict:
     """calibrate fit: load points, fit one store path, optionally predict another run with no
-    refit (``validate``, its store path ``validate_dest``, default the fitted one), write and return the document."""
+    refit (``validate``, its store path ``validate_dest``, default the fitted one), check, write and
+    return the document (a fit whose R, T_iss^0 or Q is not positive and finite is refused, never written)."""
     from xstage_trace.analysis.calibration_fit import fit_calibration, validate as validate_fit
-    from xstage_trace.calibration_io import calibration_document, validation_document
+    from xstage_trace.calibration_io import calibration_document, check_document, validation_document
     from xstage_trace.base.hashing import sha256_of
 
+    if output:
+        check_calibration_output(output, force)
     pts = load_measurements(path)
     dest = _store_path_of(pts, path, dest, "--dest")
     other = None
@@ -143,8 +180,13 @@ def fit_measurements(path: Path, dest: str | None, output: Path | None, platform
         vdoc = validation_document(v, sha256_of(validate) if Path(validate).is_file() else None, Path(validate).name, validate_dest)
     digest = sha256_of(path) if Path(path).is_file() else None
     doc = calibration_document(fit, digest, Path(path).name, vdoc)
+    try:
+        check_document(json_ready(doc), path)
+    except InputError as exc:
+        raise InputError(path, f"the fit is not a usable platform model ({exc.problem})",
+                         "the points do not determine M_X: include zero-gap periodic launches and recovered (large-gap or isolated) ones") from None
     if output:
-        write_text_atomic(Path(output), json.dumps(doc, indent=2, default=json_default))
+        write_text_atomic(Path(output), dumps(doc, indent=2))
     return doc
 
 
@@ -170,10 +212,10 @@ def run_calibration(dest: str, output: Path, quick: bool, binary: Path | None, n
     r = subprocess.run(args, capture_output=True, text=True)
     if r.returncode != 0:
         raise InputError(binary, f"benchmark failed (exit {r.returncode}): {(r.stderr or r.stdout).strip().splitlines()[-1:]}", "check that a GPU is visible (nvidia-smi) and the destination exists")
-    summary = analyze_inputs([dumps], output / "run")
+    summary = analyze_inputs([dumps], output / "run", force=True)  # this command owns output/run
     points = pd.read_csv(output / "run" / "calibration_points.csv")
     store_path = str(points["dest"].iloc[0])  # for peer runs this carries the direction (peer0to1)
-    doc = fit_measurements(output / "run", store_path, output / f"calibration_{store_path}.json", platform=(summary["gpus"] or [""])[0])
+    doc = fit_measurements(output / "run", store_path, output / f"calibration_{store_path}.json", platform=(summary["gpus"] or [""])[0], force=True)
     write_report(output, doc, points)
     return doc
 

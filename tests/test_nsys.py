@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import sqlite3
 import stat
 
@@ -64,7 +66,9 @@ def test_parquetdir_export_reads_the_same(tmp_path):
 
 def test_nsys_rep_uses_the_cached_export():
     path, info = export_report(REFERENCE / "h200_burst_gap_quick.nsys-rep")
-    assert info["cached"] and path.name.startswith("h200_burst_gap_quick.nsys-rep.") and path.name.endswith(".sqlite.zst")
+    shipped = Path(info["export"])  # the compressed export beside the report, verified by its sidecar
+    assert info["cached"] and shipped.name.startswith("h200_burst_gap_quick.nsys-rep.") and shipped.name.endswith(".sqlite.zst")
+    assert path == reference_sqlite()  # read from its decompressed copy
 
 
 def test_nsys_rep_without_nsys(tmp_copy, monkeypatch, tmp_path):

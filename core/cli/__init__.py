@@ -7,33 +7,68 @@ on ``app`` when imported below. Commands import their heavy dependencies inside 
 
 from __future__ import annotations
 
-import json
+import signal
 import sys
 
 import typer
 from rich.console import Console
+from rich.text import Text
 
-from xstage_trace.base.errors import InputError
-from xstage_trace.base.jsonable import json_default
+from xstage_trace.base.errors import InputError, printable
+from xstage_trace.base.jsonable import dumps
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Tile-level profiling of GPU kernels that fuse compute with remote stores (the X-Stage model).")
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None, pretty_exceptions_enable=False,
+                  help="Tile-level profiling of GPU kernels that fuse compute with remote stores (the X-Stage model).")
 
-err = Console(stderr=True)
-out = Console(width=None if sys.stdout.isatty() else 160)  # piped or logged: wide enough for Table 3
+# markup=False: file names, dump labels and GPU names reach tables and messages; "[/x]" in one of
+# them must print as it is, not be parsed as rich markup (or raise MarkupError).
+err = Console(stderr=True, markup=False)
+out = Console(width=None if sys.stdout.isatty() else 160, markup=False)  # piped or logged: wide enough for Table 3
+
+# typer vendors click in some releases and depends on it in others: find click's classes by name.
+_CLICK = {c.__name__: c for c in typer.BadParameter.__mro__}
+ClickException = _CLICK["ClickException"]
+UsageError = _CLICK["UsageError"]
 
 
 def emit(doc: dict) -> None:
-    """One JSON object on stdout."""
-    sys.stdout.write(json.dumps(doc, default=json_default) + "\n")
+    """One strict JSON object on stdout (NaN and ±inf written as null)."""
+    sys.stdout.write(dumps(doc) + "\n")
+
+
+def warn(text: str) -> None:
+    """A warning on stderr: one line, the text shown literally (no rich markup from file names)."""
+    err.print(Text.assemble(("warning:", "yellow"), " ", printable(text)), highlight=False, soft_wrap=True)
+
+
+def _error(line: str, code: int = 2) -> None:
+    sys.stderr.write(f"xstage-trace: error: {printable(line)}\n")
+    sys.exit(code)
+
+
+def _terminate(signum, frame) -> None:
+    """SIGTERM unwinds like an exception, so temporary output is removed on the way out."""
+    raise SystemExit(128 + signum)
 
 
 def main() -> None:
-    """Entry point: bad input becomes one line on stderr and exit code 2 (usage errors too)."""
+    """Entry point: bad input and usage errors become one line on stderr and exit code 2."""
+    signal.signal(signal.SIGTERM, _terminate)
     try:
-        app()
+        rv = app(standalone_mode=False)
     except InputError as exc:
-        err.print(f"xstage-trace: error: {exc.one_line()}", highlight=False, soft_wrap=True)
-        sys.exit(2)
+        _error(exc.one_line())
+    except UsageError as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError":  # a bare command group: show its help
+            sys.stderr.write(exc.format_message().rstrip() + "\n")
+            sys.exit(2)
+        path = exc.ctx.command_path if exc.ctx is not None else "xstage-trace"
+        _error(f"{path}: {exc.format_message()} (see {path} --help)")
+    except ClickException as exc:
+        _error(exc.format_message(), exc.exit_code)
+    except (KeyboardInterrupt, typer.Abort):
+        _error("interrupted; nothing was written", 130)
+    sys.exit(rv if isinstance(rv, int) else 0)
 
 
 from xstage_trace.cli import analyze as _analyze, calibrate as _calibrate, instrument as _instrument, model as _model  # noqa: E402,F401  (registers the commands)

@@ -9,7 +9,8 @@ import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from xstage_trace.cli import app, emit, err, out
+from xstage_trace.cli import app, emit, err, out, warn
+from xstage_trace.base.errors import printable
 from xstage_trace.collectors.nsys_names import METRIC_PATTERNS
 
 def _progress(enabled: bool):
@@ -37,6 +38,7 @@ def analyze(
     allow_overflow: bool = typer.Option(False, "--allow-overflow", help="accept probe dumps whose buffers overflowed (dropped records are reported)"),
     rank: List[str] = typer.Option([], "--rank", help="REPORT=N: the rank of a report that holds no probe dumps (others are told by their dumps)"),
     warmup_launches: int = typer.Option(0, "--warmup-launches", min=0, help="leave out the first N launches of each configuration from kernel times (for captures whose NVTX labels carry no trial=N)"),
+    force: bool = typer.Option(False, "--force", help="replace RUN_DIR when it is an earlier xstage-trace run folder (never anything else)"),
 ):
     """Collect, align and analyze; write the run dataset and print a summary."""
     from xstage_trace.collectors.pairing import parse_rank_overrides
@@ -44,19 +46,19 @@ def analyze(
 
     overrides = parse_rank_overrides(rank)
 
-    prog, start = _progress(not as_json)
+    prog, start = _progress(not as_json and err.is_terminal)  # no bar (nor its blank line) in logs and pipes
     if prog:
         prog.start()
     try:
         summary = analyze_inputs(inputs, output, nsys=nsys, calibration=calibration, allow_overflow=allow_overflow, progress=start,
-                                 rank_overrides=overrides, warmup_launches=warmup_launches)
+                                 rank_overrides=overrides, warmup_launches=warmup_launches, force=force)
     finally:
         if prog:
             prog.stop()
     if as_json:
         emit(summary)
         return
-    t = Table(title=f"xstage-trace run: {summary['run_dir']}", show_header=False)
+    t = Table(title=f"xstage-trace run: {printable(summary['run_dir'])}", show_header=False)
     for k in ("gpus", "kernels", "nvtx_ranges", "probes", "bursts", "backpressured_tiles", "time_base"):
         t.add_row(k, str(summary.get(k)))
     known = {name for name, _ in METRIC_PATTERNS}
@@ -88,4 +90,4 @@ def analyze(
             t3.add_row(*[f"{row[c]:.3g}" if isinstance(row[c], float) else str(row[c]) for c in cols])
         out.print(t3)
     for w in summary["warnings"]:
-        err.print(f"[yellow]warning:[/yellow] {w}")
+        warn(w)

@@ -79,11 +79,12 @@ def calibrate_fit(
     platform: str = typer.Option("", "--platform", help="platform name recorded in the JSON (default: the GPU of the dumps)"),
     validate: Optional[Path] = typer.Option(None, "--validate", help="another run's points (same forms as MEASUREMENTS): predict them with this fit, no refit"),
     validate_dest: Optional[str] = typer.Option(None, "--validate-dest", help="store path of the --validate points (default: the fitted one)"),
+    force: bool = typer.Option(False, "--force", help="replace the -o file when it is an earlier calibration JSON (never anything else)"),
 ):
     """Fit M_X (spec §3), predict the whole sweep with no refit, optionally another run's sweep (--validate)."""
     from xstage_trace.runner import fit_measurements
 
-    doc = fit_measurements(measurements, dest, output, platform, validate, validate_dest)
+    doc = fit_measurements(measurements, dest, output, platform, validate, validate_dest, force=force)
     if as_json:
         emit(doc)
         return

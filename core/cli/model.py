@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import List, Optional
 
 import typer
 from rich.table import Table
 
-from xstage_trace.base.jsonable import json_default
+from xstage_trace.base.jsonable import dumps
 from xstage_trace.cli import app, emit, out
 
 model_app = typer.Typer(no_args_is_help=True, help="Evaluate the X-Stage model without a trace.")
@@ -130,5 +129,5 @@ def _show(doc: dict, as_json: bool, title: str) -> None:
     for k, v in doc.items():
         if isinstance(v, list) and v and isinstance(v[0], dict):
             v = f"{len(v)} rows (use --json)"
-        t.add_row(k, json.dumps(v, default=json_default) if isinstance(v, (dict, list)) else str(v))
+        t.add_row(k, dumps(v) if isinstance(v, (dict, list)) else str(v))
     out.print(t)
