@@ -18,7 +18,7 @@ from xstage_trace.collectors.pairing import AlignBounds, dump_span_gt_ns, export
 from xstage_trace.base.hashing import sha256_of
 from xstage_trace.collectors.probe_format import decode_probe_dump, is_probe_dump_name
 from xstage_trace.base.errors import InputError
-from xstage_trace.base.paths import input_kind
+from xstage_trace.base.paths import display_name, input_kind
 from xstage_trace.base.schema import TABLES, conform, empty_table
 
 
@@ -223,7 +223,7 @@ def plan_run(inputs: list[str | Path], nsys: str | None = None, allow_overflow: 
     rows = [d.dumps_row() for d in dumps]
     for i, d in enumerate(dumps):
         pr = held.get(i)
-        task = DumpTask(len(tasks), d.header["rank"], d.path.name, d.path, allow_overflow=allow_overflow, t0_gt_ns=t0,
+        task = DumpTask(len(tasks), d.header["rank"], display_name(d.path.name), d.path, allow_overflow=allow_overflow, t0_gt_ns=t0,
                         records=int(pc.sum(d.slices["records_stored"]).as_py() or 0))
         if pr is not None:
             task.alignment, task.epoch_ns = pr.alignment, pr.epoch_ns

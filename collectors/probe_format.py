@@ -89,7 +89,7 @@ class ProbeDump:
     def dumps_row(self) -> dict:
         """This dump's row of the ``dumps`` table: where it ran and its typed configuration."""
         h = self.header
-        return dict(self.config.columns(), rank=h["rank"], dump=self.path.name, device_index=h["device_index"],
+        return dict(self.config.columns(), rank=h["rank"], dump=display_name(self.path.name), device_index=h["device_index"],
                     gpu_name=h["gpu_name"], sm_count=h["sm_count"], label=h["label"], kernel_index=None)
 
 
