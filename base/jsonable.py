@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-import numpy as np
-
 
 def json_default(o):
-    """numpy integers → int, floats → float (NaN → null), bools → bool; anything else → str."""
+    """numpy integers → int, floats → float (NaN → null), bools → bool; anything else → str.
+
+    numpy is imported here, not at module level: a numpy value only exists once numpy is loaded,
+    and the CLI's JSON commands that never touch numpy start faster without it."""
+    import numpy as np
+
     if isinstance(o, np.integer):
         return int(o)
     if isinstance(o, np.floating):

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from xstage_trace.base.errors import InputError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def read_table_file(path: str | Path, what: str = "a CSV or Parquet file") -> pd.DataFrame:
     """A ``.parquet`` or CSV file as a DataFrame; InputError naming the file when it is not readable."""
+    import pandas as pd  # here, not at module level: the CLI imports this module on start-up
+
     path = Path(path)
     if not path.is_file():
         raise InputError(path, "no such file", "check the path")

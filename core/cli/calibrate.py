@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.table import Table
 
 from xstage_trace.cli import app, emit, out
 
@@ -30,6 +29,8 @@ def calibrate_fit(
     if as_json:
         emit(doc)
         return
+    from rich.table import Table
+
     t = Table(title=f"M_X fit: {doc['platform']} {doc['store_path']}", show_header=False)
     if doc["rate_points"]:
         t.add_row("R", f"{doc['rate_gbps']:.1f} ± {doc['rate_uncertainty_gbps'] or 0:.1f} GB/s ({doc['rate_points']} drain-limited points)")

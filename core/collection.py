@@ -1,0 +1,323 @@
+"""Many run folders as one dataset, on DuckDB (issue 15): Table 3 across runs, the worst backpressured
+configurations, calibration drift over time, and SQL over every table of every run.
+
+    import xstage_trace
+    c = xstage_trace.open_collection(["ci-runs/"])      # run folders, or folders holding them
+    c.table3()                # spec §5 Table 3 of every run, one row per (run, configuration)
+    c.worst(10)               # (run, configuration) ranked by backpressured tiles
+    c.calibration_drift()     # fitted M_X per store path over time, drift vs the first fit
+    c.point_drift()           # calibration points of every run vs the same point in the earliest run
+    c.sql("SELECT run, count(*) FROM tiles WHERE backpressured GROUP BY run")
+
+Each run-dataset table (docs/run-dataset.md) is a DuckDB view named after it over every run's
+Parquet files (``read_parquet([...], filename = true, union_by_name = true)``, so runs written by
+other schema revisions line up by column name) with a ``run`` column (the run folder). ``runs`` holds
+one row per run from its manifest.json, with ``captured_utc``: the first kernel's start (nsys), else
+the first probe slice's ``%globaltimer`` (UTC ns on NVIDIA GPUs). ``table3`` reads each run's
+``table3.parquet`` and falls back to ``open_run(dir).table3()`` for runs written before analyze
+wrote it. ``calibration_points`` is every run's calibration_points.csv; ``calibrations`` every
+calibration JSON (``calibrate fit -o``) found under the roots outside run folders.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Iterable
+
+from xstage_trace.base.errors import InputError
+
+if TYPE_CHECKING:
+    import duckdb
+    import pandas as pd
+
+MANIFEST = "manifest.json"
+TABLE3_FILE = "table3.parquet"
+POINTS_FILE = "calibration_points.csv"
+CALIBRATION_JSON_MAX_BYTES = 1 << 20
+# One measured configuration: the dump label without its rank (the 8 ranks of one launch are one configuration).
+CONFIGURATION_SQL = r"trim(regexp_replace(coalesce(label, dump), '(^|\s)rank=\S+', '', 'g'))"
+# A calibration point is the same measurement in two runs when these agree.
+POINT_KEYS = ("dest", "mode", "K", "B", "V", "gap_ns")
+
+
+def find_runs(roots: Iterable[str | Path]) -> tuple[list[Path], list[Path]]:
+    """(run folders, calibration JSONs) under ``roots``: a root is a run folder itself, or a folder
+    searched recursively (run folders are not searched inside). InputError for a missing root or
+    when no run folder is found at all."""
+    runs: dict[Path, Path] = {}
+    calibrations: dict[Path, Path] = {}
+    for root in map(Path, roots):
+        if not root.exists():
+            raise InputError(root, "no such folder", "pass run folders written by xstage-trace analyze -o, or folders holding them")
+        if root.is_file():
+            if root.suffix == ".json":
+                calibrations.setdefault(root.resolve(), root)
+                continue
+            raise InputError(root, "not a folder", "pass run folders written by xstage-trace analyze -o, or folders holding them")
+        for folder, dirs, files in os.walk(root):
+            if MANIFEST in files:
+                runs.setdefault(Path(folder).resolve(), Path(folder))
+                dirs.clear()
+                continue
+            for f in files:
+                if f.endswith(".json"):
+                    calibrations.setdefault(Path(folder, f).resolve(), Path(folder, f))
+    if not runs:
+        raise InputError(", ".join(map(str, roots)), "no run folders (manifest.json) found", "pass run folders written by xstage-trace analyze -o, or folders holding them")
+    return sorted(runs.values()), sorted(calibrations.values())
+
+
+def _read_manifest(run: Path) -> dict:
+    from xstage_trace.base.schema import SCHEMA_VERSION
+
+    try:
+        doc = json.loads((run / MANIFEST).read_text())
+    except (OSError, ValueError) as exc:
+        raise InputError(run / MANIFEST, f"not a readable manifest ({exc.__class__.__name__})", "re-run xstage-trace analyze for this run") from None
+    if doc.get("schema_version", 0) > SCHEMA_VERSION:
+        raise InputError(run, f"run dataset schema {doc.get('schema_version')} is newer than this xstage-trace ({SCHEMA_VERSION})", "upgrade xstage-trace")
+    return doc
+
+
+def _calibration_doc(path: Path) -> dict | None:
+    """A calibration JSON written by ``calibrate fit`` as a dict, or None for any other JSON."""
+    try:
+        if path.stat().st_size > CALIBRATION_JSON_MAX_BYTES:
+            return None
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) and "calibration_version" in doc and "rate_gbps" in doc else None
+
+
+def _table_files(run: Path, name: str) -> list[Path]:
+    """The Parquet files of one table of one run: ``NAME.parquet`` or ``NAME/rank=R/*.parquet``."""
+    single = run / f"{name}.parquet"
+    if single.is_file():
+        return [single]
+    return sorted((run / name).glob("rank=*/*.parquet")) if (run / name).is_dir() else []
+
+
+class Collection:
+    """Run folders found under some roots, queried as one dataset with DuckDB."""
+
+    def __init__(self, roots: Iterable[str | Path]):
+        import duckdb
+
+        self.roots = [Path(r) for r in roots]
+        self.run_dirs, calibration_files = find_runs(self.roots)
+        self.manifests = {str(r): _read_manifest(r) for r in self.run_dirs}
+        self.calibration_files = {str(p): d for p in calibration_files if (d := _calibration_doc(p)) is not None}
+        self.con = duckdb.connect()
+        self._register()
+
+    def __repr__(self) -> str:
+        return f"Collection({len(self.run_dirs)} runs, {len(self.calibration_files)} calibrations)"
+
+    # -- views ---------------------------------------------------------------------------------
+
+    def _register(self) -> None:
+        import pyarrow as pa
+
+        from xstage_trace.base.schema import TABLES
+
+        files = [(str(f), str(r)) for r in self.run_dirs for name in TABLES for f in _table_files(r, name)]
+        self.con.register("_files", pa.table({"file": [f for f, _ in files], "run": [r for _, r in files]}))
+        for name, schema in TABLES.items():
+            paths = [str(f) for r in self.run_dirs for f in _table_files(r, name)]
+            self._parquet_view(name, paths, schema)
+        self.con.register("_manifests", pa.table({
+            "run": list(self.manifests),
+            "name": [Path(r).name for r in self.manifests],
+            "tool_version": [m.get("tool_version") for m in self.manifests.values()],
+            "schema_version": pa.array([m.get("schema_version") for m in self.manifests.values()], pa.int32()),
+            "gpus": [", ".join(m.get("gpus") or []) for m in self.manifests.values()],
+            "calibration": [m.get("calibration") for m in self.manifests.values()],
+            "inputs": pa.array([len(m.get("inputs") or []) for m in self.manifests.values()], pa.int32()),
+            "warnings": pa.array([len(m.get("warnings") or []) for m in self.manifests.values()], pa.int32()),
+            **{f"{t}_rows": pa.array([(m.get("tables") or {}).get(t) for m in self.manifests.values()], pa.int64())
+               for t in ("kernels", "probes", "bursts", "tiles")},
+        }))
+        self.con.execute("""
+            CREATE VIEW runs AS
+            WITH k AS (SELECT run, min(start_utc_ns) AS ns FROM kernels GROUP BY run),
+                 p AS (SELECT run, min(open_gt_ns) AS ns FROM probe_slices GROUP BY run)
+            SELECT m.run, m.name,
+                   make_timestamp(CAST(coalesce(k.ns, p.ns) // 1000 AS BIGINT)) AS captured_utc,
+                   CASE WHEN k.ns IS NOT NULL THEN 'first kernel (nsys)' WHEN p.ns IS NOT NULL THEN 'first probe (%globaltimer)' END AS captured_from,
+                   m.* EXCLUDE (run, name)
+            FROM _manifests m LEFT JOIN k USING (run) LEFT JOIN p USING (run)""")
+        points = [str(r / POINTS_FILE) for r in self.run_dirs if (r / POINTS_FILE).is_file()]
+        if points:
+            self.con.execute(f"""CREATE VIEW calibration_points AS
+                SELECT f.run, t.* EXCLUDE (filename) FROM read_csv({points!r}, filename = true, union_by_name = true) t
+                JOIN (SELECT unnest({points!r}) AS file, unnest({[str(Path(p).parent) for p in points]!r}) AS run) f ON t.filename = f.file""")
+        else:
+            self.con.execute("""CREATE VIEW calibration_points AS SELECT NULL::VARCHAR AS run, NULL::VARCHAR AS dest, NULL::VARCHAR AS mode,
+                NULL::BIGINT AS K, NULL::BIGINT AS B, NULL::DOUBLE AS V, NULL::DOUBLE AS gap_ns, NULL::DOUBLE AS tiss_med_ns,
+                NULL::DOUBLE AS period_med_ns WHERE false""")
+        self.con.register("_calibrations", self._calibration_rows())
+        self.con.execute("CREATE VIEW calibrations AS SELECT * FROM _calibrations")
+
+    def _parquet_view(self, name: str, paths: list[str], schema) -> None:
+        import pyarrow as pa
+
+        if paths:
+            self.con.execute(f"""CREATE VIEW {name} AS SELECT f.run, t.* EXCLUDE (filename)
+                FROM read_parquet({paths!r}, filename = true, union_by_name = true, hive_partitioning = false) t
+                JOIN _files f ON t.filename = f.file""")
+        else:
+            self.con.register(f"_empty_{name}", pa.schema([("run", pa.string()), *schema]).empty_table())
+            self.con.execute(f"CREATE VIEW {name} AS SELECT * FROM _empty_{name}")
+
+    def _calibration_rows(self):
+        """One row per calibration JSON: the fitted M_X and when it was measured (the capture time of
+        the run folder beside it, as ``calibrate run`` writes them, else the file's modification time)."""
+        import pyarrow as pa
+
+        rows = []
+        for path, doc in self.calibration_files.items():
+            beside = [r for r in self.run_dirs if r.parent.resolve() == Path(path).parent.resolve()]
+            floors = list((doc.get("issue_floor_ns") or {}).values())
+            rows.append({
+                "file": path,
+                "platform": doc.get("platform"),
+                "store_path": doc.get("store_path"),
+                "rate_gbps": doc.get("rate_gbps"),
+                "rate_uncertainty_gbps": doc.get("rate_uncertainty_gbps"),
+                "capacity_bytes": doc.get("capacity_bytes"),
+                "loop_overhead_ns": doc.get("loop_overhead_ns"),
+                "issue_floor_median_ns": float(sorted(floors)[len(floors) // 2]) if floors else None,
+                "period_err_median_pct": doc.get("period_err_median_pct"),
+                "points": doc.get("points"),
+                "input_sha256": (doc.get("input") or {}).get("sha256"),
+                "run_beside": str(beside[0]) if len(beside) == 1 else None,
+                "mtime_ns": Path(path).stat().st_mtime_ns,
+            })
+        schema = pa.schema([("file", pa.string()), ("platform", pa.string()), ("store_path", pa.string()), ("rate_gbps", pa.float64()),
+                            ("rate_uncertainty_gbps", pa.float64()), ("capacity_bytes", pa.float64()), ("loop_overhead_ns", pa.float64()),
+                            ("issue_floor_median_ns", pa.float64()), ("period_err_median_pct", pa.float64()), ("points", pa.int64()),
+                            ("input_sha256", pa.string()), ("run_beside", pa.string()), ("mtime_ns", pa.int64())])
+        return pa.Table.from_pylist(rows, schema=schema)
+
+    @functools.cached_property
+    def _table3_registered(self) -> bool:
+        """Create the ``table3`` view (on first use: runs without table3.parquet are computed)."""
+        import pandas as pd
+        import pyarrow as pa
+
+        from xstage_trace.api import open_run
+
+        stored = [r for r in self.run_dirs if (r / TABLE3_FILE).is_file()]
+        computed = [open_run(r).table3().assign(run=str(r)) for r in self.run_dirs if not (r / TABLE3_FILE).is_file()]
+        computed = [f for f in computed if len(f)]
+        parts = []
+        if stored:
+            files = [str(r / TABLE3_FILE) for r in stored]
+            parts.append(f"""SELECT f.run, t.* EXCLUDE (filename) FROM read_parquet({files!r}, filename = true, union_by_name = true) t
+                             JOIN (SELECT unnest({files!r}) AS file, unnest({[str(r) for r in stored]!r}) AS run) f ON t.filename = f.file""")
+        if computed:
+            self.con.register("_table3_computed", pa.Table.from_pandas(pd.concat(computed, ignore_index=True), preserve_index=False))
+            parts.append("SELECT * FROM _table3_computed")
+        if not parts:
+            parts.append("SELECT NULL::VARCHAR AS run WHERE false")
+        self.con.execute("CREATE VIEW table3 AS " + " UNION ALL BY NAME ".join(parts))
+        return True
+
+    # -- queries -------------------------------------------------------------------------------
+
+    def sql(self, query: str) -> pd.DataFrame:
+        """Any DuckDB SQL over the views (runs, table3, kernels, nvtx, gpu_metrics, probes, probe_slices,
+        bursts, tiles, calibration_points, calibrations) as a DataFrame."""
+        import duckdb
+
+        if re.search(r"\btable3\b", query, re.IGNORECASE):  # built on first use (duckdb.get_table_names cannot bind USING joins)
+            self._table3_registered
+        try:
+            return self.con.sql(query).df()
+        except duckdb.Error as exc:
+            raise InputError(None, f"query failed: {str(exc).splitlines()[0]}", "check the SQL; tables: " + ", ".join(self.tables())) from None
+
+    def tables(self) -> list[str]:
+        """Names of the views that ``sql`` can query."""
+        views = {n for (n,) in self.con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall() if not n.startswith("_")}
+        return sorted(views | {"table3"})
+
+    def runs(self) -> pd.DataFrame:
+        """One row per run folder: capture time, tool and schema version, GPUs, calibration, row counts."""
+        return self.sql("SELECT * FROM runs ORDER BY captured_utc, run")
+
+    def table3(self) -> pd.DataFrame:
+        """Spec §5 Table 3 of every run (one row per run and configuration), oldest capture first."""
+        self._table3_registered
+        order = ["r.captured_utc", "t.run"] + [f"t.{c}" for c in ("dest", "shape") if c in self._columns("table3")]
+        return self.sql(f"SELECT r.captured_utc, t.* FROM table3 t JOIN runs r USING (run) ORDER BY {', '.join(order)}")
+
+    def _columns(self, view: str) -> list[str]:
+        return [row[0] for row in self.con.execute(f"DESCRIBE {view}").fetchall()]
+
+    def worst(self, limit: int | None = 20) -> pd.DataFrame:
+        """(run, configuration) ranked by backpressured tiles (spec §5: predicted or measured stall above
+        the noise), most first; a configuration is a dump label less its rank, so the ranks of one
+        launch count together."""
+        lim = "" if limit is None else f"LIMIT {int(limit)}"
+        return self.sql(f"""
+            WITH t AS (SELECT *, {CONFIGURATION_SQL} AS configuration FROM tiles)
+            SELECT t.run, r.captured_utc, configuration,
+                   nullif(regexp_extract(configuration, '(^|\\s)dest=(\\S+)', 2), '') AS dest,
+                   nullif(regexp_extract(configuration, '(^|\\s)shape=(\\S+)', 2), '') AS shape,
+                   nullif(regexp_extract(configuration, '(^|\\s)schedule=(\\S+)', 2), '') AS schedule,
+                   count(DISTINCT rank) AS ranks, count(*) AS tiles,
+                   count(*) FILTER (WHERE backpressured) AS backpressured_tiles,
+                   count(*) FILTER (WHERE backpressured) / count(*) AS backpressured_fraction,
+                   avg(predicted_stall_ns) / 1e3 AS predicted_stall_mean_us,
+                   avg(measured_stall_ns) / 1e3 AS measured_stall_mean_us,
+                   max(predicted_stall_ns) / 1e3 AS predicted_stall_max_us
+            FROM t JOIN runs r USING (run)
+            GROUP BY t.run, r.captured_utc, configuration
+            ORDER BY backpressured_tiles DESC, backpressured_fraction DESC, t.run, configuration {lim}""")
+
+    def calibration_drift(self) -> pd.DataFrame:
+        """The fitted platform model M_X (spec §3: R, Q, T_iss^0) of every calibration JSON per
+        (platform, store path), oldest first, with its drift from the first fit in percent."""
+        return self.sql("""
+            WITH c AS (
+                SELECT c.*, coalesce(r.captured_utc, make_timestamp(c.mtime_ns // 1000)) AS measured_utc,
+                       CASE WHEN r.captured_utc IS NOT NULL THEN 'run beside it' ELSE 'file mtime' END AS measured_from
+                FROM calibrations c LEFT JOIN runs r ON r.run = c.run_beside)
+            SELECT measured_utc, measured_from, platform, store_path, file, rate_gbps, rate_uncertainty_gbps,
+                   capacity_bytes, issue_floor_median_ns, loop_overhead_ns, period_err_median_pct, points,
+                   100 * (rate_gbps / first_value(rate_gbps) OVER w - 1) AS rate_drift_pct,
+                   100 * (capacity_bytes / first_value(capacity_bytes) OVER w - 1) AS capacity_drift_pct,
+                   100 * (issue_floor_median_ns / first_value(issue_floor_median_ns) OVER w - 1) AS issue_floor_drift_pct
+            FROM c
+            WINDOW w AS (PARTITION BY platform, store_path ORDER BY measured_utc, file
+                         ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
+            ORDER BY platform, store_path, measured_utc, file""")
+
+    def point_drift(self) -> pd.DataFrame:
+        """Calibration points of every run against the same point (dest, mode, K, B, V, gap) in the
+        earliest run that measured it: per run and store path, the points, how many of them an earlier
+        run measured, and over those the median drift of the issue time and of the period in percent."""
+        keys = ", ".join(POINT_KEYS)
+        return self.sql(f"""
+            WITH p AS (SELECT p.*, r.captured_utc FROM calibration_points p JOIN runs r USING (run)),
+                 d AS (SELECT run, captured_utc, dest, row_number() OVER w > 1 AS compared,
+                              100 * (tiss_med_ns / first_value(tiss_med_ns) OVER w - 1) AS tiss_drift_pct,
+                              100 * (period_med_ns / first_value(period_med_ns) OVER w - 1) AS period_drift_pct
+                       FROM p WINDOW w AS (PARTITION BY {keys} ORDER BY captured_utc, run
+                                           ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW))
+            SELECT captured_utc, run, dest, count(*) AS points, count(*) FILTER (WHERE compared) AS points_compared,
+                   median(tiss_drift_pct) FILTER (WHERE compared) AS tiss_drift_med_pct,
+                   median(period_drift_pct) FILTER (WHERE compared) AS period_drift_med_pct,
+                   max(abs(period_drift_pct)) FILTER (WHERE compared) AS period_drift_max_abs_pct
+            FROM d GROUP BY captured_utc, run, dest ORDER BY dest, captured_utc, run""")
+
+
+def open_collection(roots: Iterable[str | Path]) -> Collection:
+    """Open every run folder under ``roots`` as one DuckDB-backed dataset (``Collection``)."""
+    return Collection(roots)
