@@ -17,3 +17,7 @@ class InputError(Exception):
     def one_line(self) -> str:
         where = f"{self.path}: " if self.path else ""
         return f"{where}{self.problem}; {self.fix}"
+
+    def __reduce__(self):
+        # rebuilt from its three parts when it crosses a process boundary (Dask workers, multiprocessing)
+        return (InputError, (self.path, self.problem, self.fix))
