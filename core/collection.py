@@ -29,12 +29,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterable
 
 from xstage_trace.base.errors import InputError
+from xstage_trace.collectors.dataset import MANIFEST, read_manifest
 
 if TYPE_CHECKING:
     import duckdb
     import pandas as pd
 
-MANIFEST = "manifest.json"
 TABLE3_FILE = "table3.parquet"
 POINTS_FILE = "calibration_points.csv"
 CALIBRATION_JSON_MAX_BYTES = 1 << 20
@@ -71,18 +71,6 @@ def find_runs(roots: Iterable[str | Path]) -> tuple[list[Path], list[Path]]:
     return sorted(runs.values()), sorted(calibrations.values())
 
 
-def _read_manifest(run: Path) -> dict:
-    from xstage_trace.base.schema import SCHEMA_VERSION
-
-    try:
-        doc = json.loads((run / MANIFEST).read_text())
-    except (OSError, ValueError) as exc:
-        raise InputError(run / MANIFEST, f"not a readable manifest ({exc.__class__.__name__})", "re-run xstage-trace analyze for this run") from None
-    if doc.get("schema_version", 0) > SCHEMA_VERSION:
-        raise InputError(run, f"run dataset schema {doc.get('schema_version')} is newer than this xstage-trace ({SCHEMA_VERSION})", "upgrade xstage-trace")
-    return doc
-
-
 def _calibration_doc(path: Path) -> dict | None:
     """A calibration JSON written by ``calibrate fit`` as a dict, or None for any other JSON."""
     try:
@@ -110,7 +98,7 @@ class Collection:
 
         self.roots = [Path(r) for r in roots]
         self.run_dirs, calibration_files = find_runs(self.roots)
-        self.manifests = {str(r): _read_manifest(r) for r in self.run_dirs}
+        self.manifests = {str(r): read_manifest(r) for r in self.run_dirs}
         self.calibration_files = {str(p): d for p in calibration_files if (d := _calibration_doc(p)) is not None}
         self.con = duckdb.connect()
         self._register()
@@ -142,10 +130,13 @@ class Collection:
             **{f"{t}_rows": pa.array([(m.get("tables") or {}).get(t) for m in self.manifests.values()], pa.int64())
                for t in ("kernels", "probes", "bursts", "tiles")},
         }))
+        # materialized once: every query joins it; first times are reduced per file before the join
         self.con.execute("""
-            CREATE VIEW runs AS
-            WITH k AS (SELECT run, min(start_utc_ns) AS ns FROM kernels GROUP BY run),
-                 p AS (SELECT run, min(open_gt_ns) AS ns FROM probe_slices GROUP BY run)
+            CREATE TABLE runs AS
+            WITH k AS (SELECT f.run, min(ns) AS ns FROM (SELECT filename, min(start_utc_ns) AS ns FROM _raw_kernels GROUP BY filename) t
+                       JOIN _files f ON t.filename = f.file GROUP BY f.run),
+                 p AS (SELECT f.run, min(ns) AS ns FROM (SELECT filename, min(open_gt_ns) AS ns FROM _raw_probe_slices GROUP BY filename) t
+                       JOIN _files f ON t.filename = f.file GROUP BY f.run)
             SELECT m.run, m.name,
                    make_timestamp(CAST(coalesce(k.ns, p.ns) // 1000 AS BIGINT)) AS captured_utc,
                    CASE WHEN k.ns IS NOT NULL THEN 'first kernel (nsys)' WHEN p.ns IS NOT NULL THEN 'first probe (%globaltimer)' END AS captured_from,
@@ -164,15 +155,17 @@ class Collection:
         self.con.execute("CREATE VIEW calibrations AS SELECT * FROM _calibrations")
 
     def _parquet_view(self, name: str, paths: list[str], schema) -> None:
+        """``_raw_NAME``: the table of every run with DuckDB's ``filename`` column; ``NAME``: the same
+        with the run folder instead (a join per row: queries over many rows reduce ``_raw_NAME`` by
+        filename first)."""
         import pyarrow as pa
 
         if paths:
-            self.con.execute(f"""CREATE VIEW {name} AS SELECT f.run, t.* EXCLUDE (filename)
-                FROM read_parquet({paths!r}, filename = true, union_by_name = true, hive_partitioning = false) t
-                JOIN _files f ON t.filename = f.file""")
+            self.con.execute(f"""CREATE VIEW _raw_{name} AS SELECT *
+                FROM read_parquet({paths!r}, filename = true, union_by_name = true, hive_partitioning = false)""")
         else:
-            self.con.register(f"_empty_{name}", pa.schema([("run", pa.string()), *schema]).empty_table())
-            self.con.execute(f"CREATE VIEW {name} AS SELECT * FROM _empty_{name}")
+            self.con.register(f"_raw_{name}", pa.schema([*schema, ("filename", pa.string())]).empty_table())
+        self.con.execute(f"CREATE VIEW {name} AS SELECT f.run, t.* EXCLUDE (filename) FROM _raw_{name} t JOIN _files f ON t.filename = f.file")
 
     def _calibration_rows(self):
         """One row per calibration JSON: the fitted M_X and when it was measured (the capture time of
@@ -213,7 +206,9 @@ class Collection:
         from xstage_trace.api import open_run
 
         stored = [r for r in self.run_dirs if (r / TABLE3_FILE).is_file()]
-        computed = [open_run(r).table3().assign(run=str(r)) for r in self.run_dirs if not (r / TABLE3_FILE).is_file()]
+        # a run without tiles has an empty Table 3 (Run.table3)
+        computed = [open_run(r).table3().assign(run=str(r)) for r in self.run_dirs
+                    if not (r / TABLE3_FILE).is_file() and (self.manifests[str(r)].get("tables") or {}).get("tiles") != 0]
         computed = [f for f in computed if len(f)]
         parts = []
         if stored:
@@ -244,8 +239,8 @@ class Collection:
 
     def tables(self) -> list[str]:
         """Names of the views that ``sql`` can query."""
-        views = {n for (n,) in self.con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall() if not n.startswith("_")}
-        return sorted(views | {"table3"})
+        names = self.con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal UNION SELECT table_name FROM duckdb_tables()").fetchall()
+        return sorted({n for (n,) in names if not n.startswith("_")} | {"table3"})
 
     def runs(self) -> pd.DataFrame:
         """One row per run folder: capture time, tool and schema version, GPUs, calibration, row counts."""
@@ -266,17 +261,21 @@ class Collection:
         launch count together."""
         lim = "" if limit is None else f"LIMIT {int(limit)}"
         return self.sql(f"""
-            WITH t AS (SELECT *, {CONFIGURATION_SQL} AS configuration FROM tiles)
+            WITH per_file AS (
+                SELECT filename, label, dump, rank, count(*) AS tiles, count(*) FILTER (WHERE backpressured) AS bp,
+                       sum(predicted_stall_ns) AS pred_sum, count(predicted_stall_ns) AS pred_n, max(predicted_stall_ns) AS pred_max,
+                       sum(measured_stall_ns) AS meas_sum, count(measured_stall_ns) AS meas_n
+                FROM _raw_tiles GROUP BY filename, label, dump, rank),
+            t AS (SELECT f.run, {CONFIGURATION_SQL} AS configuration, p.* FROM per_file p JOIN _files f ON p.filename = f.file)
             SELECT t.run, r.captured_utc, configuration,
                    nullif(regexp_extract(configuration, '(^|\\s)dest=(\\S+)', 2), '') AS dest,
                    nullif(regexp_extract(configuration, '(^|\\s)shape=(\\S+)', 2), '') AS shape,
                    nullif(regexp_extract(configuration, '(^|\\s)schedule=(\\S+)', 2), '') AS schedule,
-                   count(DISTINCT rank) AS ranks, count(*) AS tiles,
-                   count(*) FILTER (WHERE backpressured) AS backpressured_tiles,
-                   count(*) FILTER (WHERE backpressured) / count(*) AS backpressured_fraction,
-                   avg(predicted_stall_ns) / 1e3 AS predicted_stall_mean_us,
-                   avg(measured_stall_ns) / 1e3 AS measured_stall_mean_us,
-                   max(predicted_stall_ns) / 1e3 AS predicted_stall_max_us
+                   count(DISTINCT rank) AS ranks, sum(tiles) AS tiles, sum(bp) AS backpressured_tiles,
+                   sum(bp) / sum(tiles) AS backpressured_fraction,
+                   sum(pred_sum) / sum(pred_n) / 1e3 AS predicted_stall_mean_us,
+                   sum(meas_sum) / sum(meas_n) / 1e3 AS measured_stall_mean_us,
+                   max(pred_max) / 1e3 AS predicted_stall_max_us
             FROM t JOIN runs r USING (run)
             GROUP BY t.run, r.captured_utc, configuration
             ORDER BY backpressured_tiles DESC, backpressured_fraction DESC, t.run, configuration {lim}""")
