@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import collections
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -40,16 +41,22 @@ COMMANDS = {
 IMPORT_PROFILES = ["--help", "model burst --json", "model partition --json"]
 
 
-def timed_runs(argv: list[str], runs: int, warmup: int = 3) -> list[float]:
-    """Wall seconds of ``runs`` executions after ``warmup`` untimed ones; fails loudly on a non-zero exit."""
+def timed_runs(argv: list[str], runs: int, warmup: int = 3, env: dict | None = None) -> tuple[list[float], list[float]]:
+    """(wall s, CPU s = user + sys of the process) of ``runs`` executions after ``warmup`` untimed
+    ones; fails loudly on a non-zero exit. CPU time stays meaningful on a loaded machine."""
+    walls, cpus = [], []
     for i in range(warmup + runs):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         t = time.perf_counter()
-        r = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=dict(os.environ, COLUMNS="120"))
+        r = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=dict(os.environ, COLUMNS="120", **(env or {})))
         dt = time.perf_counter() - t
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
         if r.returncode != 0:
             raise SystemExit(f"{' '.join(argv)} exited {r.returncode}: {r.stderr.decode()[-500:]}")
         if i >= warmup:
-            yield dt
+            walls.append(dt)
+            cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+    return walls, cpus
 
 
 def import_profile(argv: list[str]) -> dict[str, float]:
@@ -70,12 +77,15 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--bin", default=str(Path(sys.executable).parent / "xstage-trace"))
     args = ap.parse_args()
-    print(f"| command | min s | median s | mean ± sd s |  ({args.runs} runs after 3 warm-ups)")
-    print("|---|---|---|---|")
+    print(f"| command | wall min s | wall median s | wall mean ± sd s | CPU median s |  ({args.runs} runs after 3 warm-ups)")
+    print("|---|---|---|---|---|")
     for name, argv in COMMANDS.items():
         argv = [a.replace("{bin}", args.bin) for a in argv]
-        t = list(timed_runs(argv, args.runs))
-        print(f"| `{name}` | {min(t):.3f} | {statistics.median(t):.3f} | {statistics.mean(t):.3f} ± {statistics.stdev(t):.3f} |")
+        t, cpu = timed_runs(argv, args.runs)
+        print(f"| `{name}` | {min(t):.3f} | {statistics.median(t):.3f} | {statistics.mean(t):.3f} ± {statistics.stdev(t):.3f} | {statistics.median(cpu):.3f} |")
+    t, cpu = timed_runs([args.bin, "--help"], args.runs, env={"TYPER_USE_RICH": "0"})
+    print(f"| `--help` with TYPER_USE_RICH=0 (plain click help: what rich costs) | {min(t):.3f} | {statistics.median(t):.3f} | "
+          f"{statistics.mean(t):.3f} ± {statistics.stdev(t):.3f} | {statistics.median(cpu):.3f} |")
     for name in IMPORT_PROFILES:
         reps = [import_profile(["xstage-trace", *COMMANDS[name][1:]]) for _ in range(5)]
         pkgs = sorted({p for r in reps for p in r}, key=lambda p: -statistics.median(r.get(p, 0.0) for r in reps))

@@ -16,12 +16,12 @@ one row per run from its manifest.json, with ``captured_utc``: the first kernel'
 the first probe slice's ``%globaltimer`` (UTC ns on NVIDIA GPUs). ``table3`` reads each run's
 ``table3.parquet`` and falls back to ``open_run(dir).table3()`` for runs written before analyze
 wrote it. ``calibration_points`` is every run's calibration_points.csv; ``calibrations`` every
-calibration JSON (``calibrate fit -o``) found under the roots outside run folders.
+calibration JSON (``calibrate fit -o``) found under the roots outside run folders. A view is built
+the first time a query names it (binding ``read_parquet`` reads the footer of every file it covers).
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import re
@@ -29,10 +29,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterable
 
 from xstage_trace.base.errors import InputError
+from xstage_trace.base.schema import TABLES
 from xstage_trace.collectors.dataset import MANIFEST, read_manifest
 
 if TYPE_CHECKING:
-    import duckdb
     import pandas as pd
 
 TABLE3_FILE = "table3.parquet"
@@ -42,6 +42,7 @@ CALIBRATION_JSON_MAX_BYTES = 1 << 20
 CONFIGURATION_SQL = r"trim(regexp_replace(coalesce(label, dump), '(^|\s)rank=\S+', '', 'g'))"
 # A calibration point is the same measurement in two runs when these agree.
 POINT_KEYS = ("dest", "mode", "K", "B", "V", "gap_ns")
+VIEWS = (*TABLES, "runs", "table3", "calibration_points", "calibrations")
 
 
 def find_runs(roots: Iterable[str | Path]) -> tuple[list[Path], list[Path]]:
@@ -101,47 +102,86 @@ class Collection:
         self.manifests = {str(r): read_manifest(r) for r in self.run_dirs}
         self.calibration_files = {str(p): d for p in calibration_files if (d := _calibration_doc(p)) is not None}
         self.con = duckdb.connect()
-        self._register()
+        self._built: set[str] = set()
 
     def __repr__(self) -> str:
         return f"Collection({len(self.run_dirs)} runs, {len(self.calibration_files)} calibrations)"
 
-    # -- views ---------------------------------------------------------------------------------
+    # -- views (each built on first use: binding a view reads the footer of every file it covers) --
 
-    def _register(self) -> None:
+    def _ensure(self, query: str) -> None:
+        """Build the views that ``query`` names (a view built for nothing costs time, never results)."""
+        for name in VIEWS:
+            if name not in self._built and re.search(rf"\b{name}\b", query, re.IGNORECASE):
+                self._built.add(name)
+                builder = getattr(self, f"_build_{name}", None)
+                builder() if builder else self._build_table(name)
+
+    def _files(self) -> None:
         import pyarrow as pa
 
-        from xstage_trace.base.schema import TABLES
 
-        files = [(str(f), str(r)) for r in self.run_dirs for name in TABLES for f in _table_files(r, name)]
-        self.con.register("_files", pa.table({"file": [f for f, _ in files], "run": [r for _, r in files]}))
-        for name, schema in TABLES.items():
-            paths = [str(f) for r in self.run_dirs for f in _table_files(r, name)]
-            self._parquet_view(name, paths, schema)
+        if "_files" not in self._built:
+            files = [(str(f), str(r)) for r in self.run_dirs for name in TABLES for f in _table_files(r, name)]
+            self.con.register("_files", pa.table({"file": [f for f, _ in files], "run": [r for _, r in files]}))
+            self._built.add("_files")
+
+    def _build_table(self, name: str) -> None:
+        """``_raw_NAME``: one run-dataset table of every run with DuckDB's ``filename`` column;
+        ``NAME``: the same with the run folder instead (a join per row: queries over many rows reduce
+        ``_raw_NAME`` by filename first)."""
+        import pyarrow as pa
+
+
+        self._files()
+        paths = [str(f) for r in self.run_dirs for f in _table_files(r, name)]
+        if paths:
+            self.con.execute(f"""CREATE VIEW _raw_{name} AS SELECT *
+                FROM read_parquet({paths!r}, filename = true, union_by_name = true, hive_partitioning = false)""")
+        else:
+            self.con.register(f"_raw_{name}", pa.schema([*TABLES[name], ("filename", pa.string())]).empty_table())
+        self.con.execute(f"CREATE VIEW {name} AS SELECT f.run, t.* EXCLUDE (filename) FROM _raw_{name} t JOIN _files f ON t.filename = f.file")
+
+    def _build_runs(self) -> None:
+        """``runs``: one row per run from its manifest, with the capture time (materialized: every
+        query joins it). The first kernel is read only from runs that have kernels, the first probe
+        slice only from runs that have none."""
+        import pyarrow as pa
+
+        m = self.manifests
+        rows = lambda t: [(doc.get("tables") or {}).get(t) for doc in m.values()]  # noqa: E731
         self.con.register("_manifests", pa.table({
-            "run": list(self.manifests),
-            "name": [Path(r).name for r in self.manifests],
-            "tool_version": [m.get("tool_version") for m in self.manifests.values()],
-            "schema_version": pa.array([m.get("schema_version") for m in self.manifests.values()], pa.int32()),
-            "gpus": [", ".join(m.get("gpus") or []) for m in self.manifests.values()],
-            "calibration": [m.get("calibration") for m in self.manifests.values()],
-            "inputs": pa.array([len(m.get("inputs") or []) for m in self.manifests.values()], pa.int32()),
-            "warnings": pa.array([len(m.get("warnings") or []) for m in self.manifests.values()], pa.int32()),
-            **{f"{t}_rows": pa.array([(m.get("tables") or {}).get(t) for m in self.manifests.values()], pa.int64())
-               for t in ("kernels", "probes", "bursts", "tiles")},
+            "run": list(m),
+            "name": [Path(r).name for r in m],
+            "tool_version": [doc.get("tool_version") for doc in m.values()],
+            "schema_version": pa.array([doc.get("schema_version") for doc in m.values()], pa.int32()),
+            "gpus": [", ".join(doc.get("gpus") or []) for doc in m.values()],
+            "calibration": [doc.get("calibration") for doc in m.values()],
+            "inputs": pa.array([len(doc.get("inputs") or []) for doc in m.values()], pa.int32()),
+            "warnings": pa.array([len(doc.get("warnings") or []) for doc in m.values()], pa.int32()),
+            **{f"{t}_rows": pa.array(rows(t), pa.int64()) for t in ("kernels", "probes", "bursts", "tiles")},
         }))
-        # materialized once: every query joins it; first times are reduced per file before the join
-        self.con.execute("""
+        with_kernels = {r for r, n in zip(m, rows("kernels")) if n != 0}
+        firsts = []
+        for table, column, runs in (("kernels", "start_utc_ns", with_kernels), ("probe_slices", "open_gt_ns", set(m) - with_kernels)):
+            files = [(str(f), r) for r in runs for f in _table_files(Path(r), table)]
+            if files:
+                firsts.append(f"""SELECT f.run, '{table}' AS source, min(ns) AS ns
+                    FROM (SELECT filename, min({column}) AS ns FROM read_parquet({[f for f, _ in files]!r}, filename = true, union_by_name = true) GROUP BY filename) t
+                    JOIN (SELECT unnest({[f for f, _ in files]!r}) AS file, unnest({[r for _, r in files]!r}) AS run) f ON t.filename = f.file
+                    GROUP BY f.run""")
+        first = " UNION ALL ".join(firsts) or "SELECT NULL::VARCHAR AS run, NULL::VARCHAR AS source, NULL::BIGINT AS ns WHERE false"
+        self.con.execute(f"""
             CREATE TABLE runs AS
-            WITH k AS (SELECT f.run, min(ns) AS ns FROM (SELECT filename, min(start_utc_ns) AS ns FROM _raw_kernels GROUP BY filename) t
-                       JOIN _files f ON t.filename = f.file GROUP BY f.run),
-                 p AS (SELECT f.run, min(ns) AS ns FROM (SELECT filename, min(open_gt_ns) AS ns FROM _raw_probe_slices GROUP BY filename) t
-                       JOIN _files f ON t.filename = f.file GROUP BY f.run)
+            WITH k AS (SELECT run, min(ns) AS ns FROM ({first}) WHERE source = 'kernels' GROUP BY run),
+                 p AS (SELECT run, min(ns) AS ns FROM ({first}) WHERE source = 'probe_slices' GROUP BY run)
             SELECT m.run, m.name,
                    make_timestamp(CAST(coalesce(k.ns, p.ns) // 1000 AS BIGINT)) AS captured_utc,
                    CASE WHEN k.ns IS NOT NULL THEN 'first kernel (nsys)' WHEN p.ns IS NOT NULL THEN 'first probe (%globaltimer)' END AS captured_from,
                    m.* EXCLUDE (run, name)
             FROM _manifests m LEFT JOIN k USING (run) LEFT JOIN p USING (run)""")
+
+    def _build_calibration_points(self) -> None:
         points = [str(r / POINTS_FILE) for r in self.run_dirs if (r / POINTS_FILE).is_file()]
         if points:
             self.con.execute(f"""CREATE VIEW calibration_points AS
@@ -151,21 +191,10 @@ class Collection:
             self.con.execute("""CREATE VIEW calibration_points AS SELECT NULL::VARCHAR AS run, NULL::VARCHAR AS dest, NULL::VARCHAR AS mode,
                 NULL::BIGINT AS K, NULL::BIGINT AS B, NULL::DOUBLE AS V, NULL::DOUBLE AS gap_ns, NULL::DOUBLE AS tiss_med_ns,
                 NULL::DOUBLE AS period_med_ns WHERE false""")
+
+    def _build_calibrations(self) -> None:
         self.con.register("_calibrations", self._calibration_rows())
         self.con.execute("CREATE VIEW calibrations AS SELECT * FROM _calibrations")
-
-    def _parquet_view(self, name: str, paths: list[str], schema) -> None:
-        """``_raw_NAME``: the table of every run with DuckDB's ``filename`` column; ``NAME``: the same
-        with the run folder instead (a join per row: queries over many rows reduce ``_raw_NAME`` by
-        filename first)."""
-        import pyarrow as pa
-
-        if paths:
-            self.con.execute(f"""CREATE VIEW _raw_{name} AS SELECT *
-                FROM read_parquet({paths!r}, filename = true, union_by_name = true, hive_partitioning = false)""")
-        else:
-            self.con.register(f"_raw_{name}", pa.schema([*schema, ("filename", pa.string())]).empty_table())
-        self.con.execute(f"CREATE VIEW {name} AS SELECT f.run, t.* EXCLUDE (filename) FROM _raw_{name} t JOIN _files f ON t.filename = f.file")
 
     def _calibration_rows(self):
         """One row per calibration JSON: the fitted M_X and when it was measured (the capture time of
@@ -197,9 +226,8 @@ class Collection:
                             ("input_sha256", pa.string()), ("run_beside", pa.string()), ("mtime_ns", pa.int64())])
         return pa.Table.from_pylist(rows, schema=schema)
 
-    @functools.cached_property
-    def _table3_registered(self) -> bool:
-        """Create the ``table3`` view (on first use: runs without table3.parquet are computed)."""
+    def _build_table3(self) -> None:
+        """``table3``: each run's table3.parquet; runs without one are computed (``Run.table3``)."""
         import pandas as pd
         import pyarrow as pa
 
@@ -221,7 +249,6 @@ class Collection:
         if not parts:
             parts.append("SELECT NULL::VARCHAR AS run WHERE false")
         self.con.execute("CREATE VIEW table3 AS " + " UNION ALL BY NAME ".join(parts))
-        return True
 
     # -- queries -------------------------------------------------------------------------------
 
@@ -230,8 +257,7 @@ class Collection:
         bursts, tiles, calibration_points, calibrations) as a DataFrame."""
         import duckdb
 
-        if re.search(r"\btable3\b", query, re.IGNORECASE):  # built on first use (duckdb.get_table_names cannot bind USING joins)
-            self._table3_registered
+        self._ensure(query)  # by name (duckdb.get_table_names cannot bind USING joins)
         try:
             return self.con.sql(query).df()
         except duckdb.Error as exc:
@@ -239,8 +265,7 @@ class Collection:
 
     def tables(self) -> list[str]:
         """Names of the views that ``sql`` can query."""
-        names = self.con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal UNION SELECT table_name FROM duckdb_tables()").fetchall()
-        return sorted({n for (n,) in names if not n.startswith("_")} | {"table3"})
+        return sorted(VIEWS)
 
     def runs(self) -> pd.DataFrame:
         """One row per run folder: capture time, tool and schema version, GPUs, calibration, row counts."""
@@ -248,7 +273,7 @@ class Collection:
 
     def table3(self) -> pd.DataFrame:
         """Spec §5 Table 3 of every run (one row per run and configuration), oldest capture first."""
-        self._table3_registered
+        self._ensure("table3")
         order = ["r.captured_utc", "t.run"] + [f"t.{c}" for c in ("dest", "shape") if c in self._columns("table3")]
         return self.sql(f"SELECT r.captured_utc, t.* FROM table3 t JOIN runs r USING (run) ORDER BY {', '.join(order)}")
 
@@ -259,6 +284,7 @@ class Collection:
         """(run, configuration) ranked by backpressured tiles (spec §5: predicted or measured stall above
         the noise), most first; a configuration is a dump label less its rank, so the ranks of one
         launch count together."""
+        self._ensure("tiles")  # the query reads _raw_tiles
         lim = "" if limit is None else f"LIMIT {int(limit)}"
         return self.sql(f"""
             WITH per_file AS (
