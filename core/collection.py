@@ -112,14 +112,13 @@ class Collection:
     def _ensure(self, query: str) -> None:
         """Build the views that ``query`` names (a view built for nothing costs time, never results)."""
         for name in VIEWS:
-            if name not in self._built and re.search(rf"\b{name}\b", query, re.IGNORECASE):
+            if name not in self._built and re.search(rf"\b(_raw_)?{name}\b", query, re.IGNORECASE):
                 self._built.add(name)
                 builder = getattr(self, f"_build_{name}", None)
                 builder() if builder else self._build_table(name)
 
     def _files(self) -> None:
         import pyarrow as pa
-
 
         if "_files" not in self._built:
             files = [(str(f), str(r)) for r in self.run_dirs for name in TABLES for f in _table_files(r, name)]
@@ -231,11 +230,9 @@ class Collection:
         import pandas as pd
         import pyarrow as pa
 
-        from xstage_trace.api import open_run
-
         stored = [r for r in self.run_dirs if (r / TABLE3_FILE).is_file()]
         # a run without tiles has an empty Table 3 (Run.table3)
-        computed = [open_run(r).table3().assign(run=str(r)) for r in self.run_dirs
+        computed = [_computed_table3(r) for r in self.run_dirs
                     if not (r / TABLE3_FILE).is_file() and (self.manifests[str(r)].get("tables") or {}).get("tiles") != 0]
         computed = [f for f in computed if len(f)]
         parts = []
@@ -257,11 +254,13 @@ class Collection:
         bursts, tiles, calibration_points, calibrations) as a DataFrame."""
         import duckdb
 
-        self._ensure(query)  # by name (duckdb.get_table_names cannot bind USING joins)
         try:
+            self._ensure(query)  # by name (duckdb.get_table_names cannot bind USING joins)
             return self.con.sql(query).df()
-        except duckdb.Error as exc:
+        except (duckdb.ParserException, duckdb.BinderException, duckdb.CatalogException) as exc:
             raise InputError(None, f"query failed: {str(exc).splitlines()[0]}", "check the SQL; tables: " + ", ".join(self.tables())) from None
+        except duckdb.Error as exc:  # a run's file that DuckDB cannot read (it names the file)
+            raise InputError(None, f"reading the runs failed: {str(exc).splitlines()[0]}", "re-run xstage-trace analyze for the run folder named there") from None
 
     def tables(self) -> list[str]:
         """Names of the views that ``sql`` can query."""
@@ -284,7 +283,6 @@ class Collection:
         """(run, configuration) ranked by backpressured tiles (spec §5: predicted or measured stall above
         the noise), most first; a configuration is a dump label less its rank, so the ranks of one
         launch count together."""
-        self._ensure("tiles")  # the query reads _raw_tiles
         lim = "" if limit is None else f"LIMIT {int(limit)}"
         return self.sql(f"""
             WITH per_file AS (
@@ -341,6 +339,18 @@ class Collection:
                    median(period_drift_pct) FILTER (WHERE compared) AS period_drift_med_pct,
                    max(abs(period_drift_pct)) FILTER (WHERE compared) AS period_drift_max_abs_pct
             FROM d GROUP BY captured_utc, run, dest ORDER BY dest, captured_utc, run""")
+
+
+def _computed_table3(run: Path) -> pd.DataFrame:
+    """``open_run(run).table3()`` with the run column; a run whose tables cannot be read is an InputError."""
+    import pyarrow as pa
+
+    from xstage_trace.api import open_run
+
+    try:
+        return open_run(run).table3().assign(run=str(run))
+    except (OSError, pa.ArrowException) as exc:
+        raise InputError(run, f"run tables not readable ({exc.__class__.__name__}: {str(exc).splitlines()[0]})", "re-run xstage-trace analyze for this run") from None
 
 
 def open_collection(roots: Iterable[str | Path]) -> Collection:

@@ -190,6 +190,18 @@ def test_cli_json_worst_and_sql(runs):
     assert n == {str(p): len(xstage_trace.open_run(p).tiles()) for p in d.values() if len(xstage_trace.open_run(p).tiles())}
 
 
+def test_cli_corrupt_parquet_in_a_run_is_one_line_naming_it(runs, tmp_path):
+    _, d = runs
+    broken = tmp_path / "broken.run"
+    shutil.copytree(d["probe_only"], broken)
+    (broken / "tiles.parquet").write_bytes(b"not parquet")
+    for query, where in (("worst", broken / "tiles.parquet"), ("table3", broken)):  # DuckDB's read, and the open_run fallback
+        r = subprocess.run(EXE + ["collection", str(d["fused"]), str(broken), "--query", query], capture_output=True, text=True)
+        assert r.returncode == 2, (r.stdout, r.stderr)
+        lines = [l for l in r.stderr.splitlines() if l.strip()]
+        assert len(lines) == 1 and "Traceback" not in r.stderr and str(where) in lines[0], lines
+
+
 @pytest.mark.parametrize("args, where", [
     (["{missing}"], "{missing}"),
     (["{empty}"], "{empty}"),
