@@ -32,3 +32,7 @@ class InputError(Exception):
         """``PATH: problem; fix`` on one line (a path with control characters is quoted)."""
         where = f"{quoted_path(self.path)}: " if self.path else ""
         return f"{where}{printable(self.problem)}; {printable(self.fix)}"
+
+    def __reduce__(self):
+        # rebuilt from its three parts when it crosses a process boundary (Dask workers, multiprocessing)
+        return (InputError, (self.path, self.problem, self.fix))

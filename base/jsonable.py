@@ -6,11 +6,14 @@ from __future__ import annotations
 import json
 import math
 
-import numpy as np
-
 
 def json_default(o):
-    """numpy integers → int, floats → float (NaN/±inf → null), bools → bool, arrays → lists; anything else → str."""
+    """numpy integers → int, floats → float (NaN/±inf → null), bools → bool, arrays → lists; anything else → str.
+
+    numpy is imported here, not at module level: a numpy value only exists once numpy is loaded,
+    and the CLI's JSON commands that never touch numpy start faster without it."""
+    import numpy as np
+
     if isinstance(o, np.integer):
         return int(o)
     if isinstance(o, np.floating):
@@ -34,7 +37,7 @@ def _text(s: str) -> str:
 def json_ready(obj):
     """``obj`` with every non-finite float (Python or numpy) replaced by None and every string made
     valid Unicode, recursively (keys too)."""
-    if isinstance(obj, float | np.floating):
+    if isinstance(obj, float) or (type(obj).__module__ == "numpy" and hasattr(obj, "is_integer")):  # a Python or numpy float
         return float(obj) if math.isfinite(obj) else None
     if isinstance(obj, str):
         return _text(obj)

@@ -4,16 +4,19 @@ checks that its numbers are usable (numeric, finite, in range) before any of the
 from __future__ import annotations
 
 from pathlib import Path
-
-import numpy as np
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from xstage_trace.base.errors import InputError
 from xstage_trace.base.paths import require_file
 
+if TYPE_CHECKING:
+    import pandas as pd
+
 
 def read_table_file(path: str | Path, what: str = "a CSV or Parquet file") -> pd.DataFrame:
     """A ``.parquet`` or CSV file as a DataFrame; InputError naming the file when it is not readable."""
+    import pandas as pd  # here, not at module level: the CLI imports this module on start-up
+
     path = require_file(path)
     try:
         return pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path)
@@ -26,6 +29,9 @@ def check_numbers(df: pd.DataFrame, path: str | Path, positive: tuple[str, ...] 
     """InputError unless every value of the named columns is a finite number, > 0 for ``positive``
     and ≥ 0 for ``non_negative`` columns (NaN, ±inf, text, zero or negative values name the column,
     how many rows and the first such row). Empty cells are allowed in the ``missing_ok`` columns."""
+    import numpy as np
+    import pandas as pd
+
     for col in positive + non_negative:
         if col not in df:
             continue

@@ -200,15 +200,19 @@ def _read_table_file(name: str, path: Path, partitioned: bool) -> pa.Table:
         raise InputError(path, f"columns do not match the {name} schema ({exc.__class__.__name__})", _REWRITE) from None
 
 
-def _check_files(run_dir: Path, manifest: dict) -> None:
-    """Every file the manifest lists (``files``: relative path → sha256) is there with those bytes."""
+def _check_files(run_dir: Path, manifest: dict, tables: list[str] | None = None) -> None:
+    """Every file the manifest lists (``files``: relative path → sha256) is there with those bytes
+    (only the files of ``tables`` when given)."""
     files = manifest.get("files") or {}
     if not isinstance(files, dict):
         raise InputError(run_dir / MANIFEST, "\"files\" is not an object of sha256 sums", _REWRITE)
-    for rel, digest in files.items():
-        path = run_dir / rel
+    for rel in files:
         if ".." in Path(rel).parts or Path(rel).is_absolute():
             raise InputError(run_dir / MANIFEST, f"lists a file outside the run folder ({rel!r})", _REWRITE)
+    if tables is not None:
+        files = {rel: d for rel, d in files.items() if rel.split("/")[0].removesuffix(".parquet") in tables}
+    for rel, digest in files.items():
+        path = run_dir / rel
         if not path.is_file() or path.is_symlink():
             raise InputError(path, "is missing from the run folder (manifest.json lists it)", _REWRITE)
         if sha256_of(path) != digest:
@@ -233,7 +237,7 @@ def read_run(run_dir: str | Path, tables: list[str] | None = None) -> tuple[dict
     if manifest["schema_version"] < SCHEMA_VERSION:
         raise InputError(run_dir, f"run dataset schema {manifest['schema_version']} is older than this xstage-trace ({SCHEMA_VERSION})",
                          "analyze its inputs again (manifest.json lists them)")
-    _check_files(run_dir, manifest)
+    _check_files(run_dir, manifest, tables)
     expected = manifest.get("tables", {})
     out = {}
     for name in tables or TABLES:
@@ -245,3 +249,8 @@ def read_run(run_dir: str | Path, tables: list[str] | None = None) -> tuple[dict
                        else f"holds {out[name].num_rows} rows of {name}, manifest.json lists {want} (file replaced or truncated?)")
             raise InputError(Path(files[0]) if len(files) == 1 else run_dir, problem, _REWRITE)
     return out, manifest
+
+
+def read_table(run_dir: str | Path, name: str) -> pa.Table:
+    """One table of a run folder, with the same checks as read_run (its files only)."""
+    return read_run(run_dir, [name])[0][name]

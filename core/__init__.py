@@ -1,6 +1,7 @@
 """xstage-trace: profiling and trace analysis for GPU kernels that fuse compute with remote stores.
 
-``xstage_trace.open_run(DIR)`` opens a run dataset for analysis (see ``xstage_trace.api``).
+``xstage_trace.open_run(DIR)`` opens a run dataset for analysis (see ``xstage_trace.api``);
+``xstage_trace.open_collection(ROOTS)`` many of them as one dataset (``xstage_trace.collection``).
 """
 
 __version__ = "0.1.0"
@@ -11,3 +12,10 @@ def open_run(run_dir):
     from xstage_trace.api import open_run as _open
 
     return _open(run_dir)
+
+
+def open_collection(roots):
+    """Open every run folder under ``roots`` as one DuckDB-backed dataset (``xstage_trace.collection.Collection``)."""
+    from xstage_trace.collection import open_collection as _open
+
+    return _open(roots)

@@ -31,19 +31,12 @@ class Run:
         from xstage_trace.collectors.dataset import MANIFEST, is_run_dir
 
         self.path = Path(run_dir)
+        self._read: dict[str, pa.Table] = {}
         if not is_run_dir(self.path):
             raise InputError(self.path, f"not an xstage run dataset (no {MANIFEST})", "pass a folder written by xstage-trace analyze -o")
 
     def __repr__(self) -> str:
         return f"Run({str(self.path)!r})"
-
-    @functools.cached_property
-    def _tables(self) -> dict[str, pa.Table]:
-        from xstage_trace.collectors.dataset import read_run
-
-        tables, manifest = read_run(self.path)
-        self.__dict__["manifest"] = manifest
-        return tables
 
     @functools.cached_property
     def manifest(self) -> dict:
@@ -54,10 +47,16 @@ class Run:
 
     def table(self, name: str) -> pa.Table:
         """One run-dataset table as Arrow (``kernels``, ``nvtx``, ``gpu_metrics``, ``probes``,
-        ``probe_slices``, ``bursts``, ``tiles``)."""
-        if name not in self._tables:
-            raise KeyError(f"no table {name!r}; tables: {', '.join(self._tables)}")
-        return self._tables[name]
+        ``probe_slices``, ``bursts``, ``tiles``), read on first use (only that table's files)."""
+        from xstage_trace.base.schema import TABLES
+        from xstage_trace.collectors.dataset import read_table
+
+        if name not in TABLES:
+            raise KeyError(f"no table {name!r}; tables: {', '.join(TABLES)}")
+        if name not in self._read:
+            self.manifest  # schema check before any table is read
+            self._read[name] = read_table(self.path, name)
+        return self._read[name]
 
     def _frame(self, name: str) -> pd.DataFrame:
         return self.table(name).to_pandas()

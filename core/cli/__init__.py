@@ -1,8 +1,10 @@
 """The ``xstage-trace`` command line: a thin layer over the API, collectors/ and analysis/.
 
-One module per command group (analyze, calibrate, model, instrument); each registers its commands
-on ``app`` when imported below. Commands import their heavy dependencies inside the function, so
-``--help`` stays fast.
+One module per command group (analyze, calibrate, model, instrument, collection); each registers
+its commands on ``app`` when imported below. Start-up stays under 0.5 s (benchmarks/bench_startup.py):
+command modules import numpy, pandas, pyarrow, scipy, duckdb and rich's renderables inside the
+command function, and the consoles below import rich only when something is printed, so ``--json``
+commands never load it.
 """
 
 from __future__ import annotations
@@ -11,8 +13,6 @@ import signal
 import sys
 
 import typer
-from rich.console import Console
-from rich.text import Text
 
 from xstage_trace.base.errors import InputError, printable
 from xstage_trace.base.jsonable import dumps
@@ -20,10 +20,31 @@ from xstage_trace.base.jsonable import dumps
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None, pretty_exceptions_enable=False,
                   help="Tile-level profiling of GPU kernels that fuse compute with remote stores (the X-Stage model).")
 
+
+class LazyConsole:
+    """A ``rich.console.Console`` built on first use; every attribute is the real console's
+    (``.console`` is the console itself, for APIs that want one, e.g. ``rich.progress.Progress``)."""
+
+    def __init__(self, **kwargs):
+        self._kwargs = kwargs
+        self._console = None
+
+    @property
+    def console(self):
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(**self._kwargs)
+        return self._console
+
+    def __getattr__(self, name: str):
+        return getattr(self.console, name)
+
+
 # markup=False: file names, dump labels and GPU names reach tables and messages; "[/x]" in one of
 # them must print as it is, not be parsed as rich markup (or raise MarkupError).
-err = Console(stderr=True, markup=False)
-out = Console(width=None if sys.stdout.isatty() else 160, markup=False)  # piped or logged: wide enough for Table 3
+err = LazyConsole(stderr=True, markup=False)
+out = LazyConsole(width=None if sys.stdout.isatty() else 160, markup=False)  # piped or logged: wide enough for Table 3
 
 # typer vendors click in some releases and depends on it in others: find click's classes by name.
 _CLICK = {c.__name__: c for c in typer.BadParameter.__mro__}
@@ -38,6 +59,8 @@ def emit(doc: dict) -> None:
 
 def warn(text: str) -> None:
     """A warning on stderr: one line, the text shown literally (no rich markup from file names)."""
+    from rich.text import Text
+
     err.print(Text.assemble(("warning:", "yellow"), " ", printable(text)), highlight=False, soft_wrap=True)
 
 
@@ -72,3 +95,4 @@ def main() -> None:
 
 
 from xstage_trace.cli import analyze as _analyze, calibrate as _calibrate, instrument as _instrument, model as _model  # noqa: E402,F401  (registers the commands)
+from xstage_trace.cli import collection as _collection  # noqa: E402,F401

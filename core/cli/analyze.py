@@ -6,18 +6,17 @@ from pathlib import Path
 from typing import List, Optional
 
 import typer
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from xstage_trace.cli import app, emit, err, out, warn
 from xstage_trace.base.errors import printable
-from xstage_trace.collectors.nsys_names import METRIC_PATTERNS
 
 def _progress(enabled: bool):
     """A rich progress factory for long steps (silent under --json)."""
     if not enabled:
         return None, None
-    prog = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(), console=err, transient=True)
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    prog = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(), console=err.console, transient=True)
 
     def start(desc: str, total: int):
         task = prog.add_task(desc, total=total)
@@ -58,6 +57,10 @@ def analyze(
     if as_json:
         emit(summary)
         return
+    from rich.table import Table
+
+    from xstage_trace.collectors.nsys_names import METRIC_PATTERNS
+
     t = Table(title=f"xstage-trace run: {printable(summary['run_dir'])}", show_header=False)
     for k in ("gpus", "kernels", "nvtx_ranges", "probes", "bursts", "backpressured_tiles", "time_base"):
         t.add_row(k, str(summary.get(k)))

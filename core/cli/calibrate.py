@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.table import Table
 
 from xstage_trace.cli import app, emit, out
 
@@ -35,7 +34,10 @@ def _mib(x: float | None) -> str:
     return "n/a" if x is None else f"{x / 2**20:.2f}"
 
 
-def _fit_table(doc: dict) -> Table:
+def _fit_table(doc: dict):
+    """The fit as a rich table (rich imported here: --json never loads it)."""
+    from rich.table import Table
+
     from xstage_trace.calibration_io import EQ1_LINE, RECURRENCE_LINE
 
     t = Table(title=f"M_X fit: {doc['platform']} {doc['store_path']}", show_header=False)

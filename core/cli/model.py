@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import List, Optional
 
 import typer
-from rich.table import Table
 
 from xstage_trace.base.jsonable import dumps
 from xstage_trace.cli import app, emit, out
@@ -125,6 +124,8 @@ def _show(doc: dict, as_json: bool, title: str) -> None:
     if as_json:
         emit(doc)
         return
+    from rich.table import Table
+
     t = Table(title=f"model {title}", show_header=False)
     for k, v in doc.items():
         if isinstance(v, list) and v and isinstance(v[0], dict):
