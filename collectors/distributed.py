@@ -43,24 +43,31 @@ def map_dumps(func: Callable[[Path], T], paths: Iterable[str | Path], scheduler:
     other machines need the same file system view (a shared mount). An exception in ``func`` on a
     worker is raised here (an ``InputError`` stays one).
     """
-    paths = [Path(p).absolute() for p in paths]
+    return map_tasks(func, [Path(p).absolute() for p in paths], scheduler)
+
+
+def map_tasks(func: Callable[..., T], items: list, scheduler: str | None = None) -> list[T]:
+    """``func(item)`` for every picklable item (a tuple is spread into arguments), in order, on the
+    scheduler ``map_dumps`` describes (None: in this process)."""
     if scheduler is None:
-        return [func(p) for p in paths]
+        return [func(*i) if isinstance(i, tuple) else func(i) for i in items]
     from distributed import Client, LocalCluster
 
     n = local_workers(scheduler)
     if n is not None:
         with LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, Client(cluster) as client:
-            return _gather(client, func, paths)
+            return _gather(client, func, items)
     try:
         client = Client(scheduler, timeout=CONNECT_TIMEOUT_S)
     except (OSError, TimeoutError, ValueError) as exc:
         raise InputError(None, f"cannot reach the Dask scheduler at {scheduler} ({exc.__class__.__name__})",
                          "start one (dask scheduler; dask worker ADDRESS) or pass --scheduler local:N") from None
     with client:
-        return _gather(client, func, paths)
+        return _gather(client, func, items)
 
 
-def _gather(client, func, paths: list[Path]) -> list:
-    # pure=False: two dumps with equal paths are still two tasks, and no result is cached across calls
-    return client.gather(client.map(func, paths, pure=False))
+def _gather(client, func, items: list) -> list:
+    # pure=False: two equal items are still two tasks, and no result is cached across calls
+    if items and isinstance(items[0], tuple):
+        return client.gather(client.map(func, *zip(*items), pure=False))
+    return client.gather(client.map(func, items, pure=False))

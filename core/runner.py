@@ -25,7 +25,7 @@ def _default_run_dir(first: Path) -> Path:
 
 def analyze_inputs(inputs: list[Path], output: Path | None, nsys=None, calibration=None, allow_overflow=False, progress=None,
                    rank_overrides: dict[str, int] | None = None, warmup_launches: int = 0, workers: int | None = None,
-                   force: bool = False) -> dict:
+                   force: bool = False, scheduler: str | None = None) -> dict:
     """plan (exports, dump headers, pairing) → dumps streamed one at a time through the per-dump analyses
     (probes written as they are produced) → whole-run analyses → run dataset (atomic) → summary dict.
 
@@ -47,7 +47,7 @@ def analyze_inputs(inputs: list[Path], output: Path | None, nsys=None, calibrati
 
     def fill(tmp: Path) -> dict[str, int]:
         tick = progress("analyzing probe dumps", len(plan.tasks)) if (progress and plan.tasks) else None
-        per_dump, warnings, n = run_tasks(plan.tasks, tmp, tables, ctx, workers, tick)
+        per_dump, warnings, n = run_tasks(plan.tasks, tmp, tables, ctx, workers, tick, scheduler)
         state["results"] = analyze_run(per_dump, frames_of(tables), ctx)
         state["warnings"] = plan.warnings + warnings
         for name in ("bursts", "tiles"):  # the per-burst and per-tile results are all that is kept

@@ -37,8 +37,10 @@ def default_workers() -> int:
 
 
 def run_tasks(tasks: list[DumpTask], folder: Path, tables: dict[str, pa.Table], ctx: AnalysisContext,
-              workers: int | None = None, tick=None) -> tuple[list[dict], list[str], int]:
-    """Every task through ``process_task``, in order; in worker processes when the run is large."""
+              workers: int | None = None, tick=None, scheduler: str | None = None) -> tuple[list[dict], list[str], int]:
+    """Every task through ``process_task``, in order: on a Dask scheduler when one is named
+    (``local:N`` or an address; the run folder must then be on a file system the workers share),
+    else in worker processes when the run is large, else in this process."""
     import pyarrow.compute as pc
 
     sl, dumps = tables["probe_slices"], tables["dumps"]
@@ -50,6 +52,13 @@ def run_tasks(tasks: list[DumpTask], folder: Path, tables: dict[str, pa.Table], 
     workers = default_workers() if workers is None else workers
     big = sum(t.records for t in tasks) >= PARALLEL_MIN_RECORDS
     results, warnings, n = [], [], 0
+    if scheduler is not None:
+        from xstage_trace.collectors.distributed import map_tasks
+
+        for r, w, k in map_tasks(process_task, args, scheduler):
+            results.append(r), warnings.extend(w)
+            n += k
+        return results, warnings, n
     if workers > 1 and len(tasks) > 1 and big:
         with ProcessPoolExecutor(min(workers, len(tasks)), mp_context=get_context("spawn")) as pool:
             outs = pool.map(process_task, *zip(*args))

@@ -27,3 +27,13 @@ def test_a_run_given_back_is_analyzed_again_from_its_probes(tmp_path):
     first = analyze_inputs([FUSED / "traced" / "fused_reference.nsys-rep", FUSED / "traced"], tmp_path / "a", warmup_launches=2)
     again = analyze_inputs([tmp_path / "a"], tmp_path / "b", warmup_launches=2)
     assert again["table3"] == first["table3"] and again["probes"] == first["probes"]
+
+
+def test_a_dask_local_cluster_gives_the_same_run(tmp_path):
+    inputs = [FUSED / "traced" / "fused_reference.nsys-rep", FUSED / "traced"]
+    one = analyze_inputs(inputs, tmp_path / "one", warmup_launches=2, workers=1)
+    dask = analyze_inputs(inputs, tmp_path / "dask", warmup_launches=2, scheduler="local:2")
+    assert one["table3"] == dask["table3"]
+    a, b = xstage_trace.open_run(tmp_path / "one"), xstage_trace.open_run(tmp_path / "dask")
+    for name in ("tiles", "bursts"):
+        pd.testing.assert_frame_equal(getattr(a, name)(), getattr(b, name)())

@@ -37,6 +37,7 @@ def analyze(
     allow_overflow: bool = typer.Option(False, "--allow-overflow", help="accept probe dumps whose buffers overflowed (dropped records are reported)"),
     rank: List[str] = typer.Option([], "--rank", help="REPORT=N: the rank of a report that holds no probe dumps (others are told by their dumps)"),
     warmup_launches: int = typer.Option(0, "--warmup-launches", min=0, help="leave out the first N launches of each configuration from kernel times (for captures whose NVTX labels carry no trial=N)"),
+    scheduler: Optional[str] = typer.Option(None, "--scheduler", help="run the per-dump work on Dask: local:N (N worker processes) or a scheduler address (docs/scale.md)"),
     force: bool = typer.Option(False, "--force", help="replace RUN_DIR when it is an earlier xstage-trace run folder (never anything else)"),
 ):
     """Collect, align and analyze; write the run dataset and print a summary."""
@@ -50,7 +51,8 @@ def analyze(
         prog.start()
     try:
         summary = analyze_inputs(inputs, output, nsys=nsys, calibration=calibration, allow_overflow=allow_overflow, progress=start,
-                                 rank_overrides=overrides, warmup_launches=warmup_launches, force=force)
+                                 rank_overrides=overrides, warmup_launches=warmup_launches, force=force,
+                                 scheduler=scheduler)
     finally:
         if prog:
             prog.stop()
