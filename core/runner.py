@@ -164,12 +164,13 @@ def run_calibration(dest: str, output: Path, quick: bool, binary: Path | None, n
 
 
 def write_report(folder: Path, doc: dict, points: pd.DataFrame) -> None:
-    """report.md and its figures/ (SVG) for one fitted store path."""
+    """report.md and its figures/ (SVG and PNG) for one fitted store path."""
     from xstage_trace.reports.calibration import calibration_figures, calibration_report
+    from xstage_trace.reports.figures import save_figure
 
     figs = calibration_figures(doc, points)
-    for name, svg in figs.items():
-        write_text_atomic(Path(folder) / "figures" / name, svg)
+    for stem, fig in figs.items():
+        save_figure(fig, Path(folder) / "figures", stem)
     text = calibration_report(doc, points)
-    text += "\n## Figures\n\n" + "\n".join(f"![{n}](figures/{n})" for n in sorted(figs)) + "\n"
+    text += "\n## Figures\n\n" + "\n".join(f"![{n}](figures/{n}.svg)" for n in sorted(figs)) + "\n"
     write_text_atomic(Path(folder) / f"report_{doc['store_path']}.md", text)
