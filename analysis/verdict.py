@@ -34,7 +34,8 @@ def table3_schedules(table3: pd.DataFrame) -> list[str]:
 def config_verdicts(table3: pd.DataFrame, noise_ns: float | None) -> pd.DataFrame:
     """Spec §5 verdict per (configuration, schedule) of Table 3: key columns, predicted and measured
     median stall (µs, probe clock per SM), backpressured tiles, kernel time (ms, nsys), ``verdict``
-    (stall-bound | covered) and ``model_agrees``. ``noise_ns`` None → MIN_NOISE_NS."""
+    (stall-bound | covered) and ``model_agrees``; a schedule with neither stall is left out.
+    ``noise_ns`` None → MIN_NOISE_NS."""
     noise_us = (MIN_NOISE_NS if noise_ns is None else float(noise_ns)) / 1e3
     keys = [c for c in KEY_COLUMNS if c in table3.columns]
     parts = []
@@ -51,7 +52,7 @@ def config_verdicts(table3: pd.DataFrame, noise_ns: float | None) -> pd.DataFram
         part["verdict"] = np.where(pred_over | meas_over, "stall-bound", "covered")
         part["model_agrees"] = np.where(meas.isna().to_numpy(), None, pred_over == meas_over)
         part["noise_us"] = noise_us
-        parts.append(part)
+        parts.append(part[pred.notna().to_numpy() | meas.notna().to_numpy()])  # a schedule this configuration did not run
     cols = keys + ["schedule", "predicted_stall_us", "measured_stall_us", "backpressured_tiles", "kernel_ms", "verdict", "model_agrees", "noise_us"]
     if not parts:
         return pd.DataFrame(columns=cols)

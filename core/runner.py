@@ -47,14 +47,16 @@ def run_analyses(tables: dict[str, pa.Table], model) -> tuple[dict[str, pa.Table
     return tables, extra
 
 
-def analyze_inputs(inputs: list[Path], output: Path | None, nsys=None, calibration=None, allow_overflow=False, progress=None) -> dict:
+def analyze_inputs(inputs: list[Path], output: Path | None, nsys=None, calibration=None, allow_overflow=False, progress=None, nvtx: str | None = None) -> dict:
     """collect → align → analyses → run dataset (atomic) → summary dict (the --json object)."""
     from xstage_trace.calibration_io import load_platform
     from xstage_trace.collectors.collect import collect
     from xstage_trace.collectors.dataset import write_run
+    from xstage_trace.collectors.nvtx_filter import restrict_to_nvtx
 
     model = load_platform(calibration) if calibration else None
     c = collect(inputs, nsys=nsys, allow_overflow=allow_overflow, progress=progress)
+    c = restrict_to_nvtx(c, nvtx) if nvtx else c
     tables, extra = run_analyses(c.tables, model)
     run_dir = Path(output) if output else _default_run_dir(Path(inputs[0]))
     manifest = dict(c.manifest, calibration=str(calibration) if calibration else None, warnings=c.warnings)

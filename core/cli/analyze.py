@@ -35,6 +35,7 @@ def analyze(
     nsys: Optional[str] = typer.Option(None, "--nsys", help="nsys binary for .nsys-rep inputs"),
     calibration: Optional[Path] = typer.Option(None, "--calibration", help="calibration JSON (from calibrate fit) for ρ, q and the guard"),
     allow_overflow: bool = typer.Option(False, "--allow-overflow", help="accept probe dumps whose buffers overflowed (dropped records are reported)"),
+    nvtx: Optional[str] = typer.Option(None, "--nvtx", help="keep only the kernels launched under NVTX ranges of this name (or glob, e.g. '*schedule=wave*')"),
 ):
     """Collect, align and analyze; write the run dataset and print a summary."""
     from xstage_trace.runner import analyze_inputs
@@ -43,7 +44,7 @@ def analyze(
     if prog:
         prog.start()
     try:
-        summary = analyze_inputs(inputs, output, nsys=nsys, calibration=calibration, allow_overflow=allow_overflow, progress=start)
+        summary = analyze_inputs(inputs, output, nsys=nsys, calibration=calibration, allow_overflow=allow_overflow, progress=start, nvtx=nvtx)
     finally:
         if prog:
             prog.stop()
