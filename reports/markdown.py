@@ -48,6 +48,8 @@ def render_section(sec, figure_dir: str = "figures") -> str:
 def render_markdown(title: str, sections, figure_dir: str = "figures", max_bytes: int = MAX_BYTES) -> str:
     """The whole report; folded tables are cut (worst rows kept, a note says so) until it fits ``max_bytes``."""
     sections = [dataclasses.replace(s) for s in sections]  # cutting rows must not touch the caller's sections
+    full = {id(s): len(s.table) for s in sections if s.table is not None}
+    notes = {id(s): list(s.text) for s in sections}
     while True:
         text = f"# {title}\n\n" + "\n".join(render_section(s, figure_dir) for s in sections)
         if len(text.encode()) <= max_bytes:
@@ -55,6 +57,5 @@ def render_markdown(title: str, sections, figure_dir: str = "figures", max_bytes
         longest = max((s for s in sections if s.details and s.table is not None and len(s.table) > 1), key=lambda s: len(s.table), default=None)
         if longest is None:
             raise ValueError(f"report is {len(text.encode())} bytes even with every long table cut")
-        keep = len(longest.table) // 2
-        longest.text = [t for t in longest.text if not t.startswith("(cut to")] + [f"(cut to the first {keep} of {len(longest.table)} rows to fit {max_bytes // 1000} KB; report.html has them all)"]
-        longest.table = longest.table.head(keep)
+        longest.table = longest.table.head(len(longest.table) // 2)
+        longest.text = notes[id(longest)] + [f"(cut to the first {len(longest.table)} of {full[id(longest)]} rows to fit {max_bytes // 1000} KB; report.html has them all)"]
