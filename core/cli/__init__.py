@@ -39,3 +39,4 @@ def main() -> None:
 from xstage_trace.cli import analyze as _analyze, calibrate as _calibrate, instrument as _instrument, model as _model  # noqa: E402,F401  (registers the commands)
 from xstage_trace.cli import report as _report  # noqa: E402,F401
 from xstage_trace.cli import compare as _compare  # noqa: E402,F401
+from xstage_trace.cli import export as _export  # noqa: E402,F401
