@@ -104,6 +104,11 @@ def restrict_to_nvtx(collected, pattern: str):
         out["probes"] = probes.filter(pa.array(rows))
         sl = t["probe_slices"].to_pandas()
         out["probe_slices"] = pa.Table.from_pandas(sl[pd.MultiIndex.from_arrays([sl["rank"], sl["dump"].astype(str)]).isin(list(keep_key))], preserve_index=False)
+        control = sl["label"].fillna("").str.contains(r"\bdest=local\b|\bcontrol=1\b")
+        kept_rows = pd.MultiIndex.from_arrays([sl["rank"], sl["dump"].astype(str)]).isin(list(keep_key))
+        if control.any() and not (control & kept_rows).any():
+            collected.warnings.append(f"--nvtx {pattern!r} left out every control dump (dest=local / control=1): the slot-wait floor and "
+                                      "backpressure noise fall back to defaults; include a control range to keep them")
     out = {n: conform(n, tab) for n, tab in out.items()}
     collected.tables = out
     collected.manifest = dict(collected.manifest, nvtx_filter={"pattern": pattern, "ranges_matched": int(matched.sum()), "kernels_kept": int(keep_k.sum()),

@@ -54,3 +54,10 @@ def test_probe_buffer_phases_are_in_the_xstage_domain():
     assert NVTX_DOMAIN == "xstage" and a.init_args[:3] == ("xstage: reset probe buffer", None, "xstage")
     with a:  # no profiler attached: a no-op range
         pass
+
+
+def test_leaving_out_the_control_dumps_is_warned(tmp_path):
+    from conftest import analyze_sample
+
+    analyze_sample(tmp_path / "r", "*dest=host shape=S1 *")
+    assert any("left out every control dump" in w for w in open_run(tmp_path / "r").warnings())
