@@ -36,9 +36,9 @@ def _figures(run, sections):
     return static, live
 
 
-def write_run_report(run, out_dir: str | Path) -> dict[str, list[Path]]:
+def write_run_report(run, out_dir: str | Path, max_bytes: int = 60_000) -> dict[str, list[Path]]:
     """Write ``report.md``, ``figures/<stem>.svg|png`` and ``report.html`` into ``out_dir`` (each
-    file through a temporary file). Returns the paths written by kind."""
+    file through a temporary file); report.md stays under ``max_bytes``. Returns the paths by kind."""
     from xstage_trace.reports.content import build_sections
     from xstage_trace.reports.figures import save_figure
     from xstage_trace.reports.html import render_html
@@ -47,7 +47,7 @@ def write_run_report(run, out_dir: str | Path) -> dict[str, list[Path]]:
     out_dir = Path(out_dir)
     sections = build_sections(run)
     title = f"xstage-trace report: {run.path.name}"
-    md = render_markdown(title, sections)  # first: a report that cannot fit fails before anything is written
+    md = render_markdown(title, sections, max_bytes=max_bytes)  # first: a report that cannot fit fails before anything is written
     static, live = _figures(run, sections)
     figs = [p for stem, fig in static.items() for p in save_figure(fig, out_dir / "figures", stem)]
     write_text_atomic(out_dir / "report.md", md)

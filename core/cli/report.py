@@ -14,6 +14,7 @@ from xstage_trace.cli import app, emit, out
 def report(
     run_dir: Path = typer.Argument(..., help="run folder written by xstage-trace analyze -o"),
     output: Optional[Path] = typer.Option(None, "-o", "--output", help="folder for report.md, report.html and figures/ (default: RUN.report beside the run)"),
+    max_kb: int = typer.Option(60, "--max-kb", help="size limit of report.md in KB (long tables are cut to fit; GitHub comments hold ~64 KB)"),
     as_json: bool = typer.Option(False, "--json", help="print the written paths as one JSON object"),
 ):
     """Write report.md (GitHub-flavoured, < 60 KB), figures/*.svg|png and a self-contained report.html."""
@@ -22,7 +23,7 @@ def report(
 
     run = open_run(run_dir)
     dest = output or run_dir.with_name(run_dir.name + ".report")
-    written = write_run_report(run, dest)
+    written = write_run_report(run, dest, max_bytes=max_kb * 1000)
     if as_json:
         emit({k: [str(p) for p in v] for k, v in written.items()})
     else:
