@@ -91,7 +91,7 @@ def _stall_stats(run, keys: list[str]) -> pd.DataFrame:
     tiles = run.tiles()
     tkeys = [k for k in keys if k != "kernel"]
     cols = tkeys + ["stall_meas_us", "backpressured_tiles"]
-    if tiles.empty:
+    if tiles.empty or not tkeys:
         return pd.DataFrame(columns=cols)
     t = tile_configs(tiles)
     l2 = t[t["tile_kind"] == "linear2"]

@@ -31,7 +31,6 @@ def kernel_trials(kernels: pd.DataFrame) -> pd.DataFrame:
         out[key] = f[key].fillna("").astype(str) if key in f else ""
     out["kernel"] = kernels["short_name"].fillna(kernels["name"]).astype(str)
     out["duration_ns"] = kernels["duration_ns"].astype("float64")
-    out["start_ns"] = kernels["start_ns"]
     return out.reset_index(drop=True)
 
 

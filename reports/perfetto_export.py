@@ -86,7 +86,7 @@ def write_perfetto(tl: Timeline, path: str | Path) -> dict:
             d.sibling_order_rank = int(t.order)
             d.child_ordering = TrackDescriptor.EXPLICIT
             if t.kind == "counter":
-                d.counter.unit_name = "%" if "%" in str(t.name) or "Active" in str(t.name) else ""
+                d.counter.SetInParent()  # a counter track (values in the metric's own unit)
             b.write_packet(p)
         for t, r, begin in zip(ts_l, row_l, begin_l):  # one packet per slice edge
             p = b.create_packet()

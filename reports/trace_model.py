@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from xstage_trace.analysis.spans import pair_spans
+from xstage_trace.collectors.nsys_names import NVTX_START_END
 from xstage_trace.reports.configs import config_names
 
 TILE_EVENTS = {"mainloop": "mainloop", "slot_wait": "slot wait", "rs": "remote store", "ls": "local store"}
@@ -125,7 +126,13 @@ def build_timeline(run, dump_pattern: str | None = None, metrics: list[str] | No
                                    "correlation_id": kernels["correlation_id"]}))
     if len(nvtx):
         n = nvtx.dropna(subset=["end_ns"])
-        tid = np.array([T.get(gpu(r) + (f"NVTX · thread {t & 0xFFFFFF}",), "slice", 1) for r, t in zip(n["rank"], n["global_tid"])])
+        # push/pop ranges nest per thread; start/end ranges may overlap partially: lanes of their own
+        se = (n["event_type"] == NVTX_START_END).to_numpy()
+        lane = np.zeros(len(n), dtype=np.int64)
+        lane[se] = pack_lanes(n["rank"].to_numpy(np.int64)[se], n["start_ns"].to_numpy(float)[se], n["end_ns"].to_numpy(float)[se])
+        names_ = [f"NVTX · start/end ranges · lane {ln}" if is_se else f"NVTX · thread {t & 0xFFFFFF}"
+                  for is_se, ln, t in zip(se.tolist(), lane.tolist(), n["global_tid"].tolist())]  # one name per range row
+        tid = np.array([T.get(gpu(r) + (nm,), "slice", 1) for r, nm in zip(n["rank"], names_)])
         parts.append(pd.DataFrame({"track_id": tid, "name": n["name"].astype(str), "start_ns": n["start_ns"].astype(float), "end_ns": n["end_ns"].astype(float)}))
     slices = run.probe_slices()
     names = pd.Series(config_names(slices["label"]).to_numpy(), index=slices["dump"].to_numpy()) if len(slices) else pd.Series(dtype=str)

@@ -113,3 +113,11 @@ def test_bootstrap_interval_brackets_a_known_shift():
     base = rng.normal(1e6, 1e3, 15)
     lo, hi = bootstrap_change_pct(base, base * 1.05, GateConfig())
     assert lo < 5.0 < hi and hi - lo < 1.0
+
+
+def test_matching_on_the_kernel_name_alone_pools_its_launches(split_runs):
+    wave, inter = (open_run(p) for p in split_runs)
+    t = compare_runs(wave, inter, GateConfig(keys=("kernel",)))
+    assert t["kernel"].tolist() == ["fused_moe_kernel"]
+    assert t.loc[0, "base_launches"] == len(wave.kernels()) == 28 and t.loc[0, "new_launches"] == 28
+    assert np.isnan(t.loc[0, "stall_meas_us_base"])  # tiles have no kernel-name key to pool on

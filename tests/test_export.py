@@ -147,3 +147,23 @@ def test_export_rejects_an_unknown_format_and_a_folder_that_is_no_run(fused_run,
     assert r.returncode == 2 and "--format" in r.stderr and not (tmp_path / "x").exists()
     r = cli("export", tmp_path, "--format", "chrome", "-o", tmp_path / "y.json")
     assert r.returncode == 2 and not (tmp_path / "y.json").exists()
+
+
+def test_overlapping_start_end_nvtx_ranges_get_lanes():
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from xstage_trace.reports.trace_model import build_timeline
+
+    empty = pd.DataFrame(columns=["rank", "device_id", "metric", "timestamp_ns", "value"])
+    nvtx = pd.DataFrame({"rank": 0, "name": ["a", "b", "c"], "start_ns": [0, 5, 20], "end_ns": [10, 15, 30],
+                         "event_type": [60, 60, 59], "global_tid": [7, 8, 7], "domain_id": 0})
+    k = pd.DataFrame(columns=["rank", "device_id", "stream_id"])
+    run = SimpleNamespace(kernels=lambda: k, nvtx=lambda: nvtx, bursts=lambda: pd.DataFrame(), probes=lambda: pd.DataFrame(),
+                          probe_slices=lambda: pd.DataFrame(), gpu_metrics=lambda: empty, manifest={})
+    tl = build_timeline(run)
+    names = dict(zip(tl.tracks["track_id"], tl.tracks["name"]))
+    got = {n: names[t] for n, t in zip(tl.spans["name"], tl.spans["track_id"])}
+    # a and b overlap partially (start/end ranges): two lanes; c is a push/pop range on its thread
+    assert got == {"a": "NVTX · start/end ranges · lane 0", "b": "NVTX · start/end ranges · lane 1", "c": "NVTX · thread 7"}
