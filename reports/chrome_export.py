@@ -49,13 +49,14 @@ def span_args(spans: pd.DataFrame) -> list[dict]:
     for k, pat in enumerate(patterns):
         idx = np.flatnonzero(inverse.ravel() == k)
         use = [c for c, on in zip(cols, pat) if on]
-        block = spans.iloc[idx][use].astype(object)
+        values = []
         for c in use:
-            v = block[c]
-            if spans[c].dtype.kind == "f" and np.all(np.mod(spans[c].iloc[idx].to_numpy(float), 1) == 0) and c in INT_ARGS:
-                block[c] = v.astype(np.int64).astype(object)
-        for i, rec in zip(idx.tolist(), block.to_dict("records")):
-            out[i] = {k2: (v.item() if isinstance(v, np.generic) else v) for k2, v in rec.items()}
+            v = spans[c].iloc[idx]
+            if c in INT_ARGS and v.dtype.kind == "f":
+                v = v.astype(np.int64)
+            values.append(v.tolist())  # .tolist(): plain Python values, ready for the C JSON encoder
+        for i, row in zip(idx.tolist(), zip(*values)):
+            out[i] = dict(zip(use, row))
     return out
 
 
