@@ -52,7 +52,7 @@ def kernel_time_table(trials: pd.DataFrame) -> pd.DataFrame:
 def headline(verdicts: pd.DataFrame, trials: pd.DataFrame) -> list[str]:
     """The verdict lines: stall-bound configurations and the fastest schedule per configuration."""
     if verdicts.empty:
-        return ["No fused-kernel tiles in this run (no Table 3): only kernel times are reported."]
+        return ["No fused-kernel tiles in this run (no Table 3, no stall verdict)" + (f"; {len(trials)} kernel launches are summarized below." if len(trials) else ".")]
     bound = verdicts[verdicts["verdict"] == "stall-bound"]
     agree = verdicts["model_agrees"].dropna()
     lines = [f"**{len(bound)} of {len(verdicts)}** configuration × schedule pairs are **stall-bound** (median predicted or "
@@ -96,7 +96,9 @@ def burst_audit_table(bursts: pd.DataFrame, labels: pd.Series) -> pd.DataFrame:
               rho_max=("rho", "max"), q_max_MiB=("q_bytes", lambda v: v.max() / 2**20), guard_failures=("guard_fail", "sum")).reset_index()
     onset = b[b["guard_fail"]].groupby(["rank", "dump"])["burst"].min()
     t["onset_burst"] = t.set_index(["rank", "dump"]).index.map(onset)
-    t.insert(1, "config", t["dump"].map(labels).fillna(t["dump"]))
+    t.insert(1, "config", t["dump"].map(labels).fillna(""))
+    if t["config"].duplicated().any() or (t["config"] == "").any():  # labels without dest/shape/schedule: name the dump
+        t["config"] = t["dump"].str.replace(r"\.xsp.*$", "", regex=True)
     return t.drop(columns=["dump"])
 
 
@@ -144,7 +146,12 @@ def build_sections(run, worst_n: int = WORST_TILES) -> list[Section]:
     trials = kernel_trials(run.kernels()) if len(run.kernels()) else pd.DataFrame(columns=["dest", "shape", "schedule", "kernel", "duration_ns"])
     verdicts = config_verdicts(table3, run_noise_ns(tiles)) if len(table3) else config_verdicts(pd.DataFrame(), None)
     man = run.manifest
-    secs = [Section("Verdict", f"stalls: {SCOPE_PROBE}; {SCOPE_KERNEL}", headline(verdicts, trials) + [f"> warning: {w}" for w in run.warnings()],
+    points = run.calibration()
+    cal = calibration_residuals(points) if len(points) else pd.DataFrame()
+    cal_lines = [f"- calibration {r.dest}: {r.points} points, R = {r.R_gbps:.1f} GB/s, median period error {r.period_err_median_pct:+.2f} %, "
+                 f"p90 |error| {r.period_abs_err_p90_pct:.2f} % (sender-visible)" for r in cal.itertuples()]
+    scope = f"stalls: {SCOPE_PROBE}; {SCOPE_KERNEL}" if len(verdicts) else (SCOPE_SENDER if len(cal) else SCOPE_KERNEL)
+    secs = [Section("Verdict", scope, headline(verdicts, trials) + (cal_lines if verdicts.empty else []) + [f"> warning: {w}" for w in run.warnings()],
                     figures=["stall"] if len(verdicts) else [])]
     if len(table3):
         secs.append(Section("Table 3 (spec §5)", f"{SCOPE_PROBE}; kernel columns: {SCOPE_KERNEL}",
@@ -169,12 +176,8 @@ def build_sections(run, worst_n: int = WORST_TILES) -> list[Section]:
     if len(verdicts) and len(tiles):
         res_text.append("Model residual = measured − predicted MMA stall of each Linear-2 tile (spec §5).")
         res_table = model_residuals(verdicts, tiles)
-    points = run.calibration()
-    if len(points):
-        cal = calibration_residuals(points)
-        res_text += ["Calibration points in this run, fitted here (spec §3); period error of the recurrence prediction:"] + [
-            f"- {r.dest}: {r.points} points, R = {r.R_gbps:.1f} GB/s, median error {r.period_err_median_pct:+.2f} %, p90 |error| {r.period_abs_err_p90_pct:.2f} % (sender-visible)"
-            for r in cal.itertuples()]
+    if len(cal):
+        res_text += ["Calibration points in this run, fitted here (spec §3); period error of the recurrence prediction:"] + cal_lines
     align = run.alignment()
     if len(align):
         res_text += [f"- clock alignment {r.rank}: {r.dumps_matched}/{r.dumps_total} dumps inside their kernels, residual {r.residual_ns:.0f} ns, drift {r.drift_ppm:.2f} ppm (probe globaltimer vs nsys)"
@@ -187,8 +190,11 @@ def build_sections(run, worst_n: int = WORST_TILES) -> list[Section]:
                             [f"{n_bp} of {len(tiles)} tiles backpressured (predicted or measured stall above {run_noise_ns(tiles):.0f} ns); the {min(worst_n, n_bp)} largest:"],
                             worst_tiles(tiles, worst_n), details=True))
     inputs = man.get("inputs", [])
-    secs.append(Section("Run", "", [f"- run folder: `{run.path}`", f"- GPUs: {', '.join(man.get('gpus', [])) or 'unknown'}",
-                                     f"- nsys: {', '.join(man.get('nsys_versions', [])) or 'none'}; time base: {man.get('time_base')}",
-                                     f"- inputs: {len(inputs)} ({sum(i.get('kind') == 'probe' for i in inputs)} probe dumps)",
-                                     f"- xstage-trace {man.get('tool_version', '?')}"]))
+    run_lines = [f"- run folder: `{run.path}`", f"- GPUs: {', '.join(man.get('gpus', [])) or 'unknown'}",
+                 f"- nsys: {', '.join(man.get('nsys_versions', [])) or 'none'}; time base: {man.get('time_base')}",
+                 f"- inputs: {len(inputs)} ({sum(i.get('kind') == 'probe' for i in inputs)} probe dumps)"]
+    if man.get("nvtx_filter"):
+        f = man["nvtx_filter"]
+        run_lines.append(f"- NVTX filter: `{f['pattern']}` kept {f['kernels_kept']} of {f['kernels_total']} kernels")
+    secs.append(Section("Run", "", run_lines + [f"- xstage-trace {man.get('tool_version', '?')}"]))
     return secs

@@ -98,3 +98,18 @@ def test_markdown_cuts_long_tables_to_fit_and_keeps_the_callers_sections():
     kept = len(re.findall(r"^\| \d+ \|", md, flags=re.M))
     assert 0 < kept < 2000 and f"of 2000 rows" in md
     assert len(secs[1].table) == 2000
+
+
+def test_report_of_a_calibration_run_has_no_stall_verdict_but_its_fit(tmp_path):
+    from conftest import CALIB
+    from xstage_trace.reports.run_report import write_run_report
+    from xstage_trace.runner import analyze_inputs
+
+    analyze_inputs([CALIB / "quick"], tmp_path / "cal.run")
+    write_run_report(open_run(tmp_path / "cal.run"), tmp_path / "rep")
+    md = (tmp_path / "rep" / "report.md").read_text()
+    verdict = md.split("\n## ")[1]
+    assert "no stall verdict" in verdict and "## Table 3" not in md
+    points = pd.read_csv(tmp_path / "cal.run" / "calibration_points.csv")
+    for dest, n in points["dest"].value_counts().items():  # one fitted line per store path of the dumps
+        assert f"- calibration {dest}: {n} points" in verdict
