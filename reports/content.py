@@ -113,8 +113,8 @@ def model_residuals(verdicts: pd.DataFrame, tiles: pd.DataFrame) -> pd.DataFrame
 
 
 def calibration_residuals(points: pd.DataFrame) -> pd.DataFrame:
-    """For a calibration run: the model fitted on its points (spec §3) and the period residual per
-    store path (measured vs recurrence prediction, %)."""
+    """For a calibration run: the model fitted on its points (spec §3) and the period residual of
+    its periodic points per store path (measured vs recurrence prediction, %)."""
     from xstage_trace.analysis.calibration_fit import fit_calibration, predict
 
     rows = []
@@ -148,7 +148,7 @@ def build_sections(run, worst_n: int = WORST_TILES) -> list[Section]:
     man = run.manifest
     points = run.calibration()
     cal = calibration_residuals(points) if len(points) else pd.DataFrame()
-    cal_lines = [f"- calibration {r.dest}: {r.points} points, R = {r.R_gbps:.1f} GB/s, median period error {r.period_err_median_pct:+.2f} %, "
+    cal_lines = [f"- calibration {r.dest}: {r.points} periodic points, R = {r.R_gbps:.1f} GB/s, median period error {r.period_err_median_pct:+.2f} %, "
                  f"p90 |error| {r.period_abs_err_p90_pct:.2f} % (sender-visible)" for r in cal.itertuples()]
     scope = f"stalls: {SCOPE_PROBE}; {SCOPE_KERNEL}" if len(verdicts) else (SCOPE_SENDER if len(cal) else SCOPE_KERNEL)
     secs = [Section("Verdict", scope, headline(verdicts, trials) + (cal_lines if verdicts.empty else []) + [f"> warning: {w}" for w in run.warnings()],

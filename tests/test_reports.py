@@ -111,5 +111,6 @@ def test_report_of_a_calibration_run_has_no_stall_verdict_but_its_fit(tmp_path):
     verdict = md.split("\n## ")[1]
     assert "no stall verdict" in verdict and "## Table 3" not in md
     points = pd.read_csv(tmp_path / "cal.run" / "calibration_points.csv")
-    for dest, n in points["dest"].value_counts().items():  # one fitted line per store path of the dumps
-        assert f"- calibration {dest}: {n} points" in verdict
+    periodic = points[points["mode"] == "periodic"]
+    for dest, n in periodic["dest"].value_counts().items():  # one fitted line per store path of the dumps
+        assert f"- calibration {dest}: {n} periodic points" in verdict
