@@ -42,7 +42,7 @@ def test_interleaving_is_an_improvement_where_cuda_events_say_so(split_runs, tmp
     wave, inter = split_runs
     r = cli("compare", wave, inter, "--by", "dest,shape,kernel", "--gate", GATE, "--json", "-o", tmp_path / "compare.md")
     assert r.returncode == 0, r.stderr
-    doc = json.loads(r.stdout)
+    doc = json.loads(r.stdout, parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))
     got = {(c["dest"], c["shape"]): c["verdict"] for c in doc["configurations"]}
     want = expected_verdicts()
     assert {("host", "S1"), ("host", "S2"), ("host", "S3"), ("local", "S1")} <= set(want)  # the table decides every traced config
@@ -78,7 +78,9 @@ def test_stall_and_backpressure_deltas_follow_the_tiles(split_runs):
 def test_a_run_against_itself_is_neutral(fused_run, tmp_path):
     r = cli("compare", fused_run, fused_run, "--json", "-o", tmp_path / "c.md")
     assert r.returncode == 0
-    assert {c["verdict"] for c in json.loads(r.stdout)["configurations"]} == {"neutral"}
+    doc = json.loads(r.stdout, parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))  # the unlabelled kernel has no stalls: null
+    assert {c["verdict"] for c in doc["configurations"]} == {"neutral"}
+    assert any(c["stall_meas_us_base"] is None for c in doc["configurations"])
 
 
 @pytest.mark.parametrize("args", [("not-a-run",), ("SELF", "--by", "dest,colour"), ("SELF", "--gate", "-1")])

@@ -1,6 +1,6 @@
 """The ``xstage-trace`` command line: a thin layer over the API, collectors/ and analysis/.
 
-One module per command group (analyze, calibrate, model, instrument); each registers its commands
+One module per command group (analyze, calibrate, model, instrument, report, compare, export); each registers its commands
 on ``app`` when imported below. Commands import their heavy dependencies inside the function, so
 ``--help`` stays fast.
 """

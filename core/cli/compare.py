@@ -34,7 +34,7 @@ def compare(
     write_text_atomic(output, compare_markdown(table, outcome, base_run, new_run, cfg, accept))
     if as_json:
         emit({"outcome": outcome, "exit_code": code, "accepted": accept, "gate_pct": gate, "keys": list(cfg.keys),
-              "compare_md": str(output), "configurations": table.to_dict("records")})
+              "compare_md": str(output), "configurations": table.astype(object).where(table.notna(), None).to_dict("records")})  # NaN → null: strict JSON
     else:
         out.print(outcome)
         out.print(f"wrote {output}")
