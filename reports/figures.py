@@ -1,4 +1,4 @@
-"""Static figures (matplotlib, Agg backend) for the reports, written as SVG and PNG side by side.
+"""Static figures (matplotlib Figures on Agg canvases) for the reports, written as SVG and PNG side by side.
 
 Each ``*_figure`` function takes frames from the run API (or the verdict table) and returns a
 matplotlib Figure; ``save_figure`` writes it. The same data feed the interactive plotly figures
@@ -11,25 +11,26 @@ import io
 from pathlib import Path
 
 import matplotlib
+import numpy as np
+import pandas as pd
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.colors import LogNorm
+from matplotlib.figure import Figure
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-
-from xstage_trace.base.atomic import atomic_file  # noqa: E402
+from xstage_trace.base.atomic import atomic_file
 
 FORMATS = ("svg", "png")
 PNG_DPI = 110
 # Deterministic SVG/PNG: no creation date, fixed element ids.
-matplotlib.rcParams["svg.hashsalt"] = "xstage-trace"
+_RC = {"svg.hashsalt": "xstage-trace"}
 _METADATA = {"svg": {"Date": None, "Creator": "xstage-trace"}, "png": {"Software": "xstage-trace"}}
 
 
 def new_figure(title: str, x_label: str, y_label: str, log_x: bool = False, log_y: bool = False, size=(7.0, 4.2)):
-    """A titled figure with one axes (grid on, optional log axes)."""
+    """A titled figure with one axes (grid on, optional log axes), on its own Agg canvas (no pyplot,
+    no global backend switch)."""
     fig = Figure(figsize=size, layout="constrained")
+    FigureCanvasAgg(fig)
     ax = fig.add_subplot()
     ax.set_title(title, fontsize=10)
     ax.set_xlabel(x_label)
@@ -47,12 +48,12 @@ def save_figure(fig: Figure, folder: str | Path, stem: str) -> list[Path]:
     paths = []
     for fmt in FORMATS:
         buf = io.BytesIO()
-        fig.savefig(buf, format=fmt, dpi=PNG_DPI, metadata=_METADATA[fmt])
+        with matplotlib.rc_context(_RC):
+            fig.savefig(buf, format=fmt, dpi=PNG_DPI, metadata=_METADATA[fmt])
         path = Path(folder) / f"{stem}.{fmt}"
         with atomic_file(path, "wb") as fh:
             fh.write(buf.getvalue())
         paths.append(path)
-    plt.close(fig)
     return paths
 
 
@@ -101,7 +102,7 @@ def tile_stall_figure(tiles: pd.DataFrame) -> Figure:
     if len(t):
         p, m = t["predicted_stall_ns"].to_numpy() / 1e3, t["measured_stall_ns"].to_numpy() / 1e3
         top = float(max(p.max(), m.max(), 1.0))
-        _, _, _, im = ax.hist2d(p, m, bins=60, range=[[0, top], [0, top]], cmin=1, norm=matplotlib.colors.LogNorm(), rasterized=True)
+        _, _, _, im = ax.hist2d(p, m, bins=60, range=[[0, top], [0, top]], cmin=1, norm=LogNorm(), rasterized=True)
         fig.colorbar(im, ax=ax, label="tiles")
         ax.plot([0, top], [0, top], "k--", lw=0.8, label="measured = predicted")
         ax.legend(fontsize=8)
