@@ -47,13 +47,13 @@ def map_report(report: str | Path, work_dir: str | Path, dumps=None, calibration
     return v.assign(report=str(report), run_dir=str(run_dir))
 
 
-def reduce_results(frames: list[pd.DataFrame], output_dir: str | Path) -> list[Path]:
-    """Reducer: ``xstage_verdicts.parquet`` (all reports) and ``xstage_summary.md`` in ``output_dir``."""
+def reduce_results(frames: list[pd.DataFrame], verdicts_path: str | Path, summary_path: str | Path) -> list[Path]:
+    """Reducer: the verdicts of all reports as Parquet (``verdicts_path``) and a Markdown summary
+    (``summary_path``)."""
     from xstage_trace.reports.markdown import md_table
 
-    out = Path(output_dir)
     allv = pd.concat([f for f in frames if len(f)], ignore_index=True) if any(len(f) for f in frames) else pd.DataFrame()
-    pq = out / "xstage_verdicts.parquet"
+    pq = Path(verdicts_path)
     with atomic_file(pq, "wb") as fh:
         allv.astype({"model_agrees": "boolean"} if "model_agrees" in allv else {}).to_parquet(fh, index=False)
     lines = ["# xstage_tiles", "", "_Timing scope: stalls = probe clock per SM (µs); kernel = nsys kernel rows (ms)._", ""]
@@ -63,6 +63,6 @@ def reduce_results(frames: list[pd.DataFrame], output_dir: str | Path) -> list[P
                   md_table(allv.drop(columns=["run_dir"])), ""]
     else:
         lines.append("No fused-kernel tiles found in the inputs.")
-    md = out / "xstage_summary.md"
+    md = Path(summary_path)
     write_text_atomic(md, "\n".join(lines) + "\n")
     return [pq, md]

@@ -38,7 +38,7 @@ def test_mapper_and_reducer_on_the_sample(tmp_path):
     got = {(d, s): verdict for d, s, verdict in zip(v["dest"], v["schedule"], v["verdict"])}
     assert got == {("host", "wave"): "stall-bound", ("host", "interleaved"): "covered", ("local", "wave"): "covered", ("local", "interleaved"): "covered"}
     assert (tmp_path / "fused_reference.xstage-run.report" / "report.md").is_file()
-    pq, md = reduce_results([v, v.assign(report="again")], tmp_path / "out")
+    pq, md = reduce_results([v, v.assign(report="again")], tmp_path / "out" / "v.parquet", tmp_path / "out" / "s.md")
     back = pd.read_parquet(pq)
     assert len(back) == 2 * len(v) and back["report"].nunique() == 2
     assert "2 of 8 configuration × schedule pairs stall-bound over 2 report(s)" in md.read_text()

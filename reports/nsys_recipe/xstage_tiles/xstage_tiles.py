@@ -20,15 +20,14 @@ class XstageTiles(recipe.Recipe):
 
     @staticmethod
     def _mapper_func(report_path, parsed_args, work_dir):
-        return map_report(report_path, work_dir, dumps=parsed_args.dumps,
-                          calibration=parsed_args.calibration, nvtx=parsed_args.nvtx)
+        return map_report(report_path, work_dir, dumps=parsed_args.dumps, calibration=parsed_args.calibration, nvtx=parsed_args.nvtx)
 
     def mapper_func(self, context):
-        return context.wait(context.map(self._mapper_func, self._parsed_args.input, parsed_args=self._parsed_args, work_dir=self.output_dir))
+        work_dir = self.add_output_file("runs")  # one run folder + report per input report
+        return context.wait(context.map(self._mapper_func, self._parsed_args.input, parsed_args=self._parsed_args, work_dir=work_dir))
 
     def reducer_func(self, mapper_res):
-        for path in reduce_results(list(mapper_res), self.output_dir):
-            self.add_output_file(path.name)
+        reduce_results(list(mapper_res), self.add_output_file("xstage_verdicts.parquet"), self.add_output_file("xstage_summary.md"))
 
     def run(self, context):
         super().run(context)
@@ -38,8 +37,7 @@ class XstageTiles(recipe.Recipe):
     def get_argument_parser(cls):
         parser = super().get_argument_parser()
         parser.add_recipe_argument(Option.INPUT, required=True)
-        group = parser.recipe_group
-        group.add_argument("--dumps", default=None, help="folder of the probe dumps (default: each report's folder)")
-        group.add_argument("--calibration", default=None, help="calibration JSON (xstage-trace calibrate fit) for the burst audit")
-        group.add_argument("--nvtx", default=None, help="only kernels under NVTX ranges of this name or glob")
+        parser.add_recipe_argument("--dumps", default=None, help="folder of the probe dumps (default: each report's folder)")
+        parser.add_recipe_argument("--calibration", default=None, help="calibration JSON (xstage-trace calibrate fit) for the burst audit")
+        parser.add_recipe_argument("--nvtx", default=None, help="only kernels under NVTX ranges of this name or glob")
         return parser
