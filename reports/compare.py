@@ -152,7 +152,7 @@ def compare_markdown(table: pd.DataFrame, outcome: str, base_path, new_path, cfg
             "stall_meas_us_base": "Δt meas base (µs, probe)", "stall_meas_us_new": "Δt meas new (µs, probe)",
             "backpressured_tiles_base": "bp L2 tiles base", "backpressured_tiles_new": "bp L2 tiles new", "reason": "reason"}
     order = table.assign(_o=table["verdict"].map({v: i for i, v in enumerate(VERDICTS)})).sort_values(["_o"] + keys, kind="stable")
-    lines = [f"# xstage-trace compare", "", f"**{outcome}**", "",
+    lines = ["# xstage-trace compare", "", f"**{outcome}**", "",
              f"- base: `{base_path}`", f"- new: `{new_path}`",
              f"- gate: {cfg.gate_pct:g} % on the median kernel time per configuration ({', '.join(cfg.keys)}); noise floor = the larger IQR/median of the two runs; "
              f"{100 * cfg.confidence:.0f} % bootstrap interval of the change ({cfg.resamples} resamples)"]

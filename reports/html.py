@@ -4,6 +4,7 @@ and plotly.js inlined once (no network access needed to open it)."""
 from __future__ import annotations
 
 import html
+import re
 
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
@@ -17,8 +18,6 @@ th{background:#f3f3f3}.scope{color:#555;font-style:italic}details{margin:.5em 0}
 
 def _inline(text: str) -> str:
     """Escape a Markdown text line and keep its **bold** and `code` marks."""
-    import re
-
     t = html.escape(text.lstrip("-> ").strip())
     t = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", t)
     return re.sub(r"`(.+?)`", r"<code>\1</code>", t)

@@ -4,9 +4,6 @@ uses a command and options that the CLI has."""
 from __future__ import annotations
 
 import re
-import shlex
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -29,10 +26,13 @@ def _command_lines(text: str) -> list[list[str]]:
 
 
 def _help(cmd: tuple[str, ...]) -> str:
-    r = subprocess.run([sys.executable, "-m", "xstage_trace", *cmd, "--help"], capture_output=True, text=True, timeout=120,
-                       env={"COLUMNS": "200", "PATH": "/usr/bin:/bin", "TERM": "dumb"})
-    assert r.returncode == 0, (cmd, r.stderr)
-    return r.stdout
+    from typer.testing import CliRunner
+
+    from xstage_trace.cli import app
+
+    r = CliRunner().invoke(app, [*cmd, "--help"], env={"COLUMNS": "200", "TERM": "dumb"})
+    assert r.exit_code == 0, (cmd, r.output)
+    return r.output
 
 
 def test_workflow_is_valid_and_posts_summary_and_sticky_comment():
