@@ -6,6 +6,12 @@ attributed by the nsys reader through the CUDA runtime call) is R or lies inside
 thread. NAME matches a range name exactly, or as a glob when it holds ``*``, ``?`` or ``[``.
 Probe dumps are kept when their records fall inside a kept kernel; GPU-metric samples when they
 fall inside a kept kernel's interval; NVTX ranges when they are under a matching range.
+
+The kernels table holds the name of the innermost launch range but not the launch time or
+thread, so the range *instance* is taken as the latest range of that name that began before the
+kernel started. When the host runs far ahead of the GPU, that can be a later instance of the same
+name; it only matters when such instances sit under differently named outer ranges. A launch-time
+column in the kernels table would make the lookup exact.
 """
 
 from __future__ import annotations
