@@ -25,7 +25,7 @@ def _default_run_dir(first: Path) -> Path:
 
 def analyze_inputs(inputs: list[Path], output: Path | None, nsys=None, calibration=None, allow_overflow=False, progress=None,
                    rank_overrides: dict[str, int] | None = None, warmup_launches: int = 0, workers: int | None = None,
-                   force: bool = False, scheduler: str | None = None) -> dict:
+                   force: bool = False, scheduler: str | None = None, nvtx: str | None = None) -> dict:
     """plan (exports, dump headers, pairing) → dumps streamed one at a time through the per-dump analyses
     (probes written as they are produced) → whole-run analyses → run dataset (atomic) → summary dict.
 
@@ -35,6 +35,7 @@ def analyze_inputs(inputs: list[Path], output: Path | None, nsys=None, calibrati
     from xstage_trace.calibration_io import load_platform
     from xstage_trace.collectors.collect import plan_run
     from xstage_trace.collectors.dataset import check_output_against_inputs, check_output_dir, write_run
+    from xstage_trace.collectors.nvtx_filter import restrict_to_nvtx
     from xstage_trace.stream import frames_of, run_tasks
 
     run_dir = Path(output) if output else _default_run_dir(Path(inputs[0]))
@@ -42,6 +43,7 @@ def analyze_inputs(inputs: list[Path], output: Path | None, nsys=None, calibrati
     check_output_against_inputs(run_dir, [*inputs, calibration] if calibration else inputs)
     ctx = AnalysisContext(model=load_platform(calibration) if calibration else None, warmup_launches=warmup_launches)
     plan = plan_run(inputs, nsys=nsys, allow_overflow=allow_overflow, rank_overrides=rank_overrides)
+    plan = restrict_to_nvtx(plan, nvtx) if nvtx else plan
     tables = plan.tables
     state: dict = {}
 
@@ -221,12 +223,13 @@ def run_calibration(dest: str, output: Path, quick: bool, binary: Path | None, n
 
 
 def write_report(folder: Path, doc: dict, points: pd.DataFrame) -> None:
-    """report.md and its figures/ (SVG) for one fitted store path."""
+    """report.md and its figures/ (SVG and PNG) for one fitted store path."""
     from xstage_trace.reports.calibration import calibration_figures, calibration_report
+    from xstage_trace.reports.figures import save_figure
 
     figs = calibration_figures(doc, points)
-    for name, svg in figs.items():
-        write_text_atomic(Path(folder) / "figures" / name, svg)
+    for stem, fig in figs.items():
+        save_figure(fig, Path(folder) / "figures", stem)
     text = calibration_report(doc, points)
-    text += "\n## Figures\n\n" + "\n".join(f"![{n}](figures/{n})" for n in sorted(figs)) + "\n"
+    text += "\n## Figures\n\n" + "\n".join(f"![{n}](figures/{n}.svg)" for n in sorted(figs)) + "\n"
     write_text_atomic(Path(folder) / f"report_{doc['store_path']}.md", text)

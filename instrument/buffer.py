@@ -10,11 +10,25 @@ Compile the kernel with ``options=(f"-I{include_dir()}", "-DXSTAGE_TRACE")``.
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import numpy as np
 
 from xstage_trace.collectors.probe_format import RECORD_DTYPE, SLICE_DTYPE, write_probe_dump
+
+NVTX_DOMAIN = "xstage"  # nsys profile --nvtx-domain-include=xstage keeps only these ranges
+
+
+def phase(name: str):
+    """An NVTX range ``name`` in the ``xstage`` domain around a host-side phase (a no-op context
+    when the ``nvtx`` package is not installed, and inside nvtx when no profiler is attached)."""
+    try:
+        import nvtx
+    except ImportError:
+        return contextlib.nullcontext()
+    return nvtx.annotate(name, domain=NVTX_DOMAIN, category="probe buffer")
+
 
 # Layout of xstage::DeviceBuffer (probe.cuh): two pointers, four u32.
 DEVICE_BUFFER_DTYPE = np.dtype(
@@ -33,13 +47,14 @@ class ProbeBuffer:
         self.roles_per_cta = roles_per_cta
         self.capacity = capacity
         self.num_slices = num_ctas * roles_per_cta
-        with self.device:
+        with phase("xstage: allocate probe buffer"), self.device:
             self.meta = cp.zeros(self.num_slices * SLICE_DTYPE.itemsize, dtype=cp.uint8)
             self.records = cp.zeros(self.num_slices * capacity * RECORD_DTYPE.itemsize, dtype=cp.uint8)
 
     def reset(self) -> None:
         """Zero the slice table before a launch (counts, anchors)."""
-        self.meta.fill(0)
+        with phase("xstage: reset probe buffer"):
+            self.meta.fill(0)
 
     def kernel_arg(self) -> np.void:
         """The ``xstage::DeviceBuffer`` struct, passed by value to a CuPy RawKernel."""
@@ -59,13 +74,14 @@ class ProbeBuffer:
     def dump(self, path: str | Path, event_names: list[str], label: str = "", rank: int = 0) -> Path:
         """Copy the buffer back and write the dump (atomically)."""
         cp = self._cp
-        with self.device:
+        with phase("xstage: copy probe buffer back"), self.device:
             cp.cuda.runtime.deviceSynchronize()
             meta = cp.asnumpy(self.meta).view(SLICE_DTYPE)
             records = cp.asnumpy(self.records).view(RECORD_DTYPE)
             props = cp.cuda.runtime.getDeviceProperties(self.device.id)
         name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
-        write_probe_dump(path, slice_meta=meta, records=records, capacity=self.capacity, event_names=event_names,
-                         gpu_name=name, sm_count=int(props["multiProcessorCount"]), sm_clock_khz=int(props.get("clockRate", 0)),
-                         roles_per_cta=self.roles_per_cta, device_index=self.device.id, rank=rank, label=label)
+        with phase("xstage: write probe dump"):
+            write_probe_dump(path, slice_meta=meta, records=records, capacity=self.capacity, event_names=event_names,
+                             gpu_name=name, sm_count=int(props["multiProcessorCount"]), sm_clock_khz=int(props.get("clockRate", 0)),
+                             roles_per_cta=self.roles_per_cta, device_index=self.device.id, rank=rank, label=label)
         return Path(path)

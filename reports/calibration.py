@@ -1,4 +1,4 @@
-"""Markdown reports (calibration; more come with the report command)."""
+"""The calibration report: measured vs predicted tables and figures for one fitted store path."""
 
 from __future__ import annotations
 
@@ -101,45 +101,48 @@ def calibration_report(doc: dict, points: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
-def calibration_figures(doc: dict, points: pd.DataFrame) -> dict[str, str]:
-    """The calibration's Figure 2/3 views as SVG: period and issue time vs gap (measured, Eq. 1,
-    recurrence) per K, and isolated issue time vs volume (median, p90, recovered floor, (V − Q)/R)."""
+def calibration_figures(doc: dict, points: pd.DataFrame) -> dict:
+    """The calibration's Figure 2/3 views (matplotlib, by file stem): period and issue time vs gap
+    (measured, Eq. 1, recurrence) per K, and isolated issue time vs volume (median, p90, recovered
+    floor, max(T0, (V − Q)/R))."""
     import numpy as np
 
     from xstage_trace.analysis.calibration_fit import predict
     from xstage_trace.calibration_io import load_platform_from_doc
-    from xstage_trace.reports.svgplot import PALETTE, Chart, Series, render
+    from xstage_trace.reports.figures import new_figure
 
     model = load_platform_from_doc(doc)
     pts = points[points["dest"] == doc["store_path"]]
     pred = predict(pts, model)
-    figs: dict[str, str] = {}
+    figs: dict = {}
     for k, g in pred.groupby("K"):  # one chart per producer count
-        period = Chart(f"{doc['store_path']}: period vs gap, K = {k}", "gap G (ns)", "period (ns)", log_y=True)
-        issue = Chart(f"{doc['store_path']}: issue time vs gap, K = {k}", "gap G (ns)", "issue time (ns)", log_y=True)
-        for j, (b, gb) in enumerate(g.groupby("B")):  # one color per burst size: dots measured, dashes Eq. 1, line recurrence
+        pf, pax = new_figure(f"{doc['store_path']}: period vs gap, K = {k}", "gap G (ns)", "period (ns)", log_y=True)
+        ifig, iax = new_figure(f"{doc['store_path']}: issue time vs gap, K = {k}", "gap G (ns)", "issue time (ns)", log_y=True)
+        for j, (b, gb) in enumerate(g.groupby("B")):  # one colour per burst size: dots measured, dashes Eq. 1, line recurrence
             gb = gb.sort_values("gap_ns")
-            x, col = gb["gap_ns"].tolist(), PALETTE[j % len(PALETTE)]
-            period.series += [Series(f"B={b // 1024} KiB measured", x, gb["period_med_ns"].tolist(), line=False, markers=True, color=col),
-                              Series(f"B={b // 1024} KiB Eq. 1", x, gb["pred_period_ss_ns"].tolist(), dashed=True, color=col)]
-            issue.series += [Series(f"B={b // 1024} KiB measured", x, gb["tiss_med_ns"].tolist(), line=False, markers=True, color=col),
-                             Series(f"B={b // 1024} KiB Eq. 1", x, gb["pred_issue_ss_ns"].tolist(), dashed=True, color=col)]
+            x, col, kib = gb["gap_ns"], f"C{j % 10}", f"B={b // 1024} KiB"
+            pax.plot(x, gb["period_med_ns"], "o", ms=3, color=col, label=f"{kib} measured")
+            pax.plot(x, gb["pred_period_ss_ns"], "--", color=col, label=f"{kib} Eq. 1")
+            iax.plot(x, gb["tiss_med_ns"], "o", ms=3, color=col, label=f"{kib} measured")
+            iax.plot(x, gb["pred_issue_ss_ns"], "--", color=col, label=f"{kib} Eq. 1")
             if "pred_period_rec_ns" in gb:
-                period.series.append(Series(f"B={b // 1024} KiB recurrence", x, gb["pred_period_rec_ns"].tolist(), color=col))
-        figs[f"{doc['store_path']}_period_vs_gap_K{k}.svg"] = render(period)
-        figs[f"{doc['store_path']}_issue_vs_gap_K{k}.svg"] = render(issue)
+                pax.plot(x, gb["pred_period_rec_ns"], "-", color=col, label=f"{kib} recurrence")
+        for ax in (pax, iax):
+            ax.legend(fontsize=6, ncol=2)
+        figs[f"{doc['store_path']}_period_vs_gap_K{k}"] = pf
+        figs[f"{doc['store_path']}_issue_vs_gap_K{k}"] = ifig
     iso = pts[pts["mode"] == "isolated"]
     for k, g in iso.groupby("K"):
         g = g.sort_values("V")
         v = g["V"].to_numpy(dtype=float)
         t0 = model.floor_ns(g["K"].to_numpy(), g["B"].to_numpy())
-        c = Chart(f"{doc['store_path']}: isolated burst issue vs volume, K = {k}", "volume V (bytes)", "issue time (ns)", log_x=True, log_y=True)
-        c.series += [Series("median", v.tolist(), g["tiss_med_ns"].tolist(), line=False, markers=True),
-                     Series("p90", v.tolist(), g["tiss_p90_ns"].tolist(), line=False, markers=True),
-                     Series("T_iss^0", v.tolist(), t0.tolist(), dashed=True)]
+        fig, ax = new_figure(f"{doc['store_path']}: isolated burst issue vs volume, K = {k}", "volume V (bytes)", "issue time (ns)", log_x=True, log_y=True)
+        ax.plot(v, g["tiss_med_ns"], "o", ms=3, label="median")
+        ax.plot(v, g["tiss_p90_ns"], "s", ms=3, label="p90")
+        ax.plot(v, t0, "--", label="T_iss^0")
         q = model.capacity([k])
         if q is not None:
-            law = np.maximum(t0, (v - q[0]) / model.rate_gbps)
-            c.series.append(Series("max(T0, (V-Q)/R)", v.tolist(), law.tolist()))
-        figs[f"{doc['store_path']}_isolated_issue_K{k}.svg"] = render(c)
+            ax.plot(v, np.maximum(t0, (v - q[0]) / model.rate_gbps), "-", label="max(T0, (V-Q)/R)")
+        ax.legend(fontsize=8)
+        figs[f"{doc['store_path']}_isolated_issue_K{k}"] = fig
     return figs

@@ -58,3 +58,25 @@ def tmp_copy(tmp_path):
         return dst
 
     return _copy
+
+
+def analyze_sample(out: Path, nvtx: str | None = None) -> Path:
+    """analyze the traced fused-kernel report + dumps (with the host calibration) into ``out``."""
+    from xstage_trace.runner import analyze_inputs
+
+    traced = FUSED / "traced"
+    analyze_inputs([next(traced.glob("*.nsys-rep")), traced], out, calibration=CALIB / "calibration_host.json", nvtx=nvtx)
+    return out
+
+
+@pytest.fixture(scope="session")
+def fused_run(tmp_path_factory):
+    """The sample fused-kernel capture analyzed once: all kernels and dumps."""
+    return analyze_sample(tmp_path_factory.mktemp("runs") / "fused.run")
+
+
+@pytest.fixture(scope="session")
+def split_runs(tmp_path_factory):
+    """The same capture split by NVTX range into a wave run and an interleaved run (analyze --nvtx)."""
+    d = tmp_path_factory.mktemp("split")
+    return analyze_sample(d / "wave.run", "*schedule=wave*"), analyze_sample(d / "interleaved.run", "*schedule=interleaved*")

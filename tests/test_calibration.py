@@ -194,17 +194,25 @@ def test_report_text_names_both_lines_and_the_validation(tmp_path, fit_ours, ref
 
 
 def test_report_figures_show_measured_and_predicted(tmp_path):
+    from xstage_trace.reports.calibration import calibration_figures
     from xstage_trace.runner import write_report
 
     doc = json.loads((CALIB / "calibration_host.json").read_text())
     pts = pd.read_csv(CALIB / "calibration_points.csv")
+    figs = calibration_figures(doc, pts)
+    assert {"host_period_vs_gap_K132", "host_issue_vs_gap_K132", "host_isolated_issue_K132"} <= set(figs)
+    lines = {ln.get_label(): ln for ln in figs["host_period_vs_gap_K132"].axes[0].get_lines()}
+    measured = [ln for label, ln in lines.items() if label.endswith("measured")]
+    # 4 burst sizes × 10 gaps measured (the sweep's K=132 rows), each with an Eq. 1 and a recurrence curve
+    sweep = pts[(pts["dest"] == "host") & (pts["mode"] == "periodic") & (pts["K"] == 132)]
+    assert len(measured) == sweep["B"].nunique() == 4
+    assert sum(len(ln.get_xdata()) for ln in measured) == len(sweep) == 40
+    assert {"B=2 KiB recurrence", "B=2 KiB Eq. 1"} <= set(lines)
+    assert "max(T0, (V-Q)/R)" in {ln.get_label() for ln in figs["host_isolated_issue_K132"].axes[0].get_lines()}
     write_report(tmp_path, doc, pts)
-    figs = {p.name: p.read_text() for p in (tmp_path / "figures").glob("*.svg")}
-    assert {"host_period_vs_gap_K132.svg", "host_issue_vs_gap_K132.svg", "host_isolated_issue_K132.svg"} <= set(figs)
-    svg = figs["host_period_vs_gap_K132.svg"]
-    # 4 burst sizes × 10 gaps measured, each with an Eq. 1 and a recurrence curve
-    assert svg.count('class="point"') == 40
-    assert svg.count('data-label="B=2 KiB recurrence"') == 1 and svg.count('data-label="B=2 KiB Eq. 1"') == 1
-    assert "max(T0, (V-Q)/R)" in figs["host_isolated_issue_K132.svg"]
+    written = {p.name for p in (tmp_path / "figures").iterdir()}
+    assert {"host_period_vs_gap_K132.svg", "host_period_vs_gap_K132.png"} <= written
+    assert (tmp_path / "figures" / "host_period_vs_gap_K132.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "<svg" in (tmp_path / "figures" / "host_period_vs_gap_K132.svg").read_text()
     report = (tmp_path / "report_host.md").read_text()
-    assert "![host_period_vs_gap_K132.svg](figures/host_period_vs_gap_K132.svg)" in report
+    assert "![host_period_vs_gap_K132](figures/host_period_vs_gap_K132.svg)" in report

@@ -1,6 +1,6 @@
 """The ``xstage-trace`` command line: a thin layer over the API, collectors/ and analysis/.
 
-One module per command group (analyze, calibrate, model, instrument, collection); each registers
+One module per command group (analyze, calibrate, model, instrument, collection, report, compare, export); each registers
 its commands on ``app`` when imported below. Start-up stays under 0.5 s (benchmarks/bench_startup.py):
 command modules import numpy, pandas, pyarrow, scipy, duckdb and rich's renderables inside the
 command function, and the consoles below import rich only when something is printed, so ``--json``
@@ -96,3 +96,6 @@ def main() -> None:
 
 from xstage_trace.cli import analyze as _analyze, calibrate as _calibrate, instrument as _instrument, model as _model  # noqa: E402,F401  (registers the commands)
 from xstage_trace.cli import collection as _collection  # noqa: E402,F401
+from xstage_trace.cli import report as _report  # noqa: E402,F401
+from xstage_trace.cli import compare as _compare  # noqa: E402,F401
+from xstage_trace.cli import export as _export  # noqa: E402,F401

@@ -1,0 +1,41 @@
+"""``xstage-trace compare``: the regression gate between a base run and a new run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from xstage_trace.cli import app, emit, out
+
+
+@app.command()
+def compare(
+    base_run: Path = typer.Argument(..., help="baseline run folder"),
+    new_run: Path = typer.Argument(..., help="run folder of the change under test"),
+    gate: float = typer.Option(2.0, "--gate", help="smallest kernel-time change (%) that counts, below the noise floor it is raised to the noise"),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON object (outcome, exit code, rows)"),
+    accept: Optional[str] = typer.Option(None, "--accept", help="accept a known regression: the reason is recorded and the gate passes"),
+    by: str = typer.Option("dest,shape,schedule,kernel", "--by", help="configuration keys to match the runs on (subset of dest,shape,schedule,kernel)"),
+    output: Path = typer.Option(Path("compare.md"), "-o", "--output", help="where compare.md goes"),
+):
+    """Per configuration: kernel-time change with a noise floor, stalls and backpressured tiles; exit 0 pass, 1 regression or inconclusive, 2 bad input."""
+    from xstage_trace import open_run
+    from xstage_trace.base.atomic import write_text_atomic
+    from xstage_trace.base.errors import InputError
+    from xstage_trace.reports.compare import GateConfig, compare_markdown, compare_runs, gate_outcome
+
+    if gate < 0:
+        raise InputError(None, f"--gate {gate} is negative", "give the gate as a positive percentage, e.g. --gate 2")
+    cfg = GateConfig(gate_pct=gate, keys=tuple(k.strip() for k in by.split(",") if k.strip()))
+    table = compare_runs(open_run(base_run), open_run(new_run), cfg)
+    code, outcome = gate_outcome(table, accept)
+    write_text_atomic(output, compare_markdown(table, outcome, base_run, new_run, cfg, accept))
+    if as_json:
+        emit({"outcome": outcome, "exit_code": code, "accepted": accept, "gate_pct": gate, "keys": list(cfg.keys),
+              "compare_md": str(output), "configurations": table.astype(object).where(table.notna(), None).to_dict("records")})  # NaN → null: strict JSON
+    else:
+        out.print(outcome)
+        out.print(f"wrote {output}")
+    raise typer.Exit(code)
