@@ -103,6 +103,47 @@ class Run:
             return pd.DataFrame()
         return attach_kernel_times(table3_from_tiles(tiles), self.kernels())
 
+    def probe_spans(self, dump: str, events=("mainloop", "slot_wait", "rs"), start_ns: float | None = None,
+                    end_ns: float | None = None) -> pd.DataFrame:
+        """Begin/end probe spans of one dump (one kernel launch) for ``events``, those overlapping
+        [start_ns, end_ns] (each bound optional): rank, dump, cta, sm_id, role, event, tile,
+        start_ns, end_ns, duration_ns and the end record's payload. The dump and events are
+        selected in Arrow before the records are paired, so one kernel of a large run is cheap."""
+        import pyarrow.compute as pc
+
+        from xstage_trace.analysis.spans import pair_spans
+
+        keys = ["rank", "dump", "cta", "sm_id", "role", "event", "tile"]
+        cols = [*keys, "start_ns", "end_ns", "duration_ns", "payload"]
+        t = self.table("probes")
+        if t.num_rows == 0:
+            return pd.DataFrame(columns=cols)
+        events = [str(e) for e in events]
+        mask = pc.and_(pc.is_in(t["dump"], value_set=pa.array([dump])), pc.is_in(t["event"], value_set=pa.array(events)))
+        p = t.filter(mask).select([*keys, "kind", "payload", "t_ns"]).to_pandas()
+        p["dump"] = p["dump"].astype(str)
+        s = pair_spans(p, events, keys).rename(columns={"start": "start_ns", "end": "end_ns", "duration": "duration_ns"})
+        s["event"] = s["event"].astype(str)
+        if start_ns is not None:
+            s = s[s["end_ns"] >= start_ns]
+        if end_ns is not None:
+            s = s[s["start_ns"] <= end_ns]
+        return s[cols].reset_index(drop=True)
+
+    def calibration_document(self) -> dict | None:
+        """The calibration JSON the run was analyzed with (manifest ``calibration``), or None when
+        there was none or it is no longer readable. A relative path is tried from the current
+        folder, then from the run folder's parent."""
+        name = self.manifest.get("calibration")
+        if not name:
+            return None
+        for f in (Path(name), self.path.parent / name):
+            try:
+                return json.loads(f.read_text())
+            except (OSError, ValueError):
+                continue
+        return None
+
     def calibration(self) -> pd.DataFrame:
         """Calibration points reduced from calibration-benchmark dumps (empty for other runs)."""
         f = self.path / "calibration_points.csv"

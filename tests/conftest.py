@@ -49,3 +49,30 @@ def tmp_copy(tmp_path):
         return dst
 
     return _copy
+
+
+@pytest.fixture(scope="session")
+def fused_run_dir(tmp_path_factory) -> Path:
+    """The shipped fused-kernel capture (nsys report + probe dumps + host calibration), analyzed once."""
+    from xstage_trace.runner import analyze_inputs
+
+    out = tmp_path_factory.mktemp("fused_run") / "fused.xstage-run"
+    analyze_inputs([FUSED / "traced" / "fused_reference.nsys-rep", FUSED / "traced"], out,
+                   calibration=CALIB / "calibration_host.json")
+    return out
+
+
+@pytest.fixture(scope="session")
+def partial_runs(tmp_path_factory) -> dict[str, Path]:
+    """Runs that lack one input each: ``no_probes`` (nsys report only), ``no_nsys`` (probe dumps
+    only), ``no_calibration`` (both, analyzed without --calibration)."""
+    from xstage_trace.runner import analyze_inputs
+
+    base = tmp_path_factory.mktemp("partial_runs")
+    rep, dumps = FUSED / "traced" / "fused_reference.nsys-rep", FUSED / "traced"
+    runs = {"no_probes": [rep], "no_nsys": sorted(dumps.glob("*_S1_*.xsp*")), "no_calibration": [rep, dumps]}
+    out = {}
+    for name, inputs in runs.items():
+        out[name] = base / f"{name}.xstage-run"
+        analyze_inputs(inputs, out[name])
+    return out
