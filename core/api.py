@@ -130,19 +130,22 @@ class Run:
             s = s[s["start_ns"] <= end_ns]
         return s[cols].reset_index(drop=True)
 
-    def calibration_document(self) -> dict | None:
-        """The calibration JSON the run was analyzed with (manifest ``calibration``), or None when
-        there was none or it is no longer readable. A relative path is tried from the current
-        folder, then from the run folder's parent."""
+    def calibration_path(self) -> Path | None:
+        """Where the calibration JSON the run was analyzed with (manifest ``calibration``) is now:
+        a relative path is tried from the current folder, then from the run folder's parent;
+        None when there was none or it is gone."""
         name = self.manifest.get("calibration")
         if not name:
             return None
-        for f in (Path(name), self.path.parent / name):
-            try:
-                return json.loads(f.read_text())
-            except (OSError, ValueError):
-                continue
-        return None
+        return next((f.resolve() for f in (Path(name), self.path.parent / name) if f.is_file()), None)
+
+    def calibration_document(self) -> dict | None:
+        """That calibration JSON as a dict, or None (no calibration, file gone or unreadable)."""
+        f = self.calibration_path()
+        try:
+            return json.loads(f.read_text()) if f else None
+        except (OSError, ValueError):
+            return None
 
     def calibration(self) -> pd.DataFrame:
         """Calibration points reduced from calibration-benchmark dumps (empty for other runs)."""

@@ -50,3 +50,8 @@ def test_calibration_document_is_the_json_the_run_was_analyzed_with(fused_run_di
     doc = xstage_trace.open_run(fused_run_dir).calibration_document()
     assert doc == json.loads((CALIB / "calibration_host.json").read_text())
     assert xstage_trace.open_run(partial_runs["no_calibration"]).calibration_document() is None
+
+
+def test_calibration_path_finds_the_file_named_in_the_manifest(fused_run_dir, partial_runs):
+    assert xstage_trace.open_run(fused_run_dir).calibration_path() == (CALIB / "calibration_host.json").resolve()
+    assert xstage_trace.open_run(partial_runs["no_calibration"]).calibration_path() is None
