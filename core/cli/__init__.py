@@ -37,3 +37,4 @@ def main() -> None:
 
 
 from xstage_trace.cli import analyze as _analyze, calibrate as _calibrate, instrument as _instrument, model as _model  # noqa: E402,F401  (registers the commands)
+from xstage_trace.cli import dashboard as _dashboard  # noqa: E402,F401

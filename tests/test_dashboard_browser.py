@@ -1,0 +1,128 @@
+"""The real dashboard in a real browser: ``xstage-trace dashboard`` on a free localhost port, every
+page visited with Playwright driving Debian's chromium, headings and numbers asserted, screenshots
+written to docs/screenshots/. Skipped only where /usr/bin/chromium is absent."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+import xstage_trace
+from conftest import ROOT
+
+CHROMIUM = Path("/usr/bin/chromium")
+SHOTS = ROOT / "docs" / "screenshots"
+LAUNCH_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+               "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="no /usr/bin/chromium (apt-get install chromium)")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def dashboard(fused_run_dir, partial_runs):
+    """The dashboard started by the CLI over the fused run and the run without calibration."""
+    port = _free_port()
+    cmd = [sys.executable, "-m", "xstage_trace", "dashboard", str(fused_run_dir), str(partial_runs["no_calibration"]),
+           "--port", str(port)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    url = f"http://localhost:{port}"
+    deadline = time.monotonic() + 90
+    while True:
+        try:
+            if urllib.request.urlopen(f"{url}/_stcore/health", timeout=2).read() == b"ok":
+                break
+        except OSError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            os.killpg(proc.pid, signal.SIGTERM)
+            pytest.fail(f"dashboard did not start: {proc.stderr.read().decode()[-2000:]}")
+        time.sleep(0.5)
+    yield url
+    os.killpg(proc.pid, signal.SIGTERM)  # the CLI and the streamlit server it started (its own session)
+    proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def page(dashboard):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=LAUNCH_ARGS)
+        pg = browser.new_page(viewport={"width": 1500, "height": 1000})
+        pg.set_default_timeout(60_000)
+        yield pg
+        browser.close()
+
+
+def _visit(page, url: str, heading: str):
+    page.goto(url)
+    page.get_by_role("heading", name=heading).first.wait_for()
+    # Streamlit is done when its status widget no longer says it is running
+    page.wait_for_function("!document.querySelector('[data-testid=\"stStatusWidget\"]')")
+    return page
+
+
+def _metric(page, label: str) -> str:
+    m = page.locator("[data-testid='stMetric']").filter(has_text=label).first
+    return m.locator("[data-testid='stMetricValue']").inner_text().strip()
+
+
+def _shot(page, name: str, chart: bool = True) -> None:
+    if chart:
+        page.locator(".js-plotly-plot").first.wait_for()
+        page.wait_for_timeout(800)  # let plotly finish its first draw
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / f"{name}.png"))
+
+
+def test_every_page_shows_its_heading_and_key_numbers(dashboard, page, fused_run_dir):
+    run = xstage_trace.open_run(fused_run_dir)
+    tiles = run.tiles()
+    name = fused_run_dir.name
+
+    _visit(page, f"{dashboard}/", f"Overview: {name}")  # the default page lives at /
+    assert _metric(page, "backpressured tiles") == f"{int(tiles['backpressured'].sum()):,}"
+    assert _metric(page, "kernel launches (nsys)") == f"{len(run.kernels()):,}"
+    page.get_by_role("heading", name="Verdict per configuration").wait_for()
+    _shot(page, "overview", chart=False)
+
+    _visit(page, f"{dashboard}/tiles", f"Tiles: {name}")
+    s1_wave = tiles["label"].str.contains(r"dest=host shape=S1 schedule=wave") & (tiles["tile_kind"] == "linear2")
+    assert _metric(page, "backpressured") == f"{int(tiles.loc[s1_wave, 'backpressured'].sum()):,}"
+    _shot(page, "tiles")
+
+    _visit(page, f"{dashboard}/timeline", f"Timeline: {name}")
+    assert _metric(page, "drawn as") == "heat map"  # a whole kernel has ~20k spans: aggregated
+    _shot(page, "timeline")
+
+    _visit(page, f"{dashboard}/bursts", f"Bursts: {name}")
+    busiest = tiles.groupby("dump")["backpressured"].sum().idxmax()  # the page opens on the most backpressured kernel
+    assert _metric(page, "bursts") == f"{int((run.bursts()['dump'] == busiest).sum()):,}"
+    _shot(page, "bursts")
+
+    _visit(page, f"{dashboard}/calibration", f"Calibration: {name}")
+    assert _metric(page, "R (GB/s)").startswith(f"{run.calibration_document()['rate_gbps']:.1f}")
+    _shot(page, "calibration", chart=False)
+
+    _visit(page, f"{dashboard}/what-if", f"What-if: {name}")
+    assert _metric(page, "expert-wave: verdict") in {"stall", "no stall"}
+    _shot(page, "whatif")
+
+    _visit(page, f"{dashboard}/compare", "Compare")
+    page.get_by_role("heading", name="Two runs").wait_for()
+    assert _metric(page, "configurations whose verdict changed") == "0"  # same dumps, analyzed without calibration
+    _shot(page, "compare", chart=False)
