@@ -76,3 +76,13 @@ def partial_runs(tmp_path_factory) -> dict[str, Path]:
         out[name] = base / f"{name}.xstage-run"
         analyze_inputs(inputs, out[name])
     return out
+
+
+@pytest.fixture(scope="session")
+def calibration_run_dir(tmp_path_factory) -> Path:
+    """The shipped quick calibration sweep (22 benchmark dumps), analyzed once: a run with calibration points."""
+    from xstage_trace.runner import analyze_inputs
+
+    out = tmp_path_factory.mktemp("calibration_run") / "quick.xstage-run"
+    analyze_inputs(sorted((CALIB / "quick").glob("*.xsp*")), out)
+    return out

@@ -7,6 +7,7 @@ import streamlit as st
 from xstage_trace.app import data, figures, shaping, state
 
 DEFAULT_METRICS = ("Tensor Active", "SM Active", "PCIe TX", "PCIe RX", "NVLink TX", "NVLink RX")
+SM_NEIGHBOURS = 8
 HEAT_EVENTS = {"slot wait (MMA waits for a free slot)": "slot_wait", "remote store (epilogue)": "rs",
                "mainloop (MMA)": "mainloop", "remote-store burst (benchmark)": "burst"}
 
@@ -56,14 +57,22 @@ if path:
     if st.session_state.get("_window_for") != (path, dump) or "timeline_window" not in st.session_state:  # another kernel: start from all of it
         st.session_state["_window_for"] = (path, dump)
         st.session_state["timeline_window"] = (0.0, total_us)
+    sm_lo, sm_hi = (int(spans["sm_id"].min()), int(spans["sm_id"].max())) if spans is not None else (0, 0)
+    if st.session_state.get("_sms_for") != (path, dump) or "timeline_sms" not in st.session_state:
+        st.session_state["_sms_for"] = (path, dump)
+        st.session_state["timeline_sms"] = (sm_lo, sm_hi)
     if fresh_tile and spans is not None and selected[0] == dump:
         mine = spans[(spans["cta"] == selected[1]) & (spans["tile"] == selected[2])]
-        if len(mine):
+        if len(mine):  # the tile in its surroundings: its time ± its length, its SM ± SM_NEIGHBOURS
             a, b = shaping.window_around(float(mine["start_ns"].min()), float(mine["end_ns"].max()), lo_ns, hi_ns)
             st.session_state["timeline_window"] = ((a - origin) / 1e3, (b - origin) / 1e3)
+            sm = int(mine["sm_id"].iloc[0])
+            st.session_state["timeline_sms"] = (max(sm_lo, sm - SM_NEIGHBOURS), min(sm_hi, sm + SM_NEIGHBOURS))
         st.session_state["_tile_applied"] = selected
-    win = st.slider("Window (µs from the kernel start)", 0.0, total_us, key="timeline_window",
-                    step=max(total_us / 2000, 1e-3), format="%.1f")
+    c = st.columns([3, 1])
+    win = c[0].slider("Window (µs from the kernel start)", 0.0, total_us, key="timeline_window",
+                      step=max(total_us / 2000, 1e-3), format="%.1f")
+    sms = c[1].slider("SMs", sm_lo, max(sm_hi, sm_lo + 1), key="timeline_sms") if spans is not None else None
     start_ns, end_ns = origin + win[0] * 1e3, origin + win[1] * 1e3
     kw = kernels[(kernels["end_ns"] >= start_ns) & (kernels["start_ns"] <= end_ns)] if len(kernels) else kernels
     nw = nvtx[(nvtx["end_ns"] >= start_ns) & (nvtx["start_ns"] <= end_ns)] if len(nvtx) else nvtx
@@ -72,7 +81,8 @@ if path:
     heat_label = ""
     if spans is not None:
         c = st.columns([1, 1, 1, 2])
-        inwin = spans[(spans["end_ns"] >= start_ns) & (spans["start_ns"] <= end_ns)]
+        inwin = spans[(spans["end_ns"] >= start_ns) & (spans["start_ns"] <= end_ns)
+                      & (spans["sm_id"] >= sms[0]) & (spans["sm_id"] <= sms[1])]
         dtiles = tiles[tiles["dump"] == dump] if len(tiles) else tiles
         c[0].metric("spans in window", f"{len(inwin):,}")
         c[1].metric("backpressured tiles in this kernel", f"{int(dtiles['backpressured'].sum()):,}" if len(dtiles) else "no tiles")
