@@ -29,19 +29,23 @@ def label_fields(labels: pd.Series) -> pd.DataFrame:
 
 
 def configurations(tiles: pd.DataFrame) -> pd.DataFrame:
-    """Configuration columns per tile: dest, shape, schedule from the label, and ``variant``
-    (the tiles' own ``variant`` column, else ``layout/operands/epilogue`` from the label)."""
+    """Configuration columns per tile (categorical): dest, shape, schedule from the label, and
+    ``variant`` (the tiles' own ``variant`` column, else ``layout/operands/epilogue`` from the
+    label). Labels are parsed once per distinct label, then broadcast by code."""
     labels = tiles["label"] if "label" in tiles else pd.Series(pd.NA, index=tiles.index, dtype="string")
-    fields = label_fields(labels)
-    out = pd.DataFrame({k: fields[k] if k in fields else pd.Series(pd.NA, index=tiles.index, dtype="string")
-                        for k in CONFIG_KEYS}, index=tiles.index)
+    codes, uniq = pd.factorize(labels, use_na_sentinel=True)
+    fields = label_fields(pd.Series(uniq, dtype="string"))
     have = [k for k in VARIANT_KEYS if k in fields]
-    if "variant" in tiles:
-        out["variant"] = tiles["variant"].astype("string")
-    elif have:
-        out["variant"] = fields[have[0]].str.cat([fields[k] for k in have[1:]], sep="/", na_rep="")
-    else:
-        out["variant"] = pd.Series(pd.NA, index=tiles.index, dtype="string")
+    if have:
+        fields["variant"] = fields[have[0]].str.cat([fields[k] for k in have[1:]], sep="/", na_rep="")
+    out = pd.DataFrame(index=tiles.index)
+    for k in (*CONFIG_KEYS, "variant"):
+        if k == "variant" and "variant" in tiles:
+            out[k] = tiles["variant"].astype("category")
+            continue
+        per_label = pd.Categorical(fields[k] if k in fields else pd.Series(pd.NA, index=fields.index, dtype="string"))
+        tile_codes = np.where(codes >= 0, per_label.codes[np.maximum(codes, 0)] if len(uniq) else -1, -1)
+        out[k] = pd.Categorical.from_codes(tile_codes, categories=per_label.categories)
     return out
 
 

@@ -45,11 +45,14 @@ def _tiles_cfg(path: str, stamp: float) -> pd.DataFrame:
     from xstage_trace.app.shaping import with_config
 
     t = _frame(path, stamp, "tiles")
-    return with_config(t) if not t.empty else t
+    if t.empty:
+        return t
+    # few distinct values: categorical, so that filtering a million tiles does not copy strings
+    return with_config(t.astype({c: "category" for c in ("dump", "label", "tile_kind") if c in t}))
 
 
 def tiles_with_config(path: str) -> pd.DataFrame:
-    """Tiles with their configuration columns (shaping.with_config)."""
+    """Tiles with their configuration columns (shaping.with_config); dump, label and tile_kind categorical."""
     return _tiles_cfg(path, _stamp(path))
 
 
@@ -73,3 +76,40 @@ def _spans(path: str, stamp: float, dump: str) -> pd.DataFrame:
 def spans(path: str, dump: str) -> pd.DataFrame:
     """Run.probe_spans of one dump (SPAN_EVENTS), all of it, cached."""
     return _spans(path, _stamp(path), dump)
+
+
+@st.cache_resource(show_spinner=False, max_entries=16)
+def _dump_index(path: str, stamp: float) -> pd.DataFrame:
+    t = _tiles_cfg(path, stamp)
+    if t.empty:
+        return pd.DataFrame(columns=["dump", "config", "tiles", "backpressured"])
+    g = t.groupby("dump", observed=True)
+    return pd.DataFrame({"config": g["config"].first().astype(str), "tiles": g.size(),
+                         "backpressured": g["backpressured"].sum()}).reset_index().astype({"dump": str})
+
+
+def dump_index(path: str) -> pd.DataFrame:
+    """One row per fused-kernel dump: its configuration name, tiles and backpressured tiles."""
+    return _dump_index(path, _stamp(path))
+
+
+@st.cache_resource(show_spinner=False, max_entries=64)
+def _dump_tiles(path: str, stamp: float, dump: str) -> pd.DataFrame:
+    t = _tiles_cfg(path, stamp)
+    return t[t["dump"] == dump] if len(t) else t
+
+
+def dump_tiles(path: str, dump: str) -> pd.DataFrame:
+    """The tiles of one dump (cached)."""
+    return _dump_tiles(path, _stamp(path), dump)
+
+
+@st.cache_resource(show_spinner=False, max_entries=16)
+def _metric_names(path: str, stamp: float) -> list[str]:
+    gm = _frame(path, stamp, "gpu_metrics")
+    return sorted(gm["metric"].astype("category").cat.remove_unused_categories().cat.categories.astype(str)) if len(gm) else []
+
+
+def metric_names(path: str) -> list[str]:
+    """The GPU metrics present in the run."""
+    return _metric_names(path, _stamp(path))

@@ -11,7 +11,6 @@ from plotly.subplots import make_subplots
 COLORS = {
     "mainloop": "#9aa8b8",
     "slot wait": "#f2a541",
-    "slot wait (backpressured)": "#e4572e",
     "remote store": "#4c78a8",
     "remote store (backpressured)": "#c4161c",
     "local store": "#72b7b2",

@@ -16,20 +16,25 @@ MAX_SPANS_DRAWN = 4000
 MAX_POINTS_DRAWN = 20000
 EVENT_NAMES = {"mainloop": "mainloop", "slot_wait": "slot wait", "rs": "remote store", "burst": "remote store",
                "ls": "local store"}
-ROLE_OFFSET = {0: -0.2, 1: 0.2}  # lane = SM id; the MMA role just above, the epilogue just below
+ROLE_OFFSET = {0: 0.2, 1: -0.2}  # lane = SM id; the MMA role just above, the epilogue just below
 
 
 # ---------------------------------------------------------------- configurations and kernels
 
 def with_config(tiles: pd.DataFrame) -> pd.DataFrame:
-    """Tiles plus dest, shape, schedule, variant and ``config``, a readable name of the
-    configuration ("host S1 wave", with the variant appended when the run holds several)."""
+    """Tiles plus dest, shape, schedule, variant and ``config`` (categorical), a readable name of
+    the configuration ("host S1 wave", with the variant appended when the run holds several);
+    names are built once per distinct configuration."""
     cfg = configurations(tiles)
-    name = cfg["dest"].fillna("?") + " " + cfg["shape"].fillna("?") + " " + cfg["schedule"].fillna("?")
+    cols = ["dest", "shape", "schedule", "variant"]
+    ids = cfg.groupby(cols, observed=True, dropna=False, sort=False).ngroup().to_numpy()
+    first = pd.Series(np.arange(len(ids))).groupby(ids).first()  # one tile per configuration id
+    reps = cfg.iloc[first.to_numpy()].astype(object).fillna("?")
+    names = reps["dest"] + " " + reps["shape"] + " " + reps["schedule"]
     if cfg["variant"].nunique(dropna=True) > 1:
-        name = name + " " + cfg["variant"].fillna("")
-    out = tiles.drop(columns=[c for c in ("dest", "shape", "schedule", "variant") if c in tiles]).join(cfg)
-    out["config"] = name.fillna(tiles["dump"].astype(str) if "dump" in tiles else "?")
+        names = names + " " + reps["variant"]
+    out = tiles.drop(columns=[c for c in cols if c in tiles]).join(cfg)
+    out["config"] = pd.Series(names.to_numpy()[np.searchsorted(first.index.to_numpy(), ids)], index=tiles.index).astype("category")
     return out
 
 
@@ -55,20 +60,12 @@ def kernel_containing(kernels: pd.DataFrame, start_ns: float, end_ns: float) -> 
     return kernels.iloc[i] if overlap.iloc[i] > 0 else None
 
 
-def dump_config_names(tiles_cfg: pd.DataFrame) -> dict[str, str]:
-    """dump → configuration name (from :func:`with_config` output)."""
-    if tiles_cfg.empty:
-        return {}
-    d = tiles_cfg.drop_duplicates("dump")
-    return dict(zip(d["dump"].astype(str), d["config"]))
-
-
 # ---------------------------------------------------------------- timeline
 
 def span_categories(spans: pd.DataFrame, tiles: pd.DataFrame) -> pd.DataFrame:
     """Spans (Run.probe_spans) with ``lane`` (SM id ± role offset), ``category`` (mainloop, slot
-    wait, remote store; "… backpressured" for spans of backpressured tiles) and the tile's
-    predicted / measured stall."""
+    wait, remote store, local store; "remote store (backpressured)" for the remote stores of
+    backpressured tiles, the cause of the stall) and the tile's predicted / measured stall."""
     keys = ["rank", "dump", "cta", "tile"]
     cols = [*keys, "backpressured", "predicted_stall_ns", "measured_stall_ns"]
     if tiles.empty:
@@ -77,7 +74,7 @@ def span_categories(spans: pd.DataFrame, tiles: pd.DataFrame) -> pd.DataFrame:
         s = spans.merge(tiles[[c for c in cols if c in tiles]], on=keys, how="left")
     bp = s["backpressured"].fillna(False).astype(bool)
     base = s["event"].map(EVENT_NAMES).fillna(s["event"])
-    s["category"] = np.where(bp & (s["event"] != "mainloop"), base + " (backpressured)", base)
+    s["category"] = np.where(bp & s["event"].isin(["rs", "burst"]), base + " (backpressured)", base)
     s["lane"] = s["sm_id"] + s["role"].map(ROLE_OFFSET).fillna(0.0)
     return s
 
@@ -123,8 +120,9 @@ def binned_metrics(gpu_metrics: pd.DataFrame, metrics: list[str], start_ns: floa
     cols = ["metric", "t_ns", "value", "samples"]
     if gpu_metrics.empty or not metrics:
         return pd.DataFrame(columns=cols)
-    m = gpu_metrics[gpu_metrics["metric"].astype(str).isin(metrics)]
-    m = m[(m["timestamp_ns"] >= start_ns) & (m["timestamp_ns"] <= end_ns)]
+    ts = gpu_metrics["timestamp_ns"]
+    m = gpu_metrics[(ts >= start_ns) & (ts <= end_ns)]
+    m = m[m["metric"].isin(metrics)]
     if m.empty:
         return pd.DataFrame(columns=cols)
     width = max((end_ns - start_ns) / max_points, 1.0)
@@ -134,7 +132,7 @@ def binned_metrics(gpu_metrics: pd.DataFrame, metrics: list[str], start_ns: floa
     return out[cols]
 
 
-def window_around(start_ns: float, end_ns: float, lo_ns: float, hi_ns: float, pad_frac: float = 1.0) -> tuple[float, float]:
+def window_around(start_ns: float, end_ns: float, lo_ns: float, hi_ns: float, pad_frac: float = 0.25) -> tuple[float, float]:
     """A window around [start_ns, end_ns] padded by ``pad_frac`` of its length on each side,
     clipped to [lo_ns, hi_ns] (to show a selected tile in its surroundings)."""
     pad = (end_ns - start_ns) * pad_frac

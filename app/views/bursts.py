@@ -13,10 +13,10 @@ if path:
         st.warning("No remote-store bursts in this run: bursts are reconstructed from probe records of remote-store "
                    "events (analyze the probe dumps).")
         st.stop()
-    tiles = data.tiles_with_config(path)
-    names = shaping.dump_config_names(tiles)
+    index = data.dump_index(path)
+    names = dict(zip(index["dump"], index["config"]))
     dumps = sorted(bursts["dump"].astype(str).unique())
-    busiest = str(tiles.groupby("dump")["backpressured"].sum().idxmax()) if len(tiles) else None
+    busiest = str(index.loc[index["backpressured"].idxmax(), "dump"]) if len(index) else None
     state.keep_valid("bursts_dump", dumps, busiest)  # start on the most backpressured kernel
     dump = st.selectbox("Burst sequence (probe dump)", dumps, key="bursts_dump",
                         format_func=lambda d: f"{names[d]} · {d}" if d in names else d)

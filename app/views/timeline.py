@@ -17,9 +17,9 @@ if path:
     kernels = data.frame(path, "kernels")
     nvtx = data.frame(path, "nvtx")
     gm = data.frame(path, "gpu_metrics")
-    tiles = data.tiles_with_config(path)
+    index = data.dump_index(path)
     slices = data.frame(path, "probe_slices")
-    names = {**{d: d for d in slices["dump"].astype(str).unique()}, **shaping.dump_config_names(tiles)}
+    names = {**{d: d for d in slices["dump"].astype(str).unique()}, **dict(zip(index["dump"], index["config"]))}
     if not names and kernels.empty:
         st.warning("Nothing to show on a timeline: the run has neither probe records nor an nsys export.")
         st.stop()
@@ -32,7 +32,7 @@ if path:
     spans = dump = None
     if names:
         dumps = sorted(names)
-        busiest = str(tiles.groupby("dump")["backpressured"].sum().idxmax()) if len(tiles) else None
+        busiest = str(index.loc[index["backpressured"].idxmax(), "dump"]) if len(index) else None
         state.keep_valid("timeline_dump", dumps, busiest)
         if fresh_tile and selected[0] in dumps:
             st.session_state["timeline_dump"] = selected[0]
@@ -49,7 +49,7 @@ if path:
     else:
         st.info("No probe records: only nsys rows are shown (analyze with probe dumps for per-SM tile lanes).")
         lo_ns, hi_ns = float(kernels["start_ns"].min()), float(kernels["end_ns"].max())
-    metric_names = sorted(gm["metric"].astype(str).unique()) if len(gm) else []
+    metric_names = data.metric_names(path)
     chosen = top[1].multiselect("GPU metrics", metric_names, default=[m for m in DEFAULT_METRICS if m in metric_names],
                                 key="timeline_metrics")
     origin = lo_ns
@@ -83,7 +83,7 @@ if path:
         c = st.columns([1, 1, 1, 2])
         inwin = spans[(spans["end_ns"] >= start_ns) & (spans["start_ns"] <= end_ns)
                       & (spans["sm_id"] >= sms[0]) & (spans["sm_id"] <= sms[1])]
-        dtiles = tiles[tiles["dump"] == dump] if len(tiles) else tiles
+        dtiles = data.dump_tiles(path, dump)
         c[0].metric("spans in window", f"{len(inwin):,}")
         c[1].metric("backpressured tiles in this kernel", f"{int(dtiles['backpressured'].sum()):,}" if len(dtiles) else "no tiles")
         if len(inwin) <= shaping.MAX_SPANS_DRAWN:
