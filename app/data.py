@@ -16,8 +16,12 @@ from xstage_trace.api import Run
 SPAN_EVENTS = ("mainloop", "slot_wait", "rs", "ls", "burst")  # fused kernel, and the calibration benchmark's bursts
 
 
-def _stamp(path: str) -> float:
+def stamp(path: str) -> float:
+    """The run's version for cache keys: its manifest's modification time."""
     return (Path(path) / "manifest.json").stat().st_mtime
+
+
+
 
 
 @st.cache_resource(show_spinner=False, max_entries=8)
@@ -27,7 +31,7 @@ def _run(path: str, stamp: float) -> Run:
 
 def run(path: str) -> Run:
     """The Run of a folder (opened once per manifest version)."""
-    return _run(path, _stamp(path))
+    return _run(path, stamp(path))
 
 
 @st.cache_resource(show_spinner="Reading the run…", max_entries=64)
@@ -37,7 +41,7 @@ def _frame(path: str, stamp: float, name: str) -> pd.DataFrame:
 
 def frame(path: str, name: str) -> pd.DataFrame:
     """``Run.<name>()`` (kernels, nvtx, gpu_metrics, bursts, tiles, table3, calibration, alignment)."""
-    return _frame(path, _stamp(path), name)
+    return _frame(path, stamp(path), name)
 
 
 @st.cache_resource(show_spinner=False, max_entries=16)
@@ -53,7 +57,7 @@ def _tiles_cfg(path: str, stamp: float) -> pd.DataFrame:
 
 def tiles_with_config(path: str) -> pd.DataFrame:
     """Tiles with their configuration columns (shaping.with_config); dump, label and tile_kind categorical."""
-    return _tiles_cfg(path, _stamp(path))
+    return _tiles_cfg(path, stamp(path))
 
 
 @st.cache_resource(show_spinner=False, max_entries=16)
@@ -65,7 +69,7 @@ def _verdicts(path: str, stamp: float) -> pd.DataFrame:
 
 def verdicts(path: str) -> pd.DataFrame:
     """analysis.verdict.configuration_verdicts over the run's tiles."""
-    return _verdicts(path, _stamp(path))
+    return _verdicts(path, stamp(path))
 
 
 @st.cache_resource(show_spinner=False, max_entries=64)
@@ -75,7 +79,7 @@ def _spans(path: str, stamp: float, dump: str) -> pd.DataFrame:
 
 def spans(path: str, dump: str) -> pd.DataFrame:
     """Run.probe_spans of one dump (SPAN_EVENTS), all of it, cached."""
-    return _spans(path, _stamp(path), dump)
+    return _spans(path, stamp(path), dump)
 
 
 @st.cache_resource(show_spinner=False, max_entries=16)
@@ -90,7 +94,7 @@ def _dump_index(path: str, stamp: float) -> pd.DataFrame:
 
 def dump_index(path: str) -> pd.DataFrame:
     """One row per fused-kernel dump: its configuration name, tiles and backpressured tiles."""
-    return _dump_index(path, _stamp(path))
+    return _dump_index(path, stamp(path))
 
 
 @st.cache_resource(show_spinner=False, max_entries=64)
@@ -101,7 +105,7 @@ def _dump_tiles(path: str, stamp: float, dump: str) -> pd.DataFrame:
 
 def dump_tiles(path: str, dump: str) -> pd.DataFrame:
     """The tiles of one dump (cached)."""
-    return _dump_tiles(path, _stamp(path), dump)
+    return _dump_tiles(path, stamp(path), dump)
 
 
 @st.cache_resource(show_spinner=False, max_entries=16)
@@ -112,4 +116,4 @@ def _metric_names(path: str, stamp: float) -> list[str]:
 
 def metric_names(path: str) -> list[str]:
     """The GPU metrics present in the run."""
-    return _metric_names(path, _stamp(path))
+    return _metric_names(path, stamp(path))

@@ -31,7 +31,8 @@ def timeline_figure(kernels: pd.DataFrame, nvtx: pd.DataFrame, metrics: pd.DataF
                     start_ns: float, end_ns: float, highlight: pd.DataFrame | None = None) -> go.Figure:
     """One shared time axis (µs from ``origin_ns``): nsys kernels and NVTX ranges, GPU metrics,
     and per-SM lanes of tile spans (``spans`` with shaping.span_categories columns) or, when too
-    many, the busy-fraction heat map ``heat`` = (edges, lanes, fraction)."""
+    many, the busy-fraction heat map ``heat`` = (edges, lanes, fraction); ``highlight``: the
+    selected tile's spans (span_categories columns), shaded and outlined."""
     fig = make_subplots(rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.04, row_heights=[0.12, 0.22, 0.66],
                         subplot_titles=("kernels and NVTX ranges (nsys)", "GPU metrics (nsys, %)",
                                         "tile spans per SM (probes; MMA role above, epilogue below)" if heat is None
@@ -54,9 +55,11 @@ def timeline_figure(kernels: pd.DataFrame, nvtx: pd.DataFrame, metrics: pd.DataF
                     + (g["duration_ns"] / 1e3).round(2).astype(str) + " µs")
             fig.add_trace(_bars(g, g["lane"], cat, COLORS.get(cat, "#777777"), origin_ns, text, width=0.38), row=3, col=1)
     if highlight is not None and len(highlight):
-        for _, h in highlight.iterrows():  # the one selected tile's few spans
-            fig.add_vrect(x0=(h["start_ns"] - origin_ns) / 1e3, x1=(h["end_ns"] - origin_ns) / 1e3,
-                          fillcolor="#c4161c", opacity=0.12, line_width=0, row="all", col=1)
+        for _, h in highlight.iterrows():  # the one selected tile's few spans: shaded, and outlined in their lane
+            x0, x1 = (h["start_ns"] - origin_ns) / 1e3, (h["end_ns"] - origin_ns) / 1e3
+            fig.add_vrect(x0=x0, x1=x1, fillcolor="#c4161c", opacity=0.10, line_width=0, row="all", col=1)
+            fig.add_shape(type="rect", x0=x0, x1=x1, y0=h["lane"] - 0.3, y1=h["lane"] + 0.3,
+                          line=dict(color="black", width=2), row=3, col=1)
     fig.update_layout(barmode="overlay", height=760, **LAYOUT)
     fig.update_xaxes(range=[(start_ns - origin_ns) / 1e3, (end_ns - origin_ns) / 1e3])
     fig.update_xaxes(title_text="time (µs from the window's kernel start)", row=3, col=1)

@@ -76,9 +76,16 @@ def _visit(page, url: str, heading: str):
     return page
 
 
-def _metric(page, label: str) -> str:
+def _metric(page, label: str):
+    """The value of the metric labelled ``label`` (a locator: expect() retries until the page settles)."""
     m = page.locator("[data-testid='stMetric']").filter(has_text=label).first
-    return m.locator("[data-testid='stMetricValue']").inner_text().strip()
+    return m.locator("[data-testid='stMetricValue']")
+
+
+def _expect_metric(page, label: str, value) -> None:
+    from playwright.sync_api import expect
+
+    expect(_metric(page, label)).to_have_text(value, timeout=60_000)
 
 
 def _shot(page, name: str, chart: bool = True) -> None:
@@ -95,34 +102,41 @@ def test_every_page_shows_its_heading_and_key_numbers(dashboard, page, fused_run
     name = fused_run_dir.name
 
     _visit(page, f"{dashboard}/", f"Overview: {name}")  # the default page lives at /
-    assert _metric(page, "backpressured tiles") == f"{int(tiles['backpressured'].sum()):,}"
-    assert _metric(page, "kernel launches (nsys)") == f"{len(run.kernels()):,}"
+    _expect_metric(page, "backpressured tiles", f"{int(tiles['backpressured'].sum()):,}")
+    _expect_metric(page, "kernel launches (nsys)", f"{len(run.kernels()):,}")
     page.get_by_role("heading", name="Verdict per configuration").wait_for()
     _shot(page, "overview", chart=False)
 
     _visit(page, f"{dashboard}/tiles", f"Tiles: {name}")
     s1_wave = tiles["label"].str.contains(r"dest=host shape=S1 schedule=wave") & (tiles["tile_kind"] == "linear2")
-    assert _metric(page, "backpressured") == f"{int(tiles.loc[s1_wave, 'backpressured'].sum()):,}"
+    _expect_metric(page, "backpressured", f"{int(tiles.loc[s1_wave, 'backpressured'].sum()):,}")
     _shot(page, "tiles")
+    page.get_by_role("button", name="Show on the timeline").click()  # the worst tile, on the timeline
+    page.get_by_role("heading", name=f"Timeline: {name}").wait_for()
+    page.get_by_text("Selected tile (from the Tiles page)").wait_for()
+    page.wait_for_function("!document.querySelector('[data-testid=\"stStatusWidget\"]')")
+    _expect_metric(page, "drawn as", "spans")
+    _shot(page, "timeline_tile")
 
     _visit(page, f"{dashboard}/timeline", f"Timeline: {name}")
-    assert _metric(page, "drawn as") == "heat map"  # a whole kernel has ~20k spans: aggregated
+    _expect_metric(page, "drawn as", "heat map")  # a whole kernel has ~20k spans: aggregated
     _shot(page, "timeline")
 
     _visit(page, f"{dashboard}/bursts", f"Bursts: {name}")
     busiest = tiles.groupby("dump")["backpressured"].sum().idxmax()  # the page opens on the most backpressured kernel
-    assert _metric(page, "bursts") == f"{int((run.bursts()['dump'] == busiest).sum()):,}"
+    _expect_metric(page, "bursts", f"{int((run.bursts()['dump'] == busiest).sum()):,}")
     _shot(page, "bursts")
 
     _visit(page, f"{dashboard}/calibration", f"Calibration: {name}")
-    assert _metric(page, "R (GB/s)").startswith(f"{run.calibration_document()['rate_gbps']:.1f}")
+    doc = run.calibration_document()
+    _expect_metric(page, "R (GB/s)", f"{doc['rate_gbps']:.1f} ± {doc['rate_uncertainty_gbps']:.1f}")
     _shot(page, "calibration", chart=False)
 
     _visit(page, f"{dashboard}/what-if", f"What-if: {name}")
-    assert _metric(page, "expert-wave: verdict") in {"stall", "no stall"}
+    _expect_metric(page, "expert-wave: verdict", "stall")  # S1 host: V/R ≈ 64 µs against a 7.6 µs mainloop
     _shot(page, "whatif")
 
     _visit(page, f"{dashboard}/compare", "Compare")
     page.get_by_role("heading", name="Two runs").wait_for()
-    assert _metric(page, "configurations whose verdict changed") == "0"  # same dumps, analyzed without calibration
+    _expect_metric(page, "configurations whose verdict changed", "0")  # same dumps, analyzed without calibration
     _shot(page, "compare", chart=False)

@@ -79,14 +79,14 @@ def test_backpressured_tiles_sorted_by_measured_stall_in_us():
 
 
 def test_span_categories_flag_backpressured_tiles_and_place_roles_on_lanes():
-    spans = pd.DataFrame({"rank": 0, "dump": "d", "cta": [0, 0, 1], "tile": [5, 5, 6], "sm_id": [7, 7, 9],
-                          "role": [0, 1, 1], "event": ["mainloop", "rs", "rs"],
+    spans = pd.DataFrame({"rank": 0, "dump": "d", "cta": [0, 0, 1, 0], "tile": [5, 5, 6, 5], "sm_id": [7, 7, 9, 7],
+                          "role": [0, 1, 1, 0], "event": ["mainloop", "rs", "rs", "slot_wait"],
                           "start_ns": 0.0, "end_ns": 1.0, "duration_ns": 1.0})
     tiles = pd.DataFrame({"rank": 0, "dump": "d", "cta": [0, 1], "tile": [5, 6], "backpressured": [True, False],
                           "predicted_stall_ns": 0.0, "measured_stall_ns": 0.0})
     s = shaping.span_categories(spans, tiles)
-    assert s["category"].tolist() == ["mainloop", "remote store (backpressured)", "remote store"]
-    np.testing.assert_allclose(s["lane"], [6.8, 7.2, 9.2])
+    assert s["category"].tolist() == ["mainloop", "remote store (backpressured)", "remote store", "slot wait"]
+    np.testing.assert_allclose(s["lane"], [7.2, 6.8, 8.8, 7.2])  # MMA role above its SM, epilogue below
 
 
 def test_burst_sequence_and_guard_onset():
@@ -116,8 +116,9 @@ def test_schedule_speedup_is_wave_over_interleaved():
 
 
 def test_window_around_pads_and_clips():
-    assert shaping.window_around(100, 200, 0, 1000) == (0, 300)
-    assert shaping.window_around(100, 200, 50, 250) == (50, 250)
+    assert shaping.window_around(100, 200, 0, 1000) == (75, 225)
+    assert shaping.window_around(100, 200, 90, 210) == (90, 210)
+    assert shaping.window_around(100, 200, 0, 1000, pad_frac=1.0) == (0, 300)
 
 
 def test_with_config_names_configurations_and_adds_the_variant_only_when_several():

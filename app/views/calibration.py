@@ -38,6 +38,25 @@ def model_table(doc: dict) -> None:
                                        "T_iss^0 (ns)": list(floors.values())}), hide_index=True, key="cal_floors")
 
 
+@st.cache_resource(show_spinner=False, max_entries=16)
+def fitted(path: str, stamp: float, dest: str):
+    """fit_calibration over the run's own points for one store path (cached per run version)."""
+    run = data.run(path)
+    return fit_calibration(data.frame(path, "calibration"), platform=", ".join(run.manifest.get("gpus") or []), store_path=dest)
+
+
+@st.cache_resource(show_spinner=False, max_entries=16)
+def predicted(path: str, stamp: float):
+    """(points, model, predictions) for the calibration JSON the run names, when its points are found."""
+    run = data.run(path)
+    doc = run.calibration_document()
+    pts = document_points(run, doc) if doc else None
+    if pts is None:
+        return None
+    model = load_platform_from_doc(doc)
+    return pts, model, predict(pts[pts["dest"].astype(str) == doc.get("store_path", "")], model)
+
+
 def document_points(run, doc: dict):
     """The calibration's own points: the file named in its ``input`` beside the calibration JSON,
     when its sha256 still matches (else None)."""
@@ -96,7 +115,7 @@ if path:
         dests = sorted(points["dest"].astype(str).unique())
         state.keep_valid("cal_dest", dests)
         dest = st.selectbox("Store path", dests, key="cal_dest")
-        fit = fit_calibration(points, platform=", ".join(run.manifest.get("gpus") or []), store_path=dest)
+        fit = fitted(path, data.stamp(path), dest)
         doc = calibration_document(fit, None, state.run_name(path))
         st.header(f"M_X fitted to this run's points: {doc['platform']} {dest}")
         model_table(doc)
@@ -110,13 +129,13 @@ if path:
     st.header(f"M_X used by this run: {doc.get('platform', '')} {doc.get('store_path', '')}")
     st.caption(f"from {run.calibration_path()}")
     model_table(doc)
-    pts = document_points(run, doc)
-    if pts is None:
+    got = predicted(path, data.stamp(path))
+    if got is None:
         st.info("The calibration's own points are not beside its JSON (or changed since): measured-vs-predicted curves "
                 "need them, or `xstage-trace analyze CALIBRATION_DUMPS/ -o RUN` on the benchmark's dumps.")
         st.stop()
-    model = load_platform_from_doc(doc)
+    pts, model, pred = got
     dest = doc.get("store_path", "")
     st.caption(f"Curves: the calibration's input points ({doc['input']['name']}, sha256 verified), predicted with "
                "this M_X (no refit).")
-    curves(predict(pts[pts["dest"].astype(str) == dest], model), pts, model, dest)
+    curves(pred, pts, model, dest)

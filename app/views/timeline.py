@@ -98,7 +98,7 @@ if path:
             st.caption(f"{len(inwin):,} spans exceed the {shaping.MAX_SPANS_DRAWN:,} drawn at once: narrow the window "
                        "to see individual spans.")
         if selected and selected[0] == dump:
-            highlight = spans[(spans["cta"] == selected[1]) & (spans["tile"] == selected[2])]
+            highlight = shaping.span_categories(spans[(spans["cta"] == selected[1]) & (spans["tile"] == selected[2])], dtiles)
             st.caption(f"Selected tile (from the Tiles page): CTA {selected[1]}, tile {selected[2]} (shaded).")
     fig = figures.timeline_figure(kw, nw, mw, shown, heat, heat_label, origin, start_ns, end_ns, highlight)
     st.plotly_chart(fig, width="stretch", key="timeline_chart")
