@@ -48,22 +48,31 @@ def is_run_dir(path: Path) -> bool:
     return Path(path, MANIFEST).is_file()
 
 
-def read_run(run_dir: str | Path) -> tuple[dict[str, pa.Table], dict]:
-    """Read a run folder back: (tables, manifest)."""
+def read_table(run_dir: str | Path, name: str) -> pa.Table:
+    """One table of a run folder (``NAME.parquet`` or its ``NAME/rank=R/`` partitions), conformed
+    to its schema; empty with the schema when the folder has none."""
+    run_dir = Path(run_dir)
+    single = run_dir / f"{name}.parquet"
+    parts = sorted((run_dir / name).glob("rank=*/*.parquet")) if (run_dir / name).is_dir() else []
+    if single.is_file():
+        return conform(name, pq.read_table(single))
+    if parts:
+        return pa.concat_tables([conform(name, pq.read_table(p, partitioning=None)) for p in parts])
+    return empty_table(name)
+
+
+def read_manifest(run_dir: str | Path) -> dict:
+    """manifest.json of a run folder, refused when missing or newer than this xstage-trace."""
     run_dir = Path(run_dir)
     if not Path(run_dir, MANIFEST).is_file():
         raise InputError(run_dir, "not an xstage run dataset (no manifest.json)", "pass a folder written by xstage-trace analyze -o")
     manifest = json.loads(Path(run_dir, MANIFEST).read_text())
     if manifest.get("schema_version", 0) > SCHEMA_VERSION:
         raise InputError(run_dir, f"run dataset schema {manifest.get('schema_version')} is newer than this xstage-trace ({SCHEMA_VERSION})", "upgrade xstage-trace")
-    tables = {}
-    for name in TABLES:
-        single = run_dir / f"{name}.parquet"
-        parts = sorted((run_dir / name).glob("rank=*/*.parquet")) if (run_dir / name).is_dir() else []
-        if single.is_file():
-            tables[name] = conform(name, pq.read_table(single))
-        elif parts:
-            tables[name] = pa.concat_tables([conform(name, pq.read_table(p, partitioning=None)) for p in parts])
-        else:
-            tables[name] = empty_table(name)
-    return tables, manifest
+    return manifest
+
+
+def read_run(run_dir: str | Path) -> tuple[dict[str, pa.Table], dict]:
+    """Read a run folder back: (tables, manifest)."""
+    manifest = read_manifest(run_dir)
+    return {name: read_table(run_dir, name) for name in TABLES}, manifest

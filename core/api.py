@@ -34,30 +34,30 @@ class Run:
         self.path = Path(run_dir)
         if not is_run_dir(self.path):
             raise InputError(self.path, f"not an xstage run dataset (no {MANIFEST})", "pass a folder written by xstage-trace analyze -o")
+        self._tables: dict[str, pa.Table] = {}
 
     def __repr__(self) -> str:
         return f"Run({str(self.path)!r})"
 
     @functools.cached_property
-    def _tables(self) -> dict[str, pa.Table]:
-        from xstage_trace.collectors.dataset import read_run
-
-        tables, manifest = read_run(self.path)
-        self.__dict__["manifest"] = manifest
-        return tables
-
-    @functools.cached_property
     def manifest(self) -> dict:
         """manifest.json: inputs with their hashes, GPUs, alignment per rank, warnings, table sizes."""
-        from xstage_trace.collectors.dataset import MANIFEST
+        from xstage_trace.collectors.dataset import read_manifest
 
-        return json.loads((self.path / MANIFEST).read_text())
+        return read_manifest(self.path)
 
     def table(self, name: str) -> pa.Table:
         """One run-dataset table as Arrow (``kernels``, ``nvtx``, ``gpu_metrics``, ``probes``,
-        ``probe_slices``, ``bursts``, ``tiles``)."""
+        ``probe_slices``, ``bursts``, ``tiles``), read on first use (a run with 10 M probe
+        records opens its small tables without reading the probes)."""
+        from xstage_trace.base.schema import TABLES
+        from xstage_trace.collectors.dataset import read_table
+
+        if name not in TABLES:
+            raise KeyError(f"no table {name!r}; tables: {', '.join(TABLES)}")
         if name not in self._tables:
-            raise KeyError(f"no table {name!r}; tables: {', '.join(self._tables)}")
+            self.manifest  # refuses a schema newer than this xstage-trace before any table is read
+            self._tables[name] = read_table(self.path, name)
         return self._tables[name]
 
     def _frame(self, name: str) -> pd.DataFrame:

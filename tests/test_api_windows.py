@@ -55,3 +55,23 @@ def test_calibration_document_is_the_json_the_run_was_analyzed_with(fused_run_di
 def test_calibration_path_finds_the_file_named_in_the_manifest(fused_run_dir, partial_runs):
     assert xstage_trace.open_run(fused_run_dir).calibration_path() == (CALIB / "calibration_host.json").resolve()
     assert xstage_trace.open_run(partial_runs["no_calibration"]).calibration_path() is None
+
+
+def test_tables_are_read_on_first_use_so_small_ones_open_without_the_probes(fused_run_dir, tmp_path):
+    import shutil
+
+    import pytest
+
+    from xstage_trace.base.errors import InputError
+
+    run_dir = tmp_path / "copy.xstage-run"
+    shutil.copytree(fused_run_dir, run_dir)
+    (run_dir / "probes.parquet").write_bytes(b"not parquet")  # would fail if it were read
+    run = xstage_trace.open_run(run_dir)
+    assert len(run.tiles()) == len(xstage_trace.open_run(fused_run_dir).tiles())
+    with pytest.raises(Exception):
+        run.probes()
+    doc = json.loads((run_dir / "manifest.json").read_text())
+    (run_dir / "manifest.json").write_text(json.dumps(dict(doc, schema_version=99)))
+    with pytest.raises(InputError, match="newer"):
+        xstage_trace.open_run(run_dir).kernels()
