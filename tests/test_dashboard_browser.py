@@ -68,11 +68,25 @@ def page(dashboard):
         browser.close()
 
 
+# Streamlit shows its "running" status widget only some 0.5 s into a run: the page has settled once
+# the widget has been absent for QUIET_MS in a row.
+QUIET_MS = 1500
+SETTLED = """(quiet) => {
+  const now = performance.now();
+  if (document.querySelector('[data-testid="stStatusWidget"]') || window.__xsBusy === undefined) window.__xsBusy = now;
+  return now - window.__xsBusy > quiet;
+}"""
+
+
+def _settle(page) -> None:
+    page.evaluate("window.__xsBusy = performance.now()")
+    page.wait_for_function(SETTLED, arg=QUIET_MS, polling=100)
+
+
 def _visit(page, url: str, heading: str):
     page.goto(url)
     page.get_by_role("heading", name=heading).first.wait_for()
-    # Streamlit is done when its status widget no longer says it is running
-    page.wait_for_function("!document.querySelector('[data-testid=\"stStatusWidget\"]')")
+    _settle(page)
     return page
 
 
@@ -114,7 +128,7 @@ def test_every_page_shows_its_heading_and_key_numbers(dashboard, page, fused_run
     page.get_by_role("button", name="Show on the timeline").click()  # the worst tile, on the timeline
     page.get_by_role("heading", name=f"Timeline: {name}").wait_for()
     page.get_by_text("Selected tile (from the Tiles page)").wait_for()
-    page.wait_for_function("!document.querySelector('[data-testid=\"stStatusWidget\"]')")
+    _settle(page)
     _expect_metric(page, "drawn as", "spans")
     _shot(page, "timeline_tile")
 
