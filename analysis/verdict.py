@@ -1,10 +1,14 @@
-"""One verdict per configuration and schedule from Table 3 (spec §5): is the compute stalled by
-the remote-store epilogue, and does the model's prediction agree with the measurement?
+"""Verdict per configuration and schedule (spec §5): is the compute stalled by the remote-store
+epilogue, and does the model's prediction agree with the measurement?
 
-A configuration × schedule is *stall-bound* when its median predicted or measured MMA stall
-Δt exceeds the noise floor (spec §5: "backpressured when its predicted or measured stall is
-positive beyond noise"), else *covered*. The model agrees when prediction and measurement fall on
-the same side of the noise floor.
+The rule (one place, for the dashboard and the reports, ``stall_verdict``): over the Linear-2 tiles
+that can be backpressured (those with a remote-store span), a configuration × schedule **stalls**
+when the median measured stall exceeds the noise floor, or when the median predicted stall
+Δt = [T_RS − T_cover]₊ does (spec §5: "backpressured when its predicted or measured stall is
+positive beyond noise"); "no stall" when both medians are at or below it; "unknown" when neither
+exists. The noise floor is the tiles' own ``noise_ns`` (derived from the control run by
+``analysis.tiles``). The model agrees when prediction and measurement fall on the same side of it.
+``configuration_verdicts`` applies it to a tile table, ``config_verdicts`` to Table 3's medians.
 """
 
 from __future__ import annotations
@@ -17,11 +21,11 @@ import pandas as pd
 from xstage_trace.analysis.tiles import MIN_NOISE_NS
 
 KEY_COLUMNS = ("dest", "shape", "variant", "kernel")
-_STALL = re.compile(r"^stall_(?P<schedule>.+)_(?P<which>pred|meas)_us$")
+_STALL = re.compile(r"^stall_(?P<schedule>.+?)_(?P<which>pred_tiles|meas)_us$")
 
 
 def table3_schedules(table3: pd.DataFrame) -> list[str]:
-    """Schedules present in a Table-3 frame, from its ``stall_<schedule>_pred|meas_us`` columns
+    """Schedules present in a Table-3 frame, from its ``stall_<schedule>_pred_tiles|meas_us`` columns
     (in column order: wave before interleaved for the reference kernel)."""
     seen: list[str] = []
     for c in table3.columns:
@@ -33,14 +37,15 @@ def table3_schedules(table3: pd.DataFrame) -> list[str]:
 
 def config_verdicts(table3: pd.DataFrame, noise_ns: float | None) -> pd.DataFrame:
     """Spec §5 verdict per (configuration, schedule) of Table 3: key columns, predicted and measured
-    median stall (µs, probe clock per SM), backpressured tiles, kernel time (ms, nsys), ``verdict``
-    (stall-bound | covered) and ``model_agrees``; a schedule with neither stall is left out.
+    median stall (µs, probe clock per SM; predicted = the median of per-tile Δt), backpressured tiles,
+    kernel time (ms, nsys), ``verdict`` (stall-bound | covered, by ``stall_verdict``) and ``model_agrees``;
+    a schedule with neither stall is left out.
     ``noise_ns`` None → MIN_NOISE_NS."""
     noise_us = (MIN_NOISE_NS if noise_ns is None else float(noise_ns)) / 1e3
     keys = [c for c in KEY_COLUMNS if c in table3.columns]
     parts = []
     for sched in table3_schedules(table3):
-        pred = table3.get(f"stall_{sched}_pred_us", pd.Series(np.nan, index=table3.index)).astype(float)
+        pred = table3.get(f"stall_{sched}_pred_tiles_us", pd.Series(np.nan, index=table3.index)).astype(float)
         meas = table3.get(f"stall_{sched}_meas_us", pd.Series(np.nan, index=table3.index)).astype(float)
         part = table3[keys].copy()
         part["schedule"] = sched
@@ -49,7 +54,7 @@ def config_verdicts(table3: pd.DataFrame, noise_ns: float | None) -> pd.DataFram
         part["backpressured_tiles"] = table3.get(f"backpressured_{sched}", pd.Series(np.nan, index=table3.index)).to_numpy()
         part["kernel_ms"] = table3.get(f"kernel_ms_{sched}", pd.Series(np.nan, index=table3.index)).astype(float).to_numpy()
         pred_over, meas_over = pred.to_numpy() > noise_us, meas.to_numpy() > noise_us
-        part["verdict"] = np.where(pred_over | meas_over, "stall-bound", "covered")
+        part["verdict"] = np.where(stall_verdict(meas.to_numpy(), pred.to_numpy(), noise_us) == "stall", "stall-bound", "covered")
         part["model_agrees"] = np.where(meas.isna().to_numpy(), None, pred_over == meas_over)
         part["noise_us"] = noise_us
         parts.append(part[pred.notna().to_numpy() | meas.notna().to_numpy()])  # a schedule this configuration did not run
@@ -57,3 +62,40 @@ def config_verdicts(table3: pd.DataFrame, noise_ns: float | None) -> pd.DataFram
     if not parts:
         return pd.DataFrame(columns=cols)
     return pd.concat(parts, ignore_index=True)[cols]
+
+
+CONFIG_KEYS = ("dest", "shape", "schedule")
+
+
+def stall_verdict(measured_stall_ns, predicted_stall_ns, noise_ns):
+    """The rule, vectorized: "stall" when the measured or the predicted (median) stall exceeds the
+    noise floor, "no stall" when a median exists and none does, "unknown" when both are NaN."""
+    meas = np.asarray(measured_stall_ns, dtype=np.float64)
+    pred = np.asarray(predicted_stall_ns, dtype=np.float64)
+    noise = np.asarray(noise_ns, dtype=np.float64)
+    stall = (np.nan_to_num(meas, nan=-np.inf) > noise) | (np.nan_to_num(pred, nan=-np.inf) > noise)
+    unknown = np.isnan(meas) & np.isnan(pred)
+    return np.where(stall, "stall", np.where(unknown, "unknown", "no stall"))
+
+
+def configuration_verdicts(tiles: pd.DataFrame) -> pd.DataFrame:
+    """One row per configuration (dest, shape, schedule, variant): Linear-2 tiles with a remote
+    store, their median predicted and measured stall, the noise floor, backpressured tiles and the
+    verdict of :func:`stall_verdict`. Empty when there are no tiles."""
+    cols = [*CONFIG_KEYS, "variant", "l2_tiles", "predicted_stall_med_ns", "measured_stall_med_ns",
+            "noise_ns", "backpressured_tiles", "verdict"]
+    if tiles.empty or "tile_kind" not in tiles:
+        return pd.DataFrame(columns=cols)
+    cfg = tiles[[*CONFIG_KEYS, "variant"]].astype("category")
+    capable = (tiles["tile_kind"].astype(str) == "linear2") & tiles["rs_span_ns"].notna()
+    t = pd.concat([cfg, tiles[["predicted_stall_ns", "measured_stall_ns", "noise_ns", "backpressured"]]], axis=1)[capable]
+    keys = [*CONFIG_KEYS, "variant"]
+    if t.empty:
+        return pd.DataFrame(columns=cols)
+    g = t.groupby(keys, dropna=False, sort=True)
+    out = g.agg(l2_tiles=("predicted_stall_ns", "size"), predicted_stall_med_ns=("predicted_stall_ns", "median"),
+                measured_stall_med_ns=("measured_stall_ns", "median"), noise_ns=("noise_ns", "max"),
+                backpressured_tiles=("backpressured", "sum")).reset_index()
+    out["backpressured_tiles"] = out["backpressured_tiles"].astype(int)
+    out["verdict"] = stall_verdict(out["measured_stall_med_ns"], out["predicted_stall_med_ns"], out["noise_ns"])
+    return out[cols]

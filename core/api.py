@@ -16,6 +16,7 @@ Tables are read lazily, once each, from the folder's Parquet files; nothing is r
 from __future__ import annotations
 
 import functools
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -28,12 +29,11 @@ class Run:
     """One run dataset folder written by ``xstage-trace analyze``."""
 
     def __init__(self, run_dir: str | Path):
-        from xstage_trace.collectors.dataset import MANIFEST, is_run_dir
+        from xstage_trace.collectors.dataset import read_manifest
 
         self.path = Path(run_dir)
         self._read: dict[str, pa.Table] = {}
-        if not is_run_dir(self.path):
-            raise InputError(self.path, f"not an xstage run dataset (no {MANIFEST})", "pass a folder written by xstage-trace analyze -o")
+        self.__dict__["manifest"] = read_manifest(self.path)  # not a run, a damaged or a newer manifest: one-line error
 
     def __repr__(self) -> str:
         return f"Run({str(self.path)!r})"
@@ -47,7 +47,8 @@ class Run:
 
     def table(self, name: str) -> pa.Table:
         """One run-dataset table as Arrow (``kernels``, ``nvtx``, ``gpu_metrics``, ``probes``,
-        ``probe_slices``, ``bursts``, ``tiles``), read on first use (only that table's files)."""
+        ``probe_slices``, ``bursts``, ``tiles``), read on first use (a run with 10 M probe
+        records opens its small tables without reading the probes)."""
         from xstage_trace.base.schema import TABLES
         from xstage_trace.collectors.dataset import read_table
 
@@ -98,6 +99,50 @@ class Run:
         f = self.path / "table3.parquet"
         return pd.read_parquet(f) if f.is_file() else pd.DataFrame()
 
+    def probe_spans(self, dump: str, events=("mainloop", "slot_wait", "rs"), start_ns: float | None = None,
+                    end_ns: float | None = None) -> pd.DataFrame:
+        """Begin/end probe spans of one dump (one kernel launch) for ``events``, those overlapping
+        [start_ns, end_ns] (each bound optional): rank, dump, cta, sm_id, role, event, tile,
+        start_ns, end_ns, duration_ns and the end record's payload. The dump and events are
+        selected in Arrow before the records are paired, so one kernel of a large run is cheap."""
+        import pyarrow.compute as pc
+
+        from xstage_trace.analysis.spans import pair_spans
+
+        keys = ["rank", "dump", "cta", "sm_id", "role", "event", "tile"]
+        cols = [*keys, "start_ns", "end_ns", "duration_ns", "payload"]
+        t = self.table("probes")
+        if t.num_rows == 0:
+            return pd.DataFrame(columns=cols)
+        events = [str(e) for e in events]
+        mask = pc.and_(_in_values(t["dump"], [dump]), _in_values(t["event"], events))
+        p = t.filter(mask).select([*keys, "kind", "payload", "t_ns"]).to_pandas()
+        p["dump"] = p["dump"].astype(str)
+        s = pair_spans(p, events, keys).rename(columns={"start": "start_ns", "end": "end_ns", "duration": "duration_ns"})
+        s["event"] = s["event"].astype(str)
+        if start_ns is not None:
+            s = s[s["end_ns"] >= start_ns]
+        if end_ns is not None:
+            s = s[s["start_ns"] <= end_ns]
+        return s[cols].reset_index(drop=True)
+
+    def calibration_path(self) -> Path | None:
+        """Where the calibration JSON the run was analyzed with (manifest ``calibration``) is now:
+        a relative path is tried from the current folder, then from the run folder's parent;
+        None when there was none or it is gone."""
+        name = self.manifest.get("calibration")
+        if not name:
+            return None
+        return next((f.resolve() for f in (Path(name), self.path.parent / name) if f.is_file()), None)
+
+    def calibration_document(self) -> dict | None:
+        """That calibration JSON as a dict, or None (no calibration, file gone or unreadable)."""
+        f = self.calibration_path()
+        try:
+            return json.loads(f.read_text()) if f else None
+        except (OSError, ValueError):
+            return None
+
     def calibration(self) -> pd.DataFrame:
         """Calibration points reduced from calibration-benchmark dumps (empty for other runs)."""
         f = self.path / "calibration_points.csv"
@@ -111,6 +156,20 @@ class Run:
     def warnings(self) -> list[str]:
         """What went wrong or was approximated while the run was collected."""
         return list(self.manifest.get("warnings") or [])
+
+
+def _in_values(column: pa.ChunkedArray, values: list[str]) -> pa.ChunkedArray:
+    """Boolean mask: ``column`` is one of ``values``. Dictionary columns are matched on their
+    dictionaries and then on the integer indices (25× faster than decoding 10 M strings)."""
+    import pyarrow.compute as pc
+
+    if not pa.types.is_dictionary(column.type):
+        return pc.is_in(column, value_set=pa.array(values))
+    masks = []
+    for chunk in column.chunks:  # a few dozen Arrow chunks, each vectorized
+        keep = pc.indices_nonzero(pc.is_valid(pc.index_in(chunk.dictionary, value_set=pa.array(values))))
+        masks.append(pc.is_in(chunk.indices, value_set=keep.cast(chunk.indices.type)))
+    return pa.chunked_array(masks, type=pa.bool_())
 
 
 def open_run(run_dir: str | Path) -> Run:

@@ -80,3 +80,35 @@ def split_runs(tmp_path_factory):
     """The same capture split by NVTX range into a wave run and an interleaved run (analyze --nvtx)."""
     d = tmp_path_factory.mktemp("split")
     return analyze_sample(d / "wave.run", "*schedule=wave*"), analyze_sample(d / "interleaved.run", "*schedule=interleaved*")
+
+
+@pytest.fixture(scope="session")
+def fused_run_dir(fused_run) -> Path:
+    """The shipped fused-kernel capture (nsys report + probe dumps + host calibration), analyzed once."""
+    return fused_run
+
+
+@pytest.fixture(scope="session")
+def partial_runs(tmp_path_factory) -> dict[str, Path]:
+    """Runs that lack one input each: ``no_probes`` (nsys report only), ``no_nsys`` (probe dumps
+    only), ``no_calibration`` (both, analyzed without --calibration)."""
+    from xstage_trace.runner import analyze_inputs
+
+    base = tmp_path_factory.mktemp("partial_runs")
+    rep, dumps = FUSED / "traced" / "fused_reference.nsys-rep", FUSED / "traced"
+    runs = {"no_probes": [rep], "no_nsys": sorted(dumps.glob("*_S1_*.xsp*")), "no_calibration": [rep, dumps]}
+    out = {}
+    for name, inputs in runs.items():
+        out[name] = base / f"{name}.xstage-run"
+        analyze_inputs(inputs, out[name])
+    return out
+
+
+@pytest.fixture(scope="session")
+def calibration_run_dir(tmp_path_factory) -> Path:
+    """The shipped quick calibration sweep (22 benchmark dumps), analyzed once: a run with calibration points."""
+    from xstage_trace.runner import analyze_inputs
+
+    out = tmp_path_factory.mktemp("calibration_run") / "quick.xstage-run"
+    analyze_inputs(sorted((CALIB / "quick").glob("*.xsp*")), out)
+    return out

@@ -69,8 +69,8 @@ def test_verdict_names_the_stall_bound_configurations(fused_run):
 
 def test_config_verdicts_rule_by_hand():
     t3 = pd.DataFrame({"dest": ["host", "host"], "shape": ["A", "B"], "variant": ["x", "y"],
-                       "stall_wave_pred_us": [0.5, 0.1], "stall_wave_meas_us": [0.1, np.nan],
-                       "stall_interleaved_pred_us": [0.0, np.nan], "stall_interleaved_meas_us": [0.3, np.nan],
+                       "stall_wave_pred_tiles_us": [0.5, 0.1], "stall_wave_meas_us": [0.1, np.nan],
+                       "stall_interleaved_pred_tiles_us": [0.0, np.nan], "stall_interleaved_meas_us": [0.3, np.nan],
                        "backpressured_wave": [10, 0], "kernel_ms_wave": [2.0, 1.0], "unrelated": [1, 2]})
     v = config_verdicts(t3, noise_ns=200).set_index(["shape", "schedule"])
     assert list(v.columns[:3]) == ["dest", "variant", "predicted_stall_us"]

@@ -1,0 +1,186 @@
+"""Every dashboard page under Streamlit's AppTest over runs made from the shipped captures: no
+exception, the key numbers shown equal what the run's tables say (computed here independently),
+widgets change what is shown, and runs lacking probes / nsys / calibration say what is missing."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy import stats
+
+import xstage_trace
+from conftest import ROOT
+
+pytest.importorskip("streamlit")
+from streamlit.testing.v1 import AppTest  # noqa: E402
+
+APP = str(ROOT / "app" / "main.py")
+PAGES = ["overview", "timeline", "tiles", "bursts", "calibration", "whatif", "compare"]
+
+
+def _app(runs, page: str = "overview") -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.session_state["run_paths"] = [str(r) for r in runs]
+    at.run()
+    if page != "overview":
+        at.switch_page(f"views/{page}.py").run()
+    assert not at.exception, [e.message for e in at.exception]
+    return at
+
+
+def _metric(at, label: str) -> str:
+    return next(m.value for m in at.metric if m.label == label)
+
+
+def _text(at) -> str:
+    parts = [e.value for kind in ("warning", "info", "error", "caption", "markdown", "success") for e in getattr(at, kind)]
+    return "\n".join(str(p) for p in parts)
+
+
+def _s1(tiles, schedule: str):
+    return (tiles["dest"] == "host") & (tiles["shape"] == "S1") & (tiles["schedule"] == schedule) & (tiles["tile_kind"] == "linear2")
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_every_page_runs_on_the_fused_capture(fused_run_dir, page):
+    at = _app([fused_run_dir], page)
+    assert at.title and at.title[0].value  # a heading, no exception (checked in _app)
+
+
+def test_overview_shows_the_s1_wave_backpressured_count_of_the_tiles(fused_run_dir):
+    tiles = xstage_trace.open_run(fused_run_dir).tiles()
+    at = _app([fused_run_dir])
+    assert _metric(at, "backpressured tiles") == f"{int(tiles['backpressured'].sum()):,}"
+    t3 = next(d.value for d in at.dataframe if "backpressured_wave" in d.value.columns)
+    s1 = t3[(t3["dest"] == "host") & (t3["shape"] == "S1")].iloc[0]
+    assert s1["backpressured_wave"] == int(tiles.loc[_s1(tiles, "wave"), "backpressured"].sum())
+    assert s1["backpressured_interleaved"] == int(tiles.loc[_s1(tiles, "interleaved"), "backpressured"].sum())
+    v = next(d.value for d in at.dataframe if "verdict" in d.value.columns).set_index(["dest", "shape", "schedule"])
+    # S1 wave: median measured stall of the Linear-2 remote-store tiles far above the 200 ns noise floor
+    med = tiles.loc[_s1(tiles, "wave") & tiles["rs_span_ns"].notna(), "measured_stall_ns"].median()
+    assert med > tiles["noise_ns"].max()
+    assert v.loc[("host", "S1", "wave"), "verdict"] == "stall"
+    assert v.loc[("host", "S1", "interleaved"), "verdict"] == "no stall"
+    assert v.loc[("local", "S1", "wave"), "verdict"] == "no stall"  # the local-HBM control
+
+
+def test_tiles_page_numbers_follow_the_configuration_picked(fused_run_dir):
+    tiles = xstage_trace.open_run(fused_run_dir).tiles()
+    at = _app([fused_run_dir], "tiles")
+    wave = tiles[_s1(tiles, "wave")]
+    assert _metric(at, "backpressured") == f"{int(wave['backpressured'].sum()):,}"
+    both = wave.dropna(subset=["predicted_stall_ns", "measured_stall_ns"])
+    rho = stats.spearmanr(both["predicted_stall_ns"], both["measured_stall_ns"]).statistic
+    assert _metric(at, "Spearman ρ (pred, meas)") == f"{rho:.3f}"
+    at.multiselect(key="tiles_configs").set_value(["host S1 interleaved"]).run()
+    assert _metric(at, "backpressured") == f"{int(tiles.loc[_s1(tiles, 'interleaved'), 'backpressured'].sum()):,}"
+
+
+def test_timeline_aggregates_a_whole_kernel_and_draws_spans_in_a_narrow_window(fused_run_dir):
+    run = xstage_trace.open_run(fused_run_dir)
+    tiles, probes = run.tiles(), run.probes()
+    busiest = tiles.groupby("dump")["backpressured"].sum().idxmax()
+    at = _app([fused_run_dir], "timeline")
+    assert at.selectbox(key="timeline_dump").value == busiest
+    p = probes[(probes["dump"] == busiest) & (probes["kind"] == "begin")]
+    begins = int(p["event"].isin(["mainloop", "slot_wait", "rs", "ls", "burst"]).sum())  # one span per begin record
+    assert _metric(at, "spans in window") == f"{begins:,}"
+    assert _metric(at, "drawn as") == "heat map"
+    at.slider(key="timeline_window").set_value((1000.0, 1020.0)).run()
+    n = int(_metric(at, "spans in window").replace(",", ""))
+    assert 0 < n <= 4000
+    assert _metric(at, "drawn as") == "spans"
+
+
+def test_a_tile_picked_on_the_tiles_page_opens_on_the_timeline(fused_run_dir):
+    at = _app([fused_run_dir], "tiles")
+    at.button(key="tiles_show").click().run()
+    dump, cta, tile = at.session_state["selected_tile"]
+    assert not at.exception
+    assert at.title[0].value.startswith("Timeline")
+    assert at.selectbox(key="timeline_dump").value == dump
+    assert f"CTA {cta}, tile {tile}" in _text(at)
+    assert _metric(at, "drawn as") == "spans"  # the window closed in on the tile
+
+
+def test_bursts_page_marks_the_first_failing_guard(fused_run_dir):
+    run = xstage_trace.open_run(fused_run_dir)
+    bursts, tiles = run.bursts(), run.tiles()
+    busiest = tiles.groupby("dump")["backpressured"].sum().idxmax()
+    at = _app([fused_run_dir], "bursts")
+    mine = bursts[bursts["dump"] == busiest].sort_values("burst")
+    assert _metric(at, "bursts") == f"{len(mine):,}"
+    fails = mine[mine["guard_ok"] == False]  # noqa: E712
+    assert _metric(at, "guard onset (burst)") == (str(int(fails["burst"].iloc[0])) if len(fails) else "none")
+    other = next(d for d in sorted(bursts["dump"].unique()) if "_S3_interleaved_" in d)
+    at.selectbox(key="bursts_dump").set_value(other).run()
+    assert _metric(at, "bursts") == f"{int((bursts['dump'] == other).sum()):,}"
+
+
+def test_calibration_page_shows_the_runs_model_and_fits_a_calibration_run(fused_run_dir, calibration_run_dir):
+    doc = xstage_trace.open_run(fused_run_dir).calibration_document()
+    at = _app([fused_run_dir], "calibration")
+    assert _metric(at, "R (GB/s)") == f"{doc['rate_gbps']:.1f} ± {doc['rate_uncertainty_gbps']:.1f}"
+    assert "sha256 verified" in _text(at)
+    at = _app([calibration_run_dir], "calibration")
+    assert at.selectbox(key="cal_dest").options == ["host", "local"]
+    host_r = _metric(at, "R (GB/s)")
+    at.selectbox(key="cal_dest").set_value("local").run()
+    assert "lower bound" in _metric(at, "R (GB/s)") and host_r != _metric(at, "R (GB/s)")  # local HBM never drain-limited
+
+
+def test_whatif_matches_the_burst_gap_law_by_hand_and_follows_the_sliders(fused_run_dir):
+    at = _app([fused_run_dir], "whatif")
+    v = {k: at.session_state[k] for k in ("whatif_l2", "whatif_l1", "whatif_b", "whatif_k", "whatif_r", "whatif_t0", "whatif_n1", "whatif_n2")}
+    vol = v["whatif_k"] * v["whatif_b"] * 1024
+    drain_us = vol / v["whatif_r"] / 1e3
+    span_wave = max(v["whatif_t0"], drain_us - v["whatif_l2"])  # Eq. 1 at the wave gap G = T_L2
+    g_int = v["whatif_l2"] + v["whatif_n1"] / v["whatif_n2"] * v["whatif_l1"]  # spec §6
+    span_int = max(v["whatif_t0"], drain_us - g_int)
+    assert _metric(at, "expert-wave: predicted stall (µs)") == f"{max(span_wave - v['whatif_l2'], 0):.2f}"
+    assert _metric(at, "interleaved: predicted stall (µs)") == f"{max(span_int - v['whatif_l1'], 0):.2f}"
+    assert _metric(at, "expert-wave: verdict") == "stall"
+    at.slider(key="whatif_l2").set_value(100.0)
+    at.button[0].click().run()  # the form's Evaluate button
+    assert drain_us - 100.0 < v["whatif_t0"] + 100.0  # by hand: span = T0 < cover
+    assert _metric(at, "expert-wave: predicted stall (µs)") == "0.00"
+    assert _metric(at, "expert-wave: verdict") == "no stall"
+
+
+def test_compare_two_runs_of_the_same_dumps_shows_no_change(fused_run_dir, partial_runs):
+    at = _app([fused_run_dir, partial_runs["no_calibration"]], "compare")
+    assert _metric(at, "configurations whose verdict changed") == "0"
+    d = next(x.value for x in at.dataframe if "span_wave_us Δ" in x.value.columns)
+    assert np.allclose(d["span_wave_us Δ"], 0.0) and len(d) == 4
+    sp = next(x.value for x in at.dataframe if "speedup" in x.value.columns)
+    t3 = xstage_trace.open_run(fused_run_dir).table3()
+    np.testing.assert_allclose(sp["speedup"], t3["kernel_ms_wave"] / t3["kernel_ms_interleaved"])
+    one = _app([fused_run_dir], "compare")
+    assert "Only one run is open" in _text(one)
+
+
+@pytest.mark.parametrize("page", PAGES)
+@pytest.mark.parametrize("kind", ["no_probes", "no_nsys", "no_calibration"])
+def test_pages_say_what_is_missing_instead_of_failing(partial_runs, kind, page):
+    at = _app([partial_runs[kind]], page)
+    assert at.title
+
+
+@pytest.mark.parametrize(("kind", "page", "phrase"), [
+    ("no_probes", "overview", "No probe records"),
+    ("no_probes", "tiles", "No tiles in this run"),
+    ("no_probes", "bursts", "No remote-store bursts"),
+    ("no_probes", "timeline", "No probe records"),
+    ("no_nsys", "overview", "No Nsight Systems export"),
+    ("no_nsys", "timeline", "No nsys export"),
+    ("no_calibration", "overview", "No calibration"),
+    ("no_calibration", "bursts", "No calibration with this run"),
+    ("no_calibration", "calibration", "No calibration"),
+    ("no_calibration", "whatif", "No calibration with this run"),
+])
+def test_missing_inputs_are_named(partial_runs, kind, page, phrase):
+    assert phrase in _text(_app([partial_runs[kind]], page))
+
+
+def test_without_a_run_the_dashboard_says_how_to_give_one():
+    assert "xstage-trace dashboard RUN" in _text(_app([]))
