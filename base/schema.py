@@ -133,15 +133,13 @@ DUMPS = pa.schema(
 
 # Configuration columns copied from DUMPS onto the per-tile and per-burst tables (results are grouped by them).
 CONFIG_COLUMNS = ("dest", "shape", "schedule", "variant")
+CONFIG_FIELDS = [(c, pa.string()) for c in CONFIG_COLUMNS]
 
 BURSTS = pa.schema(
     [
         ("rank", pa.int32()),
         ("dump", pa.string()),
-        ("dest", pa.string()),
-        ("shape", pa.string()),
-        ("schedule", pa.string()),
-        ("variant", pa.string()),
+        *CONFIG_FIELDS,
         ("burst", pa.int64()),
         ("start_ns", pa.float64()),
         ("end_ns", pa.float64()),
@@ -162,10 +160,7 @@ TILES = pa.schema(
     [
         ("rank", pa.int32()),
         ("dump", pa.string()),
-        ("dest", pa.string()),
-        ("shape", pa.string()),
-        ("schedule", pa.string()),
-        ("variant", pa.string()),
+        *CONFIG_FIELDS,
         ("cta", pa.int32()),
         ("position", pa.int32()),
         ("tile", pa.int64()),
