@@ -1,7 +1,7 @@
 """End-to-end ``xstage-trace analyze`` throughput and peak RSS at 1 M and 10 M probe records.
 
 Input (SYNTHETIC, made by this script in /tmp and never committed): the 8 real fused-kernel dumps of
-``sample_traces/h200_fused_moe/traced`` hard-linked N times under new names, analyzed together with
+``sample_traces/h200_fused_moe/traced`` copied N times under new names (one padding byte of the label differs per copy), analyzed together with
 the real nsys report of that capture (so alignment, kernels and GPU metrics are the real ones; every
 copy of a dump aligns onto the kernel its original ran in). Each process runs under
 ``/usr/bin/time -v`` for wall time, CPU use and peak RSS.
@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import re
 import shutil
 import subprocess
@@ -36,16 +35,20 @@ def dump_records(path: Path) -> int:
 
 
 def replicate(dumps: list[Path], copies: int, folder: Path) -> None:
-    """``copies`` hard links (copies where links fail) of every dump in ``folder``, marked synthetic."""
+    """``copies`` plain copies of every dump in ``folder``, marked synthetic. Each copy differs from the
+    others in one byte of the label field's padding after its NUL (ignored by the decoder), so that
+    analyze's duplicate detection (by content hash) reads every copy instead of dropping it."""
+    from xstage_trace.collectors.probe_format import HEADER_DTYPE, read_dump_bytes
+
     folder.mkdir(parents=True)
     (folder / "SYNTHETIC.txt").write_text(NOTE.format(n=copies))
-    for i in range(copies):
-        for d in dumps:
-            dst = folder / f"{d.name.split('.')[0]}_copy{i:04d}{''.join(d.suffixes)}"
-            try:
-                os.link(d, dst)
-            except OSError:
-                shutil.copyfile(d, dst)
+    pad = HEADER_DTYPE.fields["label"][1] + HEADER_DTYPE.fields["label"][0].itemsize - 4  # last 4 label bytes
+    for d in dumps:
+        raw = bytearray(read_dump_bytes(d).tobytes())
+        assert raw[pad - 1] == 0, "the label must leave its last bytes free"
+        for i in range(copies):
+            raw[pad:pad + 4] = i.to_bytes(4, "little")
+            (folder / f"{d.name.split('.')[0]}_copy{i:04d}.xsp").write_bytes(raw)
 
 
 def time_v(argv: list[str]) -> dict:
