@@ -3,23 +3,14 @@ launch's 64 bursts through the stalled recurrence) and 200 bootstrap resamples p
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pandas as pd
 
+from bench_recurrence import best_of  # run as a script from benchmarks/: its folder is on sys.path
 from xstage_trace.analysis.calibration_fit import fit_calibration, validate
 
 ROOT = Path(__file__).resolve().parents[1] / "sample_traces"
-
-
-def best_of(fn, reps: int = 5) -> float:
-    out = float("inf")
-    for _ in range(reps):
-        t = time.perf_counter()
-        fn()
-        out = min(out, time.perf_counter() - t)
-    return out
 
 
 def main() -> None:
@@ -31,7 +22,7 @@ def main() -> None:
         ("fit, reference host sweep (150 periodic launches)", lambda: fit_calibration(ref, store_path="host")),
         ("validate: our fit predicting the reference sweep", lambda: validate(fit, ref)),
     ]:
-        print(f"{name}: {best_of(fn) * 1e3:.0f} ms")
+        print(f"{name}: {best_of(fn, 5) * 1e3:.0f} ms")
 
 
 if __name__ == "__main__":
