@@ -350,7 +350,7 @@ def decode_probe_dump(path: str | Path, rank: int | None = None, allow_overflow:
     try:
         config = RunConfig.from_label(label_text)
     except ConfigError as exc:
-        _fail(path, f"bad run configuration in the dump label: {exc}", "write key=value words into the label (docs/probe-format.md, "Label")")
+        _fail(path, f"bad run configuration in the dump label: {exc}", "write key=value words into the label (docs/probe-format.md, section Label)")
     if config.rank is not None and config.rank != int(h["rank"]):
         _fail(path, f"label says rank={config.rank} but the header says rank {int(h['rank'])}", "pass the same rank to HostBuffer/ProbeBuffer and to the label")
     ids = np.arange(len(count), dtype=np.int32)
