@@ -42,10 +42,9 @@ def _spans(p: pd.DataFrame, event: str, value: str) -> pd.DataFrame:
 def tile_spans(probes: pd.DataFrame, slots: int = STAGING_SLOTS) -> pd.DataFrame:
     """The part of the tile table that one dump's records decide on their own: per tile its mainloop,
     slot wait, epilogue span, T_cover and predicted Δt = [T_RS − T_cover]₊ (spec §5)."""
-    if probes.empty or "mainloop" not in set(probes["event"].astype(str).unique()):
+    if probes.empty or not (probes["event"] == "mainloop").any():
         return pd.DataFrame()
-    p = probes.assign(event=probes["event"].astype(str), kind=probes["kind"].astype(str), dump=probes["dump"].astype(str))
-    p = p[p["event"].isin(["mainloop", "slot_wait", "rs", "ls", "tile_info"])]
+    p = probes[probes["event"].isin(["mainloop", "slot_wait", "rs", "ls", "tile_info"])]
     keys = ["rank", "dump", "cta", "tile"]
     ml = _spans(p, "mainloop", "mainloop")
     info = p[p["event"] == "tile_info"][keys + ["payload"]]
@@ -66,7 +65,7 @@ def tile_spans(probes: pd.DataFrame, slots: int = STAGING_SLOTS) -> pd.DataFrame
     t["slot_wait_ns"] = g["wait_ns"].shift(-slots)
     t["epilogue_span_ns"] = t["rs_ns"].fillna(t["ls_ns"])
     t["predicted_stall_ns"] = predicted_stall_ns(t["epilogue_span_ns"], t["cover_ns"])
-    return t
+    return t.assign(dump=t["dump"].astype(str))
 
 
 def finish_tiles(t: pd.DataFrame, dumps: pd.DataFrame, noise_ns: float | None = None) -> pd.DataFrame:
