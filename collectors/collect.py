@@ -74,11 +74,12 @@ def _content_key(path: Path, kind: str) -> str:
     return sha256_of(path)
 
 
-def unique_inputs(inputs: list[str | Path], warnings: list[str]) -> list[Path]:
+def unique_inputs(inputs: list[str | Path], warnings: list[str], digests: dict[Path, str] | None = None) -> list[Path]:
     """The inputs with probe-dump folders expanded to their dumps and every duplicate dropped, with a
     warning: the same file twice (under any name), a folder and a dump inside it, a dump or report
     that a run folder given beside it was already made from, the same run folder twice. A file is
-    hashed only when it could be a duplicate (another input has its size, or a run folder is given)."""
+    hashed only when it could be a duplicate (another input has its size, or a run folder is given);
+    the sha256 of each file hashed here goes into ``digests`` (path → hex), so that it is read once."""
     expanded: list[tuple[Path, str]] = []
     for raw in inputs:
         path = Path(raw)
@@ -101,6 +102,8 @@ def unique_inputs(inputs: list[str | Path], warnings: list[str]) -> list[Path]:
             keep.append(path)  # a file of a size no other input has, and no run folder: unique
             continue
         key = _content_key(path, kind)
+        if digests is not None and path.is_file():
+            digests[path] = key
         if key in seen:
             warnings.append(f"{path}: same content as {seen[key]}; read once")
             continue
@@ -163,7 +166,12 @@ def plan_run(inputs: list[str | Path], nsys: str | None = None, allow_overflow: 
     """Read every input but the probe records: exports, dump headers and slice tables; pair dumps with the
     export that holds them (by data) and fix each dump's clock mapping. Records are read per task later."""
     warnings: list[str] = []
-    inputs = unique_inputs(inputs, warnings)
+    digests: dict[Path, str] = {}
+    inputs = unique_inputs(inputs, warnings, digests)
+
+    def digest(path: Path) -> str:
+        return digests.get(path) or sha256_of(path)
+
     sources: list[dict] = []
     exports = []
     dumps = []
@@ -185,7 +193,7 @@ def plan_run(inputs: list[str | Path], nsys: str | None = None, allow_overflow: 
             exp.path = path
             exports.append(exp)
             warnings += exp.warnings
-            sources.append({"path": str(path), "kind": kind, "sha256": info.get("report_sha256") or (sha256_of(path) if path.is_file() else None),
+            sources.append({"path": str(path), "kind": kind, "sha256": info.get("report_sha256") or (digest(path) if path.is_file() else None),
                             "nsys_version": exp.nsys_version, "schema_version": exp.schema_version, **{k: v for k, v in info.items() if k != "report_sha256"}})
         elif kind == "probe-dir":
             probe_paths += sorted(p for p in path.iterdir() if is_probe_dump_name(p.name))
@@ -194,7 +202,7 @@ def plan_run(inputs: list[str | Path], nsys: str | None = None, allow_overflow: 
     for p in probe_paths:
         d = decode_probe_dump(p, allow_overflow=allow_overflow, records=False)
         dumps.append(d)
-        sources.append({"path": str(p), "kind": "probe", "sha256": sha256_of(p), "gpu": d.header["gpu_name"], "label": d.header["label"]})
+        sources.append({"path": str(p), "kind": "probe", "sha256": digest(p), "gpu": d.header["gpu_name"], "label": d.header["label"]})
     if not exports and not dumps and not prior:
         raise InputError(None, "no inputs", "pass at least one .nsys-rep, .sqlite, parquetdir, probe dump or run folder")
     refuse_same_capture(exports)
