@@ -16,13 +16,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from bench_analyze import time_v  # run as a script from benchmarks/: its folder is on sys.path
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACED = ROOT / "sample_traces" / "h200_fused_moe" / "traced"
@@ -82,10 +83,8 @@ def in_process(root: Path) -> dict[str, float]:
 
 def cli(root: Path, query: str) -> tuple[float, float]:
     """(wall s, peak RSS GB) of ``xstage-trace collection ROOT --query QUERY --json``."""
-    r = subprocess.run(["/usr/bin/time", "-v", EXE, "collection", str(root), "--query", query, "--json"], capture_output=True, text=True, check=True)
-    wall = re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): (.+)", r.stderr).group(1).split(":")
-    rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", r.stderr).group(1)) * 1024
-    return sum(float(x) * 60 ** i for i, x in enumerate(reversed(wall))), rss / 1e9
+    t = time_v([EXE, "collection", str(root), "--query", query, "--json"])
+    return t["wall_s"], t["peak_rss_bytes"] / 1e9
 
 
 def main() -> None:
