@@ -15,7 +15,6 @@ Tables are read lazily, once each, from the folder's Parquet files; nothing is r
 
 from __future__ import annotations
 
-import functools
 import json
 from pathlib import Path
 
@@ -33,17 +32,12 @@ class Run:
 
         self.path = Path(run_dir)
         self._read: dict[str, pa.Table] = {}
-        self.__dict__["manifest"] = read_manifest(self.path)  # not a run, a damaged or a newer manifest: one-line error
+        # manifest.json: inputs with their hashes, GPUs, alignment per rank, warnings, table sizes.
+        # Read here: not a run, a damaged or a newer manifest is a one-line error before any table is read.
+        self.manifest: dict = read_manifest(self.path)
 
     def __repr__(self) -> str:
         return f"Run({str(self.path)!r})"
-
-    @functools.cached_property
-    def manifest(self) -> dict:
-        """manifest.json: inputs with their hashes, GPUs, alignment per rank, warnings, table sizes."""
-        from xstage_trace.collectors.dataset import read_manifest
-
-        return read_manifest(self.path)
 
     def table(self, name: str) -> pa.Table:
         """One run-dataset table as Arrow (``kernels``, ``nvtx``, ``gpu_metrics``, ``probes``,
@@ -55,7 +49,6 @@ class Run:
         if name not in TABLES:
             raise KeyError(f"no table {name!r}; tables: {', '.join(TABLES)}")
         if name not in self._read:
-            self.manifest  # schema check before any table is read
             self._read[name] = read_table(self.path, name)
         return self._read[name]
 
