@@ -44,6 +44,14 @@ def test_mapper_and_reducer_on_the_sample(tmp_path):
     assert "2 of 8 configuration × schedule pairs stall-bound over 2 report(s)" in md.read_text()
 
 
+def test_mapper_passes_warmup_launches_to_analyze(tmp_path):
+    from xstage_trace import open_run
+
+    traced = FUSED / "traced"
+    v = map_report(next(traced.glob("*.nsys-rep")), tmp_path, nvtx="* shape=S3 *", warmup_launches=2)
+    assert open_run(v["run_dir"].iloc[0]).manifest["warmup_launches"] == 2
+
+
 def test_mapper_without_dumps_is_bad_input(tmp_path):
     from xstage_trace.base.errors import InputError
 
