@@ -89,23 +89,27 @@ def table3_from_tiles(tiles: pd.DataFrame) -> pd.DataFrame:
 
 def kernel_trials(kernels: pd.DataFrame, dumps: pd.DataFrame, warmup_launches: int = 0) -> pd.DataFrame:
     """One row per (rank, configuration, trial) with the kernel time in ms (timing scope: kernel time,
-    nsys). A configuration's launches are the kernels under NVTX ranges named by one of its dumps'
-    labels; ``trial`` counts them in time order per rank, and the first ``warmup_launches`` of each
-    (rank, configuration) are warm-ups, left out. A label that carries ``trial=N`` (negative for
-    warm-ups) is used as is."""
+    nsys) and ``kernel``, the nsys short name of the launched kernel. A configuration's launches are
+    the kernels under NVTX ranges named by one of its dumps' labels; ``trial`` counts them in time
+    order per rank, and the first ``warmup_launches`` of each (rank, configuration) are warm-ups,
+    left out. A label that carries ``trial=N`` (negative for warm-ups) is used as is. This is the
+    project's one definition of a trial (Table 3, report, ``compare``)."""
     from xstage_trace.base.config import RunConfig
 
+    cols = ["rank", *CONFIG, "schedule", "kernel", "trial", "kernel_ms"]
     if kernels.empty or dumps.empty:
-        return pd.DataFrame(columns=["rank", *CONFIG, "schedule", "trial", "kernel_ms"])
+        return pd.DataFrame(columns=cols)
     cfg = dumps.drop_duplicates(["rank", "label"])[["rank", "label", *CONFIG, "schedule"]]
-    k = kernels.dropna(subset=["nvtx_range"]).merge(cfg, left_on=["rank", "nvtx_range"], right_on=["rank", "label"], how="inner")
+    k = kernels.dropna(subset=["nvtx_range"])
+    k = k.assign(kernel=k["short_name"].fillna(k["name"]).astype(str) if "short_name" in k else k["name"].astype(str))
+    k = k.merge(cfg, left_on=["rank", "nvtx_range"], right_on=["rank", "label"], how="inner")
     k = k.sort_values(["rank", "start_ns"], kind="stable")
     k["trial"] = k.groupby(["rank", "nvtx_range"]).cumcount() - int(warmup_launches)
     trial_of = {text: RunConfig.from_label(text).trial for text in k["nvtx_range"].unique()}  # one per configuration
     labelled = k["nvtx_range"].map(trial_of)
     k["trial"] = labelled.where(labelled.notna(), k["trial"]).astype(int)
     k = k[k["trial"] >= 0]
-    return k.assign(kernel_ms=k["duration_ns"] / 1e6, variant=k["variant"].fillna("-"))[["rank", *CONFIG, "schedule", "trial", "kernel_ms"]]
+    return k.assign(kernel_ms=k["duration_ns"] / 1e6, variant=k["variant"].fillna("-"))[cols].reset_index(drop=True)
 
 
 def attach_kernel_times(table3: pd.DataFrame, trials: pd.DataFrame) -> pd.DataFrame:

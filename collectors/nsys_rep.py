@@ -3,7 +3,6 @@ user's cache) by its hash, and trusted again only after the cache's sidecar chec
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import shutil
@@ -92,21 +91,6 @@ def _regular_no_follow(path: Path) -> bool:
         return False
 
 
-def _sha256_no_follow(path: Path) -> str | None:
-    """sha256 of ``path`` opened without following a symlink; None when that is impossible."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
-    except OSError:
-        return None
-    with os.fdopen(fd, "rb") as fh:
-        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
-            return None
-        h = hashlib.sha256()
-        while block := fh.read(1 << 22):
-            h.update(block)
-    return h.hexdigest()
-
-
 def sidecar_path(cache: Path) -> Path:
     """The sidecar of a cached export: the report's and the export's sha256, written after the export."""
     return cache.with_name(cache.name.removesuffix(".sqlite") + SIDECAR_SUFFIX)
@@ -127,7 +111,10 @@ def trusted_export(cache: Path, digest: str, content: Path | None = None) -> boo
         return False
     if not isinstance(doc, dict) or doc.get("report_sha256") != digest:
         return False
-    return _sha256_no_follow(content) == doc.get("export_sha256")
+    try:
+        return sha256_of(content, follow_symlinks=False) == doc.get("export_sha256")
+    except OSError:
+        return False
 
 
 def _private_dir(path: Path) -> bool:

@@ -1,15 +1,20 @@
 """Regression gate between two runs: per configuration, the change of the median nsys kernel time
 against a noise floor from the trial spread, plus the change of stalls and backpressured tiles.
 
+The samples are the runs' trials as Table 3 counts them (``analysis.stall.kernel_trials``: launches
+under a probe dump's configuration, the manifest's warm-ups left out), one value per trial: the
+slowest rank's kernel time (spec §10).
+
 Verdict rule (per configuration, kernel time; timing scope: nsys kernel time):
 
-- threshold = max(gate %, noise %), noise % = the larger of the two runs' IQR / median (× 100);
-- 95 % bootstrap interval of the relative change of the median (resampling both runs' launches);
+- threshold = max(gate %, noise %), noise % = the larger of the two runs' IQR / median (× 100) over
+  their trials;
+- 95 % bootstrap interval of the relative change of the median (resampling both runs' trials);
 - **regression**: change > +threshold and the interval lies above 0;
 - **improvement**: change < −threshold and the interval lies below 0;
 - **neutral**: |change| ≤ threshold;
 - **inconclusive**: the change exceeds the threshold but the interval contains 0, either run has
-  fewer than ``min_trials`` launches, or the configuration is missing from the new run.
+  fewer than ``min_trials`` trials, or the configuration is missing from the new run.
 A configuration only in the new run is neutral (nothing to compare against).
 """
 
@@ -21,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from xstage_trace.base.errors import InputError
-from xstage_trace.reports.configs import CONFIG_KEYS, kernel_trials, tile_configs
+from xstage_trace.reports.configs import CONFIG_KEYS, run_trials, slowest_rank_trials, tile_configs
 
 VERDICTS = ("regression", "improvement", "neutral", "inconclusive")
 
@@ -57,13 +62,13 @@ def rel_iqr_pct(x: np.ndarray) -> float:
 
 
 def kernel_verdict(base_ns: np.ndarray | None, new_ns: np.ndarray | None, cfg: GateConfig) -> dict:
-    """The module docstring's rule for one configuration's launches (ns)."""
-    row = {"base_ms": np.nan, "new_ms": np.nan, "base_launches": 0, "new_launches": 0, "change_pct": np.nan,
+    """The module docstring's rule for one configuration's trials (ns)."""
+    row = {"base_ms": np.nan, "new_ms": np.nan, "base_trials": 0, "new_trials": 0, "change_pct": np.nan,
            "ci_low_pct": np.nan, "ci_high_pct": np.nan, "noise_pct": np.nan, "threshold_pct": np.nan}
     if base_ns is not None:
-        row.update(base_ms=float(np.median(base_ns)) / 1e6, base_launches=len(base_ns))
+        row.update(base_ms=float(np.median(base_ns)) / 1e6, base_trials=len(base_ns))
     if new_ns is not None:
-        row.update(new_ms=float(np.median(new_ns)) / 1e6, new_launches=len(new_ns))
+        row.update(new_ms=float(np.median(new_ns)) / 1e6, new_trials=len(new_ns))
     if base_ns is None:
         return dict(row, verdict="neutral", reason="new configuration (no baseline)")
     if new_ns is None:
@@ -73,7 +78,7 @@ def kernel_verdict(base_ns: np.ndarray | None, new_ns: np.ndarray | None, cfg: G
     change = 100 * (row["new_ms"] / row["base_ms"] - 1)
     row.update(change_pct=change, noise_pct=noise, threshold_pct=thr)
     if min(len(base_ns), len(new_ns)) < cfg.min_trials:
-        return dict(row, verdict="inconclusive", reason=f"fewer than {cfg.min_trials} launches")
+        return dict(row, verdict="inconclusive", reason=f"fewer than {cfg.min_trials} trials")
     lo, hi = bootstrap_change_pct(base_ns, new_ns, cfg)
     row.update(ci_low_pct=lo, ci_high_pct=hi)
     if abs(change) <= thr:
@@ -107,11 +112,12 @@ def compare_runs(base, new, cfg: GateConfig = GateConfig()) -> pd.DataFrame:
     unknown = [k for k in keys if k not in CONFIG_KEYS]
     if unknown:
         raise InputError(None, f"unknown configuration keys {unknown}", f"choose among {', '.join(CONFIG_KEYS)}")
-    tb, tn = kernel_trials(base.kernels()), kernel_trials(new.kernels())
+    tb, tn = slowest_rank_trials(run_trials(base)), slowest_rank_trials(run_trials(new))
     if tb.empty or tn.empty:
-        raise InputError(base.path if tb.empty else new.path, "run has no kernel launches", "analyze an nsys report with -t cuda")
-    gb = {k if isinstance(k, tuple) else (k,): g["duration_ns"].to_numpy() for k, g in tb.groupby(keys, sort=True)}
-    gn = {k if isinstance(k, tuple) else (k,): g["duration_ns"].to_numpy() for k, g in tn.groupby(keys, sort=True)}
+        raise InputError(base.path if tb.empty else new.path, "run has no kernel trials (no launch under a probe dump's configuration, after warm-ups)",
+                         "analyze an nsys report (-t cuda,nvtx) together with its probe dumps, with fewer --warmup-launches than launches")
+    gb = {k if isinstance(k, tuple) else (k,): 1e6 * g["kernel_ms"].to_numpy() for k, g in tb.groupby(keys, sort=True)}
+    gn = {k if isinstance(k, tuple) else (k,): 1e6 * g["kernel_ms"].to_numpy() for k, g in tn.groupby(keys, sort=True)}
     if not set(gb) & set(gn):
         raise InputError(new.path, "no configuration in common with the base run", f"compare runs of the same kernels, or match on fewer keys (--by, now {','.join(keys)})")
     rows = [dict(zip(keys, k), **kernel_verdict(gb.get(k), gn.get(k), cfg)) for k in sorted(set(gb) | set(gn))]
@@ -148,7 +154,7 @@ def compare_markdown(table: pd.DataFrame, outcome: str, base_path, new_path, cfg
     keys = [k for k in cfg.keys if k in table]
     cols = {**{k: k for k in keys}, "verdict": "verdict", "base_ms": "base (ms, nsys)", "new_ms": "new (ms, nsys)",
             "change_pct": "Δ (%)", "ci_low_pct": "CI low (%)", "ci_high_pct": "CI high (%)", "threshold_pct": "threshold (%)",
-            "base_launches": "launches base", "new_launches": "launches new",
+            "base_trials": "trials base", "new_trials": "trials new",
             "stall_meas_us_base": "Δt meas base (µs, probe)", "stall_meas_us_new": "Δt meas new (µs, probe)",
             "backpressured_tiles_base": "bp L2 tiles base", "backpressured_tiles_new": "bp L2 tiles new", "reason": "reason"}
     order = table.assign(_o=table["verdict"].map({v: i for i, v in enumerate(VERDICTS)})).sort_values(["_o"] + keys, kind="stable")
@@ -158,6 +164,6 @@ def compare_markdown(table: pd.DataFrame, outcome: str, base_path, new_path, cfg
              f"{100 * cfg.confidence:.0f} % bootstrap interval of the change ({cfg.resamples} resamples)"]
     if accept:
         lines.append(f"- accepted: {accept}")
-    lines += ["", "_Timing scope: kernel time = nsys kernel rows (median over launches); Δt meas = median measured MMA stall per Linear-2 tile, probe clock per SM._", "",
+    lines += ["", "_Timing scope: kernel time = nsys kernel rows (per trial the slowest rank, median over trials, warm-ups excluded); Δt meas = median measured MMA stall per Linear-2 tile, probe clock per SM._", "",
               md_table(order[[c for c in cols if c in order]].rename(columns=cols)), ""]
     return "\n".join(lines)

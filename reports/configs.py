@@ -27,17 +27,20 @@ def label_fields(labels: pd.Series) -> pd.DataFrame:
     return wide.reindex(s.to_numpy()).set_axis(labels.index)
 
 
-def kernel_trials(kernels: pd.DataFrame) -> pd.DataFrame:
-    """One row per kernel launch with its configuration: dest, shape, schedule (from the NVTX range
-    it was launched in), ``kernel`` = the nsys short name, ``duration_ns`` (timing scope: kernel
-    time, nsys clock). Fields absent from a range are empty strings."""
-    f = label_fields(kernels["nvtx_range"]) if "nvtx_range" in kernels else pd.DataFrame(index=kernels.index)
-    out = pd.DataFrame(index=kernels.index)
-    for key in CONFIG_KEYS[:-1]:
-        out[key] = f[key].fillna("").astype(str) if key in f else ""
-    out["kernel"] = kernels["short_name"].fillna(kernels["name"]).astype(str)
-    out["duration_ns"] = kernels["duration_ns"].astype("float64")
-    return out.reset_index(drop=True)
+def run_trials(run) -> pd.DataFrame:
+    """The run's kernel trials (``analysis.stall.kernel_trials``, the definition Table 3 uses): one
+    row per (rank, configuration, trial), warm-ups (the manifest's ``warmup_launches``) left out,
+    ``kernel_ms`` in nsys kernel time."""
+    from xstage_trace.analysis.stall import kernel_trials
+
+    return kernel_trials(run.kernels(), run.dumps(), int(run.manifest.get("warmup_launches") or 0))
+
+
+def slowest_rank_trials(trials: pd.DataFrame) -> pd.DataFrame:
+    """Spec §10 per trial: one row per (configuration, kernel, trial) with the slowest rank's
+    ``kernel_ms`` and the ranks counted."""
+    by = ["dest", "shape", "variant", "schedule", "kernel", "trial"]
+    return trials.groupby(by, sort=True, dropna=False).agg(kernel_ms=("kernel_ms", "max"), ranks=("rank", "nunique")).reset_index()
 
 
 def tile_configs(tiles: pd.DataFrame, dumps: pd.DataFrame | None = None) -> pd.DataFrame:

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from xstage_trace.analysis.verdict import config_verdicts, table3_schedules
-from xstage_trace.reports.configs import config_names, kernel_trials, tile_configs
+from xstage_trace.reports.configs import config_names, run_trials, slowest_rank_trials, tile_configs
 
 WORST_TILES = 40
 
@@ -28,7 +28,7 @@ class Section:
 
 
 SCOPE_PROBE = "per-tile spans and stalls: probe clock64 converted to ns per SM (µs)"
-SCOPE_KERNEL = "kernel time: nsys kernel rows (ms), median over launches"
+SCOPE_KERNEL = "kernel time: nsys kernel rows (ms), per trial the slowest rank, median over trials, warm-ups excluded"
 SCOPE_SENDER = "sender-visible: the issuing role's probe clock, converted per SM (ns)"
 
 
@@ -40,19 +40,17 @@ def run_noise_ns(tiles: pd.DataFrame) -> float | None:
 
 
 def kernel_time_table(trials: pd.DataFrame) -> pd.DataFrame:
-    """Median, p10, p90 and IQR/median of the nsys kernel time per configuration (ms)."""
-    g = trials.groupby(["dest", "shape", "schedule", "kernel"], sort=True)["duration_ns"]
-    t = g.agg(launches="size", median_ms="median", p10_ms=lambda x: x.quantile(0.1), p90_ms=lambda x: x.quantile(0.9),
-              iqr_pct=lambda x: 100 * (x.quantile(0.75) - x.quantile(0.25)) / x.median()).reset_index()
-    for c in ("median_ms", "p10_ms", "p90_ms"):
-        t[c] = t[c] / 1e6
-    return t
+    """Median, p10, p90 and IQR/median of the nsys kernel time per configuration (ms) over its trials
+    (``slowest_rank_trials``: per trial the slowest rank)."""
+    g = trials.groupby(["dest", "shape", "variant", "schedule", "kernel"], sort=True, dropna=False)["kernel_ms"]
+    return g.agg(trials="size", median_ms="median", p10_ms=lambda x: x.quantile(0.1), p90_ms=lambda x: x.quantile(0.9),
+                 iqr_pct=lambda x: 100 * (x.quantile(0.75) - x.quantile(0.25)) / x.median()).reset_index()
 
 
 def headline(verdicts: pd.DataFrame, trials: pd.DataFrame) -> list[str]:
     """The verdict lines: stall-bound configurations and the fastest schedule per configuration."""
     if verdicts.empty:
-        return ["No fused-kernel tiles in this run (no Table 3, no stall verdict)" + (f"; {len(trials)} kernel launches are summarized below." if len(trials) else ".")]
+        return ["No fused-kernel tiles in this run (no Table 3, no stall verdict)" + (f"; {len(trials)} kernel trials are summarized below." if len(trials) else ".")]
     bound = verdicts[verdicts["verdict"] == "stall-bound"]
     agree = verdicts["model_agrees"].dropna()
     lines = [f"**{len(bound)} of {len(verdicts)}** configuration × schedule pairs are **stall-bound** (median predicted or "
@@ -143,7 +141,7 @@ def worst_tiles(tiles: pd.DataFrame, n: int = WORST_TILES) -> pd.DataFrame:
 def build_sections(run, worst_n: int = WORST_TILES) -> list[Section]:
     """The report's sections for one run (verdict first)."""
     tiles, table3 = run.tiles(), run.table3()
-    trials = kernel_trials(run.kernels()) if len(run.kernels()) else pd.DataFrame(columns=["dest", "shape", "schedule", "kernel", "duration_ns"])
+    trials = slowest_rank_trials(run_trials(run))
     verdicts = config_verdicts(table3, run_noise_ns(tiles)) if len(table3) else config_verdicts(pd.DataFrame(), None)
     man = run.manifest
     points = run.calibration()
@@ -161,7 +159,7 @@ def build_sections(run, worst_n: int = WORST_TILES) -> list[Section]:
                                          "backpressured_tiles": "bp tiles", "kernel_ms": "kernel (ms, nsys)", "noise_us": "noise (µs, probe)"})
         secs.append(Section("Verdict per configuration and schedule", f"{SCOPE_PROBE}; {SCOPE_KERNEL}", [], shown, details=True))
     if len(trials):
-        secs.append(Section("Kernel time", SCOPE_KERNEL, [f"{len(trials)} launches."], kernel_time_table(trials), details=True, figures=["kernel_time"]))
+        secs.append(Section("Kernel time", SCOPE_KERNEL, [f"{len(trials)} trials (launches under a probe dump's configuration, warm-ups excluded)."], kernel_time_table(trials), details=True, figures=["kernel_time"]))
     bursts = run.bursts()
     if len(bursts):
         slices = run.probe_slices().drop_duplicates("dump")

@@ -80,17 +80,17 @@ def stall_figure(verdicts: pd.DataFrame) -> Figure:
 
 
 def kernel_time_figure(trials: pd.DataFrame) -> Figure:
-    """nsys kernel duration of every launch per configuration (ms, timing scope: kernel time),
-    dots per launch and a bar at the median."""
-    keys = ["dest", "shape", "schedule", "kernel"]
-    groups = list(trials.groupby(keys, sort=True))
-    fig, ax = new_figure("Kernel time per launch (timing scope: nsys kernel time)", "", "kernel time (ms)",
+    """nsys kernel time of every trial per configuration (ms, timing scope: kernel time, per trial
+    the slowest rank), dots per trial and a bar at the median."""
+    keys = ["dest", "shape", "variant", "schedule", "kernel"]
+    groups = list(trials.astype({k: str for k in keys}).groupby(keys, sort=True))
+    fig, ax = new_figure("Kernel time per trial (timing scope: nsys kernel time, slowest rank)", "", "kernel time (ms)",
                          size=(max(6.0, 0.7 * len(groups) + 2), 4.2))
     for i, (key, g) in enumerate(groups):  # one column of dots per configuration
-        ms = g["duration_ns"].to_numpy() / 1e6
+        ms = g["kernel_ms"].to_numpy()
         ax.plot(np.full(len(ms), i), ms, "o", ms=3, alpha=0.6, color="C0")
         ax.plot([i - 0.3, i + 0.3], [np.median(ms)] * 2, color="C3", lw=2)
-    ax.set_xticks(range(len(groups)), [" ".join(k for k in key if k) for key, _ in groups], rotation=30, ha="right", fontsize=7)
+    ax.set_xticks(range(len(groups)), [" ".join(k for k in key if k not in ("", "-", "None", "nan")) for key, _ in groups], rotation=30, ha="right", fontsize=7)
     return fig
 
 

@@ -14,7 +14,7 @@ def _figures(run, sections):
     from xstage_trace.analysis.verdict import config_verdicts
     from xstage_trace.reports import figures as F
     from xstage_trace.reports import interactive as I
-    from xstage_trace.reports.configs import config_names, kernel_trials
+    from xstage_trace.reports.configs import config_names, run_trials, slowest_rank_trials
     from xstage_trace.reports.content import run_noise_ns
 
     wanted = {f for s in sections for f in s.figures}
@@ -24,7 +24,7 @@ def _figures(run, sections):
         v = config_verdicts(run.table3(), run_noise_ns(tiles))
         static["stall"], live["stall"] = F.stall_figure(v), I.stall_plot(v)
     if "kernel_time" in wanted:
-        t = kernel_trials(run.kernels())
+        t = slowest_rank_trials(run_trials(run))
         static["kernel_time"], live["kernel_time"] = F.kernel_time_figure(t), I.kernel_time_plot(t)
     if "tile_stall" in wanted:
         static["tile_stall"], live["tile_stall"] = F.tile_stall_figure(tiles), I.tile_stall_plot(tiles)

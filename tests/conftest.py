@@ -13,6 +13,7 @@ SAMPLES = ROOT / "sample_traces"
 REFERENCE = SAMPLES / "h200_burst_gap_reference"
 CALIB = SAMPLES / "h200_calibration"
 FUSED = SAMPLES / "h200_fused_moe"
+SAMPLE_WARMUPS = 2  # warm-up launches per configuration before the trials in the fused-kernel sample (PROVENANCE: times/ and traced/)
 SHARED = ROOT.parent / "shared" / "reference_traces"
 
 
@@ -60,12 +61,13 @@ def tmp_copy(tmp_path):
     return _copy
 
 
-def analyze_sample(out: Path, nvtx: str | None = None) -> Path:
+def analyze_sample(out: Path, nvtx: str | None = None, warmup_launches: int = 0) -> Path:
     """analyze the traced fused-kernel report + dumps (with the host calibration) into ``out``."""
     from xstage_trace.runner import analyze_inputs
 
     traced = FUSED / "traced"
-    analyze_inputs([next(traced.glob("*.nsys-rep")), traced], out, calibration=CALIB / "calibration_host.json", nvtx=nvtx)
+    analyze_inputs([next(traced.glob("*.nsys-rep")), traced], out, calibration=CALIB / "calibration_host.json", nvtx=nvtx,
+                   warmup_launches=warmup_launches)
     return out
 
 
@@ -77,9 +79,11 @@ def fused_run(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def split_runs(tmp_path_factory):
-    """The same capture split by NVTX range into a wave run and an interleaved run (analyze --nvtx)."""
+    """The same capture split by NVTX range into a wave run and an interleaved run (analyze --nvtx),
+    the driver's 2 warm-up launches per configuration left out (sample PROVENANCE)."""
     d = tmp_path_factory.mktemp("split")
-    return analyze_sample(d / "wave.run", "*schedule=wave*"), analyze_sample(d / "interleaved.run", "*schedule=interleaved*")
+    return (analyze_sample(d / "wave.run", "*schedule=wave*", SAMPLE_WARMUPS),
+            analyze_sample(d / "interleaved.run", "*schedule=interleaved*", SAMPLE_WARMUPS))
 
 
 @pytest.fixture(scope="session")

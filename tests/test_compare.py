@@ -12,15 +12,23 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import FUSED
+from conftest import FUSED, SAMPLE_WARMUPS
 from xstage_trace import open_run
+from xstage_trace.analysis.stall import kernel_trials
 from xstage_trace.reports.compare import GateConfig, bootstrap_change_pct, compare_runs, kernel_verdict
+from xstage_trace.reports.configs import slowest_rank_trials
 
 GATE = 2.0
 
 
 def cli(*args, cwd=None):
     return subprocess.run([sys.executable, "-m", "xstage_trace", *map(str, args)], capture_output=True, text=True, cwd=cwd, timeout=600)
+
+
+def driver_trials() -> pd.DataFrame:
+    """The traced trials the kernel driver wrote (one row per rank, configuration, trial; warm-ups not written)."""
+    t = pd.concat([pd.read_csv(f) for f in sorted((FUSED / "traced").glob("fused_trials_*_on.csv"))])
+    return t[t["traced"] == 1]
 
 
 def expected_verdicts() -> dict[tuple[str, str], str]:
@@ -78,9 +86,11 @@ def test_stall_and_backpressure_deltas_follow_the_tiles(split_runs):
 def test_a_run_against_itself_is_neutral(fused_run, tmp_path):
     r = cli("compare", fused_run, fused_run, "--json", "-o", tmp_path / "c.md")
     assert r.returncode == 0
-    doc = json.loads(r.stdout, parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))  # the unlabelled kernel has no stalls: null
+    doc = json.loads(r.stdout, parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))
     assert {c["verdict"] for c in doc["configurations"]} == {"neutral"}
-    assert any(c["stall_meas_us_base"] is None for c in doc["configurations"])
+    # only the traced configurations' launches are trials (the unlabelled checksum kernel is none), each with its tiles' stall
+    assert {(c["dest"], c["shape"], c["schedule"]) for c in doc["configurations"]} == set(driver_trials()[["dest", "shape", "schedule"]].itertuples(index=False))
+    assert all(c["stall_meas_us_base"] is not None for c in doc["configurations"])
 
 
 @pytest.mark.parametrize("args", [("not-a-run",), ("SELF", "--by", "dest,colour"), ("SELF", "--gate", "-1")])
@@ -117,9 +127,32 @@ def test_bootstrap_interval_brackets_a_known_shift():
     assert lo < 5.0 < hi and hi - lo < 1.0
 
 
-def test_matching_on_the_kernel_name_alone_pools_its_launches(split_runs):
+def test_matching_on_the_kernel_name_alone_pools_its_trials(split_runs):
     wave, inter = (open_run(p) for p in split_runs)
     t = compare_runs(wave, inter, GateConfig(keys=("kernel",)))
     assert t["kernel"].tolist() == ["fused_moe_kernel"]
-    assert t.loc[0, "base_launches"] == len(wave.kernels()) == 28 and t.loc[0, "new_launches"] == 28
+    issued = driver_trials().groupby("schedule").size()  # the driver's trials, warm-ups excluded
+    assert t.loc[0, "base_trials"] == issued["wave"] == 20 and t.loc[0, "new_trials"] == issued["interleaved"]
     assert np.isnan(t.loc[0, "stall_meas_us_base"])  # tiles have no kernel-name key to pool on
+
+
+def test_trials_drop_the_warmups_and_keep_the_slowest_rank_per_trial():
+    """By hand: two ranks, one configuration, 4 launches each, 1 warm-up: trials 0-2, each the max of the two ranks."""
+    ms = {0: [9.0, 1.0, 3.0, 2.0], 1: [8.0, 2.0, 1.0, 5.0]}
+    kernels = pd.DataFrame([{"rank": r, "name": "k(int)", "short_name": "k", "start_ns": 100 * i, "duration_ns": v * 1e6, "nvtx_range": "dest=host shape=S1 schedule=wave"}
+                            for r, vs in ms.items() for i, v in enumerate(vs)]
+                           + [{"rank": 0, "name": "other", "short_name": "other", "start_ns": 50, "duration_ns": 1e6, "nvtx_range": None}])
+    dumps = pd.DataFrame([{"rank": r, "label": "dest=host shape=S1 schedule=wave", "dest": "host", "shape": "S1", "variant": None, "schedule": "wave"} for r in ms])
+    per_trial = slowest_rank_trials(kernel_trials(kernels, dumps, warmup_launches=1))
+    assert per_trial["trial"].tolist() == [0, 1, 2] and per_trial["kernel_ms"].tolist() == [2.0, 3.0, 5.0]
+    assert (per_trial["ranks"] == 2).all() and (per_trial["kernel"] == "k").all()
+
+
+def test_compare_uses_the_trials_table3_reports(split_runs):
+    """One definition of a trial: compare's median per configuration is Table 3's kernel time of the same run."""
+    wave, inter = (open_run(p) for p in split_runs)
+    t = compare_runs(wave, inter, GateConfig(keys=("dest", "shape"))).set_index(["dest", "shape"])
+    for run, side, sched in ((wave, "base", "wave"), (inter, "new", "interleaved")):
+        t3 = run.table3().set_index(["dest", "shape"])
+        assert t[f"{side}_ms"].to_numpy() == pytest.approx(t3.loc[t.index, f"kernel_ms_{sched}"].to_numpy())
+        assert (t[f"{side}_trials"] == t3.loc[t.index, f"trials_{sched}"]).all()

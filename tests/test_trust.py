@@ -229,3 +229,19 @@ def test_burst_audit_uses_the_offered_gap_and_only_its_own_store_path(tmp_path):
     assert w["rho"].median() == pytest.approx(rho, rel=0.05) and rho > 5
     local = b[b["dest"] == "local"]
     assert len(local) and local["rho"].isna().all()
+
+
+def test_sha256_without_following_refuses_links_and_hashes_regular_files(tmp_path):
+    import hashlib
+
+    from xstage_trace.base.hashing import sha256_of
+
+    f = tmp_path / "a.bin"
+    f.write_bytes(b"xstage" * 1000)
+    (tmp_path / "link").symlink_to(f)
+    want = hashlib.sha256(b"xstage" * 1000).hexdigest()
+    assert sha256_of(f, chunk_bytes=7, follow_symlinks=False) == sha256_of(tmp_path / "link") == want
+    with pytest.raises(OSError):
+        sha256_of(tmp_path / "link", follow_symlinks=False)
+    with pytest.raises(OSError):
+        sha256_of(tmp_path, follow_symlinks=False)
