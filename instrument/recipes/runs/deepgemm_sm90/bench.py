@@ -51,8 +51,10 @@ class HostMapped:
     """Torch tensors on "cuda" whose memory is cudaHostAllocMapped host memory: a MemPool over the pluggable
     allocator of host_mapped_alloc.cu, or (where that fails) CuPy's hostAlloc exported through DLPack."""
 
-    def __init__(self, so: Path):
-        self.method, self.error, self._keep = "pluggable_mempool", None, []
+    def __init__(self, so: Path, method: str):
+        self.method, self.error, self._keep = method, None, []
+        if method != "pluggable_mempool":
+            return
         try:
             alloc = torch.cuda.memory.CUDAPluggableAllocator(str(so), "xstage_host_mapped_alloc", "xstage_host_mapped_free")
             self.pool = torch.cuda.MemPool(alloc.allocator())
@@ -178,13 +180,14 @@ def main() -> None:
     ap.add_argument("--capacity", type=int, default=1024)
     ap.add_argument("--host-alloc", type=Path, required=True, help="host_mapped_alloc.so")
     ap.add_argument("--tag", default="", help="suffix of the summary file (a repeated clean pass)")
+    ap.add_argument("--host-method", choices=("pluggable_mempool", "cupy_dlpack"), default="pluggable_mempool")
     args = ap.parse_args()
     import deep_gemm as dg
 
     traced = args.build == "patched"
     log(f"deep_gemm from {Path(dg.__file__).parent}; build={args.build}; {env_info()}")
     num_sms = dg.get_num_sms()
-    host = HostMapped(args.host_alloc)
+    host = HostMapped(args.host_alloc, args.host_method)
     buf = None
     if traced:
         from xstage_trace.instrument.buffer import ProbeBuffer

@@ -26,5 +26,5 @@ done
 mkdir -p "$dest"
 tar -czf "$dest/dg_trees.tar.gz" -C "$work" stage
 git -C "$repo" archive --format=tar.gz -o "$dest/xstage_src.tar.gz" HEAD -- ':!sample_traces' ':!tests' ':!benchmarks' ':!docs'
-cp "$here/bench.py" "$here/run.sh" "$here/host_mapped_alloc.cu" "$dest/"
+cp "$here/bench.py" "$here/diag.py" "$here/run.sh" "$here/host_mapped_alloc.cu" "$dest/"
 du -sh "$dest"/*
