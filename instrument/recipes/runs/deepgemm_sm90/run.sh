@@ -32,11 +32,16 @@ diag() {  # name, env assignments...: one fp8_gemm_nt call of the clean build in
   local rc=$?; ts "diag $name rc=$rc"; grep -v '^\s*$' "$R/diag_$name.log" | tail -25; return $rc
 }
 HM=pluggable_mempool; XENV=""
-DIAG_ARGS="" diag plain X=0 || {
+# _C is built against g++'s libstdc++ headers; a different libstdc++ loaded first into the
+# process crashed std::regex inside _C (both builds): preload the one _C was compiled for.
+STDCXX=$(g++ -print-file-name=libstdc++.so.6)
+if DIAG_ARGS="" diag plain X=0; then :
+elif DIAG_ARGS="" diag preload LD_PRELOAD="$STDCXX"; then XENV="LD_PRELOAD=$STDCXX"
+else
   DIAG_ARGS="" diag nvrtc DG_JIT_USE_NVRTC=1 && XENV="DG_JIT_USE_NVRTC=1"
   (cd "$R" && PYTHONPATH="$W/stage/clean:$W/site" DG_JIT_CACHE_DIR="$W/jit_clean" timeout 100 cuda-gdb -q -batch \
      -ex "set pagination off" -ex run -ex bt --args python3 "$here/diag.py" > "$R/diag_gdb.log" 2>&1; grep -A30 "SIGSEGV" "$R/diag_gdb.log" | head -40)
-}
+fi
 DIAG_ARGS="--hostpool $W/hm.so" diag hostpool X=0 $XENV || HM=cupy_dlpack
 ts "host method $HM, extra env: $XENV"
 bench() {  # build, tag, extra args
