@@ -5,9 +5,15 @@ The kernel is the persistent bf16 GEMM of ``xstage_trace.instrument.triton_gemm`
 session (its two ``enter_scope``/``exit_scope`` pairs per tile become Proton records; the xstage
 switch is off), (c) ``gemm_instrumented`` with the xstage probes on (two begin/end pairs per tile
 at the same points, Proton off). Equal probe density: Proton samples warp 0 only
-(``sampling_strategy="selective"``), xstage writes from thread 0 of each program.
+(``sampling_strategy="selective"``), xstage writes from thread 0 of each program. Beside them, the
+cost breakdown of the xstage probes: ``gemm_breakdown`` with the anchors only and with the counted
+form at two placements (``triton_gemm.BREAKDOWN``).
 
-Timing: every trial runs the three variants in a rotating order; each launch is preceded by a
+SASS: for every variant the K loop's instruction count, R2UR moves and whether its instruction mix
+is the probe-free kernel's (``xstage_trace.instrument.triton_sass``), from the cubins this run
+launched.
+
+Timing: every trial runs the variants in a rotating order; each launch is preceded by a
 ~1 ms ``torch.cuda._sleep`` so that the host's work (Proton synchronises the stream and parses its
 buffer after every launch) never shows in the device time, and CUDA events are recorded from
 Triton launch hooks placed innermost (right around the driver launch). Medians over the trials.
@@ -35,7 +41,6 @@ from pathlib import Path
 import numpy as np
 import torch
 import triton
-import triton.language as tl
 import triton.profiler as proton
 import triton.profiler.language as proton_lang
 from triton import knobs
@@ -43,43 +48,11 @@ from triton import knobs
 from xstage_trace.collectors.probe_format import decode_probe_dump
 from xstage_trace.instrument import triton as xp
 from xstage_trace.instrument import triton_gemm as g
+from xstage_trace.instrument.triton_sass import kernel_mma_loop
 
 BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M = 128, 128, 64, 8
-# Cost breakdown of the xstage probes (docs/triton-probes.md): anchors only, and the counted form
-# (a record count carried through the tile loop) with the probes adjacent to the K loop or at the
-# iteration boundaries; ``gemm_instrumented`` itself uses the persistent-loop form at the boundaries.
-BREAKDOWN = {"xstage_anchors_only": 0, "xstage_counted_adjacent": 1, "xstage_counted_boundary": 2}
 NUM_WARPS, NUM_STAGES = 8, 3
 SLEEP_CYCLES = 2_000_000  # ~1 ms at 2 GHz: keeps the GPU busy while the host enqueues a launch
-
-
-@triton.jit
-def gemm_xstage_breakdown(a, b, c, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
-                          trace_meta, trace_records, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                          BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, NUM_PROGRAMS: tl.constexpr,
-                          TRACE_CAP: tl.constexpr, XSTAGE: tl.constexpr, FORM: tl.constexpr):
-    """gemm_plain with xstage probes in one of the BREAKDOWN forms."""
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    probe = xp.probe_open(trace_meta, trace_records, TRACE_CAP, XSTAGE)
-    for tile in range(tl.program_id(0), num_pid_m * num_pid_n, NUM_PROGRAMS):
-        if FORM == 2:
-            probe = xp.begin(probe, g.EV_MAINLOOP, tile, TRACE_CAP, XSTAGE)
-        pid_m, pid_n = g._tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
-        if FORM == 1:
-            probe = xp.begin(probe, g.EV_MAINLOOP, tile, TRACE_CAP, XSTAGE)
-        acc = g._mainloop(a, b, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, BLOCK_M, BLOCK_N, BLOCK_K)
-        if FORM == 1:
-            probe = xp.end(probe, g.EV_MAINLOOP, tile, 0, TRACE_CAP, XSTAGE)
-        ptrs, vals, mask = g._epilogue(c, acc, pid_m, pid_n, M, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N)
-        if FORM == 2:
-            probe = xp.end(probe, g.EV_MAINLOOP, tile, 0, TRACE_CAP, XSTAGE)
-        if FORM != 0:
-            probe = xp.begin(probe, g.EV_STORE, tile, TRACE_CAP, XSTAGE)
-        tl.store(ptrs, vals, mask=mask)
-        if FORM != 0:
-            probe = xp.end(probe, g.EV_STORE, tile, BLOCK_M * BLOCK_N * 2, TRACE_CAP, XSTAGE)
-    xp.probe_close(probe, XSTAGE)
 
 
 class LaunchTimer:
@@ -132,6 +105,15 @@ def _args(a, b, c):
 def _meta(programs: int) -> dict:
     return dict(BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, GROUP_M=GROUP_M, NUM_PROGRAMS=programs,
                 num_warps=NUM_WARPS, num_stages=NUM_STAGES)
+
+
+def mma_loop_summary(kernels: dict) -> dict:
+    """Per variant: the K loop's SASS instructions, R2UR moves, uniform-datapath instructions, and
+    whether its instruction mix is the probe-free kernel's (``kernels["plain"]``)."""
+    loops = {name: kernel_mma_loop(k) for name, k in kernels.items()}
+    base = loops["plain"].mix
+    return {name: {"instructions": len(lp.instructions), "r2ur": lp.r2ur, "uniform": lp.uniform,
+                   "same_mix_as_plain": lp.mix == base} for name, lp in loops.items()}
 
 
 def xstage_fidelity(dump: Path) -> dict:
@@ -208,11 +190,11 @@ def main() -> int:
     launch_plain = lambda: g.gemm_plain[(programs,)](*_args(a, b, c_plain), **meta)  # noqa: E731
     launch_x = lambda: g.gemm_instrumented[(programs,)](*_args(a, b, c_x), **buf.kernel_args(), **meta)  # noqa: E731
     buf2 = xp.TraceBuffer(programs, capacity)
-    breakdown = {name: (lambda form=form: gemm_xstage_breakdown[(programs,)](*_args(a, b, c_x), **buf2.kernel_args(), FORM=form, **meta))
-                 for name, form in BREAKDOWN.items()}
+    breakdown = {name: (lambda form=form: g.gemm_breakdown[(programs,)](*_args(a, b, c_x), **buf2.kernel_args(), FORM=form, **meta))
+                 for name, form in g.BREAKDOWN.items()}
     launch_p = lambda: g.gemm_instrumented[(programs,)](*_args(a, b, c_p), **xp.off_args(), **meta)  # noqa: E731
-    for launch in (launch_plain, launch_x, *breakdown.values()):  # compile outside any Proton session
-        launch()
+    compiled = {name: launch() for name, launch in  # compile outside any Proton session
+                (("plain", launch_plain), ("xstage", launch_x), *breakdown.items())}
     torch.cuda.synchronize()
     ref = (a.float() @ b.float())
     result["max_rel_err_plain"] = float(((c_plain.float() - ref).abs().max() / ref.abs().max()).item())
@@ -230,6 +212,7 @@ def main() -> int:
         torch.cuda.synchronize()
         result["proton_output_identical"] = bool(torch.equal(c_plain, c_p))
         result["proton_profile_scratch_bytes_per_program"] = int(kernel_p.metadata.profile_scratch_size)
+        compiled["proton"] = kernel_p
         proton.deactivate(session)
         order = [("plain", launch_plain), ("proton", launch_p), ("xstage", launch_x), *breakdown.items()]
         idx: dict[str, list[int]] = {k: [] for k in times}
@@ -262,6 +245,10 @@ def main() -> int:
                     buf.reset()
                 times[name].append(timer.ms(timer.timed(launch)))
         torch.cuda.synchronize()
+    try:
+        result["sass_mma_loop"] = mma_loop_summary(compiled)
+    except Exception:
+        result["errors"]["sass_mma_loop"] = traceback.format_exc(limit=4)
     result["trials"] = len(times["plain"])
     result["kernel_ms_median"] = {k: (statistics.median(v) if v else None) for k, v in times.items()}
     result["kernel_ms_all"] = times

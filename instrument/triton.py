@@ -23,8 +23,11 @@ One slice per program (``roles_per_cta = 1``, slice = linear program id). Thread
 only thread 0 stores. A record is one ``st.global.cs.v4.u32`` of 16 bytes in the layout of
 docs/probe-format.md, at an address computed inside the probe from %ctaid, so the kernel keeps no
 trace pointer live; the slice's open/close anchors pair ``%globaltimer`` with ``clock64`` so the
-decoder converts cycles to ns per SM. Records past the capacity are counted, not stored: overflow
-is reported, never silent.
+decoder converts cycles to ns per SM. Records past the capacity are counted and written to the
+slice's spare slot (a slice has ``capacity + SPARE_SLOTS`` slots on the device; the dump leaves the
+spare out): overflow is reported, never silent. The store's predicate is "thread 0" alone, never a
+test of the slot: a per-thread predicate that changes from tile to tile makes ptxas move a
+persistent GEMM's HGMMA descriptor arithmetic off the uniform datapath (docs/triton-probes.md).
 
 Host side: :class:`TraceBuffer` allocates the two arrays with torch, gives the kernel arguments
 (``buf.kernel_args()``, or :func:`off_args` for the probe-free build: the trace pointers become
@@ -37,6 +40,7 @@ Cost per probe and where to put probes: docs/triton-probes.md.
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import numpy as np
@@ -50,6 +54,7 @@ KIND_BEGIN = 1
 KIND_END = 2
 META_WORDS = SLICE_DTYPE.itemsize // 8  # SliceMeta in int64 words (6)
 RECORD_WORDS = RECORD_DTYPE.itemsize // 8  # one record in int64 words (2)
+SPARE_SLOTS = 1  # device slots per slice past the capacity: where the records past it land
 
 # Slice-meta byte offsets (docs/probe-format.md, SliceMeta).
 _OFF_COUNT, _OFF_SMID_OPEN, _OFF_SMID_CLOSE, _OFF_OPEN, _OFF_CLOSE = 0, 8, 12, 16, 32
@@ -87,10 +92,12 @@ def _anchor_asm(smid_off: int, pair_off: int, count: bool, per_tile: int = 0, nu
 
 def _record_asm(event: int, kind: int, capacity: int, per_tile: int = 0, k: int = 0, num_programs: int = 0) -> str:
     """PTX for one record: clock64's low 48 bits with the event id (bits 48..55) and kind (56..57)
-    or-ed into the high word, stored by thread 0 at its slice's slot when the slot is below the
-    capacity ($1 = records base). The slot is $2 (the carried count), or, in the persistent-loop
-    form (``per_tile`` > 0), ((tile $2 − %ctaid.x) / num_programs) · per_tile + k. Addresses are
-    computed here, from %ctaid, so the kernel keeps no trace pointer live."""
+    or-ed into the high word, stored by thread 0 at its slice's slot ($1 = records base; a slice
+    has capacity + SPARE_SLOTS slots). The slot is $2 (the carried count), or, in the
+    persistent-loop form (``per_tile`` > 0), (tile $2 / num_programs) · per_tile + k; a slot past
+    the capacity is clamped to the spare slot, so the store's predicate is thread 0 alone (see the
+    module docstring). Addresses are computed here, from %ctaid, so the kernel keeps no trace
+    pointer live."""
     if not 0 <= event < 256 or kind not in (KIND_MARK, KIND_BEGIN, KIND_END):
         raise ValueError(f"xstage probe: event id {event} must be 0..255 and kind 0, 1 or 2")
     if per_tile and not (0 <= k < per_tile and num_programs > 0):
@@ -98,33 +105,44 @@ def _record_asm(event: int, kind: int, capacity: int, per_tile: int = 0, k: int 
     tag = ((kind << 8) | event) << (CLOCK_BITS - 32)
     slot = (f"div.u32 xp_i, $2, {num_programs};\nmad.lo.u32 xp_i, xp_i, {per_tile}, {k};\n") if per_tile else "mov.u32 xp_i, $2;\n"
     return (
-        "{\n.reg .pred xp_p, xp_q;\n.reg .u32 xp_t, xp_a, xp_b, xp_s, xp_i, xp_lo, xp_hi;\n.reg .u64 xp_c, xp_r;\n"
+        "{\n.reg .pred xp_p;\n.reg .u32 xp_t, xp_a, xp_b, xp_s, xp_i, xp_lo, xp_hi;\n.reg .u64 xp_c, xp_r;\n"
         + slot +
-        f"mov.u32 xp_t, %tid.x;\nsetp.eq.u32 xp_p, xp_t, 0;\nsetp.lt.u32 xp_q, xp_i, {capacity};\nand.pred xp_p, xp_p, xp_q;\n"
+        f"mov.u32 xp_t, %tid.x;\nsetp.eq.u32 xp_p, xp_t, 0;\nmin.u32 xp_i, xp_i, {capacity};\n"
         + _SLICE_PTX +
-        f"mad.lo.u32 xp_s, xp_s, {capacity}, xp_i;\nmul.wide.u32 xp_r, xp_s, {RECORD_DTYPE.itemsize};\nadd.s64 xp_r, $1, xp_r;\n"
+        f"mad.lo.u32 xp_s, xp_s, {capacity + SPARE_SLOTS}, xp_i;\nmul.wide.u32 xp_r, xp_s, {RECORD_DTYPE.itemsize};\nadd.s64 xp_r, $1, xp_r;\n"
         "mov.u64 xp_c, %clock64;\nmov.b64 {xp_lo, xp_hi}, xp_c;\n"
         f"and.b32 xp_hi, xp_hi, 65535;\nor.b32 xp_hi, xp_hi, {tag};\n"
         "@xp_p st.global.cs.v4.u32 [xp_r], {xp_lo, xp_hi, $3, $4};\nmov.u32 $0, 0;\n}"
     )
 
 
+# Triton's cache key covers the source of @triton.jit functions and the constexpr globals they
+# read, not the builtins below that emit the PTX. Every probe passes this digest of the PTX the
+# templates give into its asm block (as a PTX comment), so changed templates recompile the kernel.
+PTX_KEY = tl.constexpr(hashlib.sha256("".join(
+    [_record_asm(1, 2, 8), _record_asm(1, 2, 8, 4, 1, 3)]
+    + [_anchor_asm(_OFF_SMID_CLOSE, _OFF_CLOSE, True, t, 3) for t in (0, 4)]).encode()).hexdigest()[:16])
+
+
 @tl.core.builtin
 def _anchor(meta, count, is_close: tl.constexpr, per_tile: tl.constexpr = 0, num_programs: tl.constexpr = 0,
-            _semantic=None):
+            key: tl.constexpr = "", _semantic=None):
     u = tl.core._unwrap_if_constexpr
     close = u(is_close)
-    asm = _anchor_asm(_OFF_SMID_CLOSE if close else _OFF_SMID_OPEN, _OFF_CLOSE if close else _OFF_OPEN, close,
-                      int(u(per_tile)), int(u(num_programs)))
+    asm = f"// xstage probe {u(key)}\n" + _anchor_asm(_OFF_SMID_CLOSE if close else _OFF_SMID_OPEN,
+                                                       _OFF_CLOSE if close else _OFF_OPEN, close,
+                                                       int(u(per_tile)), int(u(num_programs)))
     return tl.inline_asm_elementwise(asm, "=r,l,r", [meta, count], dtype=tl.int32, is_pure=False, pack=1,
                                      _semantic=_semantic)
 
 
 @tl.core.builtin
 def _record(records, seq, tile, payload, event: tl.constexpr, kind: tl.constexpr, capacity: tl.constexpr,
-            per_tile: tl.constexpr = 0, k: tl.constexpr = 0, num_programs: tl.constexpr = 0, _semantic=None):
+            per_tile: tl.constexpr = 0, k: tl.constexpr = 0, num_programs: tl.constexpr = 0, key: tl.constexpr = "",
+            _semantic=None):
     u = tl.core._unwrap_if_constexpr
-    asm = _record_asm(int(u(event)), int(u(kind)), int(u(capacity)), int(u(per_tile)), int(u(k)), int(u(num_programs)))
+    asm = f"// xstage probe {u(key)}\n" + _record_asm(int(u(event)), int(u(kind)), int(u(capacity)), int(u(per_tile)),
+                                                       int(u(k)), int(u(num_programs)))
     return tl.inline_asm_elementwise(asm, "=r,l,r,r,r", [records, seq, tile, payload], dtype=tl.int32,
                                      is_pure=False, pack=1, _semantic=_semantic)
 
@@ -134,7 +152,7 @@ def probe_open(trace_meta, trace_records, TRACE_CAP: tl.constexpr, XSTAGE: tl.co
     """Open this program's slice (anchor at open); returns the probe handle (the two trace pointers
     as passed, and the record count)."""
     if XSTAGE:
-        _anchor(trace_meta, 0, False)
+        _anchor(trace_meta, 0, False, key=PTX_KEY)
         probe = (trace_meta, trace_records, tl.cast(0, tl.int32))
     else:
         probe = (0, 0, 0)
@@ -146,7 +164,7 @@ def put(probe, EVENT: tl.constexpr, KIND: tl.constexpr, tile, payload, TRACE_CAP
     """Write one record (event id, kind, tile, payload) at clock64 now; returns the advanced handle."""
     if XSTAGE:
         meta, records, n = probe
-        _record(records, n, tl.cast(tile, tl.int32), tl.cast(payload, tl.int32), EVENT, KIND, TRACE_CAP)
+        _record(records, n, tl.cast(tile, tl.int32), tl.cast(payload, tl.int32), EVENT, KIND, TRACE_CAP, key=PTX_KEY)
         probe = (meta, records, n + 1)
     return probe
 
@@ -174,7 +192,7 @@ def probe_close(probe, XSTAGE: tl.constexpr):
     """Close the slice: anchor at close, record count, closed = 1 (XSTAGE_PROBE_CLOSE)."""
     if XSTAGE:
         meta, records, n = probe
-        _anchor(meta, n, True)
+        _anchor(meta, n, True, key=PTX_KEY)
 
 
 @triton.jit
@@ -186,7 +204,7 @@ def put_tile(probe, EVENT: tl.constexpr, KIND: tl.constexpr, tile, payload, K: t
     if XSTAGE:
         meta, records, n = probe
         _record(records, tl.cast(tile, tl.int32), tl.cast(tile, tl.int32), tl.cast(payload, tl.int32), EVENT, KIND,
-                TRACE_CAP, PER_TILE, K, NUM_PROGRAMS)
+                TRACE_CAP, PER_TILE, K, NUM_PROGRAMS, key=PTX_KEY)
 
 
 @triton.jit
@@ -208,7 +226,7 @@ def probe_close_tiles(probe, num_tiles, PER_TILE: tl.constexpr, NUM_PROGRAMS: tl
     """Close a slice written in the persistent-loop form: count = this program's tiles × PER_TILE."""
     if XSTAGE:
         meta, records, n = probe
-        _anchor(meta, tl.cast(num_tiles, tl.int32), True, PER_TILE, NUM_PROGRAMS)
+        _anchor(meta, tl.cast(num_tiles, tl.int32), True, PER_TILE, NUM_PROGRAMS, key=PTX_KEY)
 
 
 def off_args() -> dict:
@@ -217,7 +235,8 @@ def off_args() -> dict:
 
 
 class TraceBuffer:
-    """Device trace buffer (torch) for ``num_programs`` slices of ``capacity`` records each."""
+    """Device trace buffer (torch) for ``num_programs`` slices of ``capacity`` records each (plus
+    SPARE_SLOTS slots per slice on the device, see :func:`stored_records`)."""
 
     def __init__(self, num_programs: int, capacity: int, device=None):
         import torch
@@ -227,7 +246,8 @@ class TraceBuffer:
         self.capacity = int(capacity)
         self.num_slices = int(num_programs)
         self.meta = torch.zeros(self.num_slices * META_WORDS, dtype=torch.int64, device=self.device)
-        self.records = torch.zeros(self.num_slices * self.capacity * RECORD_WORDS, dtype=torch.int64, device=self.device)
+        self.records = torch.zeros(self.num_slices * (self.capacity + SPARE_SLOTS) * RECORD_WORDS, dtype=torch.int64,
+                                   device=self.device)
 
     @property
     def nbytes(self) -> int:
@@ -248,15 +268,24 @@ class TraceBuffer:
         torch.cuda.synchronize(self.device)
         props = torch.cuda.get_device_properties(self.device)
         index = self.device.index or 0
-        return write_dump(path, self.meta.cpu().numpy(), self.records.cpu().numpy(), self.capacity, event_names,
+        records = stored_records(self.records.cpu().numpy(), self.num_slices, self.capacity)
+        return write_dump(path, self.meta.cpu().numpy(), records, self.capacity, event_names,
                           gpu_name=props.name, sm_count=props.multi_processor_count, sm_clock_khz=_sm_clock_khz(index),
                           device_index=index, rank=rank, label=label)
+
+
+def stored_records(device_words: np.ndarray, num_slices: int, capacity: int) -> np.ndarray:
+    """The dump's record words from the device array the probes fill: each slice's first
+    ``capacity`` slots, without its spare slot (which holds the last record past the capacity)."""
+    slots = np.asarray(device_words, dtype=np.int64).reshape(num_slices, capacity + SPARE_SLOTS, RECORD_WORDS)
+    return np.ascontiguousarray(slots[:, :capacity]).reshape(-1)
 
 
 def write_dump(path: str | Path, meta_words: np.ndarray, record_words: np.ndarray, capacity: int, event_names: list[str],
                *, gpu_name: str, sm_count: int, sm_clock_khz: int, device_index: int = 0, rank: int = 0,
                label: str = "") -> Path:
-    """Write the ``.xsp`` dump from the two int64 arrays the probes fill (slice table, records)."""
+    """Write the ``.xsp`` dump from the slice table and the stored records (int64 words; the records
+    as :func:`stored_records` gives them, ``capacity`` per slice)."""
     meta = np.ascontiguousarray(meta_words, dtype=np.int64).view(SLICE_DTYPE)
     records = np.ascontiguousarray(record_words, dtype=np.int64).view(RECORD_DTYPE)
     write_probe_dump(path, slice_meta=meta, records=records, capacity=capacity, event_names=event_names,

@@ -10,8 +10,10 @@ inside a Proton instrumentation session). Compiled outside Proton with XSTAGE of
 kernel instruction for instruction (tests/test_triton_probes.py checks the PTX).
 
 The xstage probes use the persistent-loop form (no record count carried through the tile loop).
-Per-tile records still change ptxas's allocation of the K loop (80 → 97 SASS instructions per K
-step) and cost ~6 % on the H200, where the anchors alone cost nothing: docs/triton-probes.md.
+``gemm_breakdown`` places xstage probes in the other forms the benchmark times to break the cost
+down (anchors only; the counted form, adjacent to the K loop or at the iteration boundaries).
+With every form the K loop's SASS is the probe-free one (tests/test_triton_probes.py checks the
+instruction mix; docs/triton-probes.md tells how the previous probe design changed it).
 """
 
 from __future__ import annotations
@@ -98,3 +100,38 @@ def gemm_instrumented(a, b, c, M, N, K, stride_am, stride_ak, stride_bk, stride_
         xp.end_tile(probe, EV_STORE, tile, BLOCK_M * BLOCK_N * 2, 3, EVENTS_PER_TILE, NUM_PROGRAMS, TRACE_CAP, XSTAGE)
         pl.exit_scope("store")
     xp.probe_close_tiles(probe, num_pid_m * num_pid_n, EVENTS_PER_TILE, NUM_PROGRAMS, XSTAGE)
+
+
+# FORM of gemm_breakdown for each variant of the cost breakdown (docs/triton-probes.md).
+BREAKDOWN = {"xstage_anchors_only": 0, "xstage_counted_adjacent": 1, "xstage_counted_boundary": 2}
+
+
+@triton.jit
+def gemm_breakdown(a, b, c, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+                   trace_meta, trace_records, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                   BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, NUM_PROGRAMS: tl.constexpr,
+                   TRACE_CAP: tl.constexpr, XSTAGE: tl.constexpr, FORM: tl.constexpr):
+    """gemm_plain with xstage probes in one of the BREAKDOWN forms: 0 anchors only; 1 counted form,
+    mainloop records adjacent to the K loop; 2 counted form, mainloop records at the iteration top
+    and after the epilogue (gemm_instrumented's points). Forms 1 and 2 also bracket the store."""
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    probe = xp.probe_open(trace_meta, trace_records, TRACE_CAP, XSTAGE)
+    for tile in range(tl.program_id(0), num_pid_m * num_pid_n, NUM_PROGRAMS):
+        if FORM == 2:
+            probe = xp.begin(probe, EV_MAINLOOP, tile, TRACE_CAP, XSTAGE)
+        pid_m, pid_n = _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
+        if FORM == 1:
+            probe = xp.begin(probe, EV_MAINLOOP, tile, TRACE_CAP, XSTAGE)
+        acc = _mainloop(a, b, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, BLOCK_M, BLOCK_N, BLOCK_K)
+        if FORM == 1:
+            probe = xp.end(probe, EV_MAINLOOP, tile, 0, TRACE_CAP, XSTAGE)
+        ptrs, vals, mask = _epilogue(c, acc, pid_m, pid_n, M, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N)
+        if FORM == 2:
+            probe = xp.end(probe, EV_MAINLOOP, tile, 0, TRACE_CAP, XSTAGE)
+        if FORM != 0:
+            probe = xp.begin(probe, EV_STORE, tile, TRACE_CAP, XSTAGE)
+        tl.store(ptrs, vals, mask=mask)
+        if FORM != 0:
+            probe = xp.end(probe, EV_STORE, tile, BLOCK_M * BLOCK_N * 2, TRACE_CAP, XSTAGE)
+    xp.probe_close(probe, XSTAGE)

@@ -1,9 +1,11 @@
-"""Triton probes (xstage_trace.instrument.triton): record layout, the constexpr-off build, the FLUX recipe.
+"""Triton probes (xstage_trace.instrument.triton): record layout, the constexpr-off build, the K loop's
+SASS with probes on, the FLUX recipe.
 
 The layout tests build the two int64 arrays exactly as the inline PTX writes them (taking the tag
-immediate and the anchor offsets from the generated PTX text) and check the decoded dump against
-docs/probe-format.md and hand-computed times. The compile tests need the triton package (CPU is
-enough: kernels are compiled for sm_90a, not run); GPU tests are marked ``gpu``.
+immediate, the anchor offsets and the slot arithmetic from the generated PTX text) and check the
+decoded dump against docs/probe-format.md and hand-computed times. The compile tests need the
+triton package (CPU is enough: kernels are compiled for sm_90a, not run; the SASS tests also need
+the nvdisasm of the Triton wheel); GPU tests are marked ``gpu``.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from xstage_trace.base.errors import InputError  # noqa: E402
 from xstage_trace.collectors.probe_format import SLICE_DTYPE, decode_probe_dump  # noqa: E402
 from xstage_trace.instrument import triton as xp  # noqa: E402
 from xstage_trace.instrument import triton_gemm as g  # noqa: E402
+from xstage_trace.instrument import triton_sass  # noqa: E402
 from xstage_trace.instrument.recipes import flux_triton as recipe  # noqa: E402
 
 TARGET = GPUTarget("cuda", 90, 32)
@@ -62,6 +65,47 @@ def test_probe_rejects_event_ids_and_kinds_outside_the_format():
         xp._record_asm(0, 3, 8)
     with pytest.raises(ValueError):
         xp._record_asm(0, 1, 8, per_tile=4, k=4, num_programs=132)
+
+
+def _slot_arithmetic(capacity: int) -> tuple[int, int]:
+    """(clamp, slots per slice) as the record PTX computes its slot: min(slot, clamp), then
+    slice · (slots per slice) + slot."""
+    asm = xp._record_asm(0, 1, capacity)
+    (clamp,) = re.findall(r"min\.u32 xp_i, xp_i, (\d+);", asm)
+    (stride,) = re.findall(r"mad\.lo\.u32 xp_s, xp_s, (\d+), xp_i;", asm)
+    return int(clamp), int(stride)
+
+
+def test_record_store_is_predicated_on_thread_0_alone():
+    # a slot test in the store's predicate changes the K loop of a persistent GEMM (docs/triton-probes.md)
+    for asm in (xp._record_asm(0, 1, 8), xp._record_asm(0, 1, 8, per_tile=4, k=1, num_programs=132)):
+        stores = [line for line in asm.splitlines() if "st.global" in line]
+        assert stores == ["@xp_p st.global.cs.v4.u32 [xp_r], {xp_lo, xp_hi, $3, $4};"]
+        assert re.findall(r"(?:setp|and\.pred|or\.pred|selp)\S* xp_p\b.*", asm) == ["setp.eq.u32 xp_p, xp_t, 0;"]
+        assert "mov.u32 xp_t, %tid.x;" in asm
+
+
+def test_records_past_the_capacity_go_to_a_spare_slot_the_dump_leaves_out(tmp_path):
+    capacity, n_slices = 4, 3
+    clamp, stride = _slot_arithmetic(capacity)
+    assert clamp == capacity and stride == capacity + xp.SPARE_SLOTS
+    device = np.zeros((n_slices * stride, 2), np.int64)  # the device array, as TraceBuffer allocates it
+    counts = [6, 4, 1]  # slice 0 overflows by 2, slice 1 is exactly full
+    for s, n in enumerate(counts):
+        for i in range(n):  # the record PTX's address arithmetic, then its 16-byte store
+            device[s * stride + min(i, clamp)] = [(_tag(0, 1) << 32) | (1000 + 10 * i), (100 * s + i) | (i << 32)]
+    meta = np.zeros((n_slices, 6), np.int64)
+    meta[:, 0] = np.array(counts) | (1 << 32)
+    meta[:, 2:6] = [10**9, 1000, 10**9 + 100_000, 1000 + 173_000]
+    words = xp.stored_records(device.reshape(-1), n_slices, capacity)
+    assert words.size == n_slices * capacity * 2
+    path = xp.write_dump(tmp_path / "s.xsp", meta.reshape(-1), words, capacity, ["mainloop"], gpu_name="g", sm_count=3,
+                         sm_clock_khz=1_980_000)
+    d = decode_probe_dump(path, allow_overflow=True)
+    r = d.records.to_pandas()
+    assert list(r["tile"]) == [0, 1, 2, 3, 100, 101, 102, 103, 200]  # the first `capacity` records of each slice, in order
+    assert list(r["payload"]) == [0, 1, 2, 3, 0, 1, 2, 3, 0]
+    assert d.slices.to_pandas()["records_dropped"].tolist() == [2, 0, 0]
 
 
 def _words(records_per_slice, capacity, gt_open, clk_open, span_ns, span_cyc, smid):
@@ -150,6 +194,55 @@ def test_probes_switched_off_compile_to_the_probe_free_kernel(gemm_builds):
     plain, off, _ = gemm_builds
     assert _ptx_body(off.asm["ptx"]) == _ptx_body(plain.asm["ptx"])
     assert "%clock64" not in off.asm["ptx"] and "%globaltimer" not in off.asm["ptx"]
+
+
+# How Triton specializes the benchmark's launch (4096 × 4096 × 8192, contiguous tensors): pointers
+# and integers divisible by 16 carry tt.divisibility = 16, integers equal to 1 become constants.
+UNIT_STRIDES = {"stride_ak": 1, "stride_bn": 1, "stride_cn": 1}
+
+
+def _compile_as_launched(fn, extra_sig: dict, extra_const: dict):
+    sig, const = dict(GEMM_SIG, **extra_sig), dict(GEMM_CONST, **UNIT_STRIDES, **extra_const)
+    sig.update({k: "constexpr" for k in const})
+    attrs = {(fn.arg_names.index(k),): [["tt.divisibility", 16]] for k, v in sig.items() if v != "constexpr"}
+    try:
+        return triton.compile(ASTSource(fn=fn, signature=sig, constexprs=const, attrs=attrs), target=TARGET,
+                              options={"num_warps": 8, "num_stages": 3})
+    except Exception as exc:  # no bundled ptxas / LLVM on this machine
+        pytest.skip(f"triton cannot compile for sm_90 here: {exc}")
+
+
+TRACED = ({"trace_meta": "*i64", "trace_records": "*i64"}, {"TRACE_CAP": 32, "XSTAGE": True})
+
+
+@pytest.fixture(scope="module")
+def mma_loops():
+    """The K loop of the probe-free GEMM and of every instrumented form, as the benchmark launches them."""
+    try:
+        triton_sass.nvdisasm()
+    except FileNotFoundError as exc:
+        pytest.skip(str(exc))
+    builds = {"plain": _compile_as_launched(g.gemm_plain, {}, {}),
+              "persistent_loop_form": _compile_as_launched(g.gemm_instrumented, *TRACED)}
+    for name, form in g.BREAKDOWN.items():
+        builds[name] = _compile_as_launched(g.gemm_breakdown, TRACED[0], dict(TRACED[1], FORM=form))
+    assert builds["persistent_loop_form"].asm["ptx"].count("st.global.cs.v4.u32") == 4  # the probes are in
+    return {name: triton_sass.kernel_mma_loop(k) for name, k in builds.items()}
+
+
+def test_k_loop_found_is_the_tensor_core_k_step(mma_loops):
+    # BLOCK_K = 64 per step, 16 per bf16 HGMMA: 4 HGMMA per warpgroup and step, each 64 × BLOCK_N
+    mix = mma_loops["plain"].mix
+    assert sum(n for text, n in mix.items() if text.startswith("HGMMA.64x128x16.F32.BF16")) == 4
+    assert sum(n for text, n in mix.items() if text.startswith("LDGSTS")) == 8  # next stage: 128×64 + 64×128 bf16, 16 B each
+
+
+@pytest.mark.parametrize("variant", ["persistent_loop_form", *g.BREAKDOWN])
+def test_probes_leave_the_k_loop_sass_of_the_probe_free_kernel(mma_loops, variant):
+    plain, traced = mma_loops["plain"], mma_loops[variant]
+    assert len(traced.instructions) == len(plain.instructions)
+    assert traced.mix == plain.mix  # same instructions and register files (R2UR count included), order aside
+    assert traced.uniform == plain.uniform
 
 
 def test_probes_switched_on_emit_one_store_per_record_and_two_anchors(gemm_builds):

@@ -1,23 +1,18 @@
 #!/usr/bin/env bash
-# One device call: the xstage-vs-Proton Triton benchmark and FLUX's Triton GEMM-RS at world size 1
-# (device-memory and host-mapped output). Run from a folder holding pkg/ (the xstage_trace package
-# laid out for PYTHONPATH), pkg/benchmarks/bench_triton_vs_proton.py and flux/ (a FLUX checkout's
-# python/flux_triton at the recipe's commit). Results under $OUT: log.txt, bench/*, flux.tar.
+# One device call: the xstage-vs-Proton Triton benchmark (benchmarks/bench_triton_vs_proton.py),
+# run from the repository root. Installs the package without dependencies (torch and triton are
+# already on the device machine). Results under $OUT: log.txt and bench/{triton_vs_proton.json,
+# xstage_gemm.xsp, proton_trace_head.json}. TRIALS (default 30) sets the interleaved trials.
 set -u
-export PYTHONPATH="$PWD/pkg" PYTHONUNBUFFERED=1
-mkdir -p "$OUT/bench" /tmp/fluxout
+export PYTHONUNBUFFERED=1
+mkdir -p "$OUT/bench"
 {
   date -u +%FT%TZ
+  git rev-parse HEAD 2>/dev/null || echo "no git metadata"
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv
+  python3 -m pip install -q --no-deps --no-build-isolation -e . || echo "pip install failed"
   python3 -c "import torch, triton; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__)"
-  timeout 200 python3 pkg/benchmarks/bench_triton_vs_proton.py --out "$OUT/bench" --trials 30
+  timeout 120 python3 benchmarks/bench_triton_vs_proton.py --out "$OUT/bench" --trials "${TRIALS:-30}"
   echo "bench rc=$?"
-  cp -r flux /tmp/flux && python3 -m xstage_trace.instrument.recipes.flux_triton apply /tmp/flux
-  for dest in device host; do
-    timeout 75 python3 -m xstage_trace.instrument.recipes.flux_triton.run --flux /tmp/flux --out /tmp/fluxout \
-      --dest "$dest" --summary "/tmp/fluxout/summary_$dest.json"
-    echo "flux $dest rc=$?"
-  done
   nvidia-smi --query-gpu=clocks.sm,temperature.gpu --format=csv
 } > "$OUT/log.txt" 2>&1
-tar -C /tmp/fluxout -cf "$OUT/flux.tar" .
