@@ -89,88 +89,102 @@ __device__ __forceinline__ u32 smid() {
   return s;
 }
 
+// %ctaid.x through asm volatile: the compiler cannot hoist what depends on it out of the kernel's
+// loops, so slice addresses are recomputed at each record instead of occupying registers.
+__device__ __forceinline__ u32 ctaid_x() {
+  u32 c;
+  asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(c));
+  return c;
+}
+
 __device__ __forceinline__ u64 clock_cycles() {
   u64 c;
   asm volatile("mov.u64 %0, %%clock64;" : "=l"(c));
   return c;
 }
 
-// Streaming (evict-first) 16-byte store: the trace should not displace the kernel's L2 lines.
+// Streaming (evict-first) 16-byte store: the trace should not displace the kernel's L2 lines. No
+// "memory" clobber: the kernel never reads trace memory, and the timestamps are ordered against the
+// kernel's synchronization by the clock reads' own asm volatile, so the store need not fence the
+// compiler's scheduling of the kernel's loads and stores.
 __device__ __forceinline__ void store_record_cs(Record* dst, u64 ts_ev, u32 tile,
                                                 u32 payload) {
   asm volatile("st.global.cs.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(dst),
-               "r"((u32)ts_ev), "r"((u32)(ts_ev >> 32)), "r"(tile), "r"(payload)
-               : "memory");
+               "r"((u32)ts_ev), "r"((u32)(ts_ev >> 32)), "r"(tile), "r"(payload));
 }
 
-// The probe handle of one writer warp: lives in registers.
+// The probe handle of one writer warp. What it carries through the kernel's loops is one register:
+// n, the records attempted, with kSilent set on lanes that do not write (so "writer" needs no register
+// of its own and the capacity test n < capacity also rejects them). The buffer's fields are the kernel
+// parameter's (constant bank, no registers); the slice and its addresses are recomputed at each record
+// from %ctaid.x read through asm volatile, which the compiler cannot hoist into a live register. Kept
+// live, these values cost the reference fused kernel 6 registers and a different mainloop schedule.
 struct Probe {
-  Record* rec;
-  SliceMeta* meta;
-  Record* stage;       // shared-memory staging area (nullptr: stream every record to global)
+  static constexpr u32 kSilent = 0x80000000u;
+  DeviceBuffer b;
+  u32 role;
   u32 n;
-  u32 cap;
-  u32 flushed;    // records already written out from the staging area
+  Record* stage;
+  u32 flushed;
   u32 stage_cap;
-  bool writer;
 
-  __device__ __forceinline__ void open(const DeviceBuffer& b, u32 role, bool enabled = true,
+  __device__ __forceinline__ u32 slice() const { return ctaid_x() * b.roles_per_cta + role; }
+  __device__ __forceinline__ SliceMeta* meta() const { return b.meta + slice(); }
+  __device__ __forceinline__ bool writer() const { return (n & kSilent) == 0; }
+
+  __device__ __forceinline__ void open(const DeviceBuffer& buf, u32 r, bool enabled = true,
                                        Record* smem_stage = nullptr, u32 smem_records = 0,
                                        bool elected_lane = false) {
+    b = buf; role = r;
     stage = smem_stage;
     stage_cap = smem_records;
     flushed = 0;
-    const u32 slice = blockIdx.x * b.roles_per_cta + role;
-    // elect.sync picks a deterministic lane, not necessarily lane 0: an elected caller writes itself.
-    writer = enabled && (elected_lane || (threadIdx.x & 31) == 0) && slice < b.num_slices && b.meta != nullptr;
-    rec = b.records + (u64)slice * b.capacity;
-    meta = b.meta + slice;
-    cap = b.capacity;
-    n = 0;
-    if (writer) {
+    const bool w = enabled && (elected_lane || (threadIdx.x & 31) == 0) && slice() < b.num_slices && b.meta != nullptr;
+    n = w ? 0u : kSilent;
+    if (w) {
       const u64 g = globaltimer_ns();
       const u64 c = clock_cycles();
-      meta->smid_open = smid();
-      meta->gt_open = g;
-      meta->clk_open = c;
+      SliceMeta* m = meta();
+      m->smid_open = smid();
+      m->gt_open = g;
+      m->clk_open = c;
     }
   }
+  __device__ __forceinline__ Record* rec(u32 i) const { return b.records + (u64)slice() * b.capacity + i; }
 
-  // Writes the staged records [flushed, n) to global memory (writer lane only).
   __device__ __forceinline__ void flush() {
-    if (writer && stage != nullptr) {
-      for (u32 i = flushed; i < n && i < cap; ++i) {
+    if (writer() && stage != nullptr) {
+      for (u32 i = flushed; i < n && i < b.capacity; ++i) {
         const Record r = stage[i - flushed];
-        store_record_cs(rec + i, r.ts_ev, r.tile, r.payload);
+        store_record_cs(rec(i), r.ts_ev, r.tile, r.payload);
       }
     }
     flushed = n;
   }
 
-  __device__ __forceinline__ void put(u32 event, u32 kind, u32 tile,
-                                      u32 payload) {
+  __device__ __forceinline__ void put(u32 event, u32 kind, u32 tile, u32 payload) {
     const u64 c = clock_cycles();
-    const u64 ts_ev = (c & 0xFFFFFFFFFFFFull) | ((u64)(event & 0xFF) << 48) |
-                           ((u64)(kind & 0x3) << 56);
+    const u64 ts_ev = (c & 0xFFFFFFFFFFFFull) | ((u64)(event & 0xFF) << 48) | ((u64)(kind & 0x3) << 56);
     if (stage != nullptr) {
       if (n - flushed == stage_cap) flush();
-      if (writer) stage[n - flushed] = Record{ts_ev, tile, payload};
-    } else if (writer && n < cap) {
-      store_record_cs(rec + n, ts_ev, tile, payload);
+      if (writer()) stage[n - flushed] = Record{ts_ev, tile, payload};
+    } else if (n < b.capacity) {
+      store_record_cs(rec(n), ts_ev, tile, payload);
     }
-    ++n;  // every calling lane counts, so the count stays warp-uniform without a shuffle
+    ++n;
   }
 
   __device__ __forceinline__ void close() {
     flush();
-    if (writer) {
+    if (writer()) {
       const u64 g = globaltimer_ns();
       const u64 c = clock_cycles();
-      meta->smid_close = smid();
-      meta->gt_close = g;
-      meta->clk_close = c;
-      meta->count = n;
-      meta->closed = 1;
+      SliceMeta* m = meta();
+      m->smid_close = smid();
+      m->gt_close = g;
+      m->clk_close = c;
+      m->count = n;
+      m->closed = 1;
     }
   }
 };
