@@ -27,7 +27,8 @@ import pandas as pd
 
 from xstage_trace.analysis.platform import PlatformModel
 from xstage_trace.analysis.recurrence import audit_sequence
-from xstage_trace.analysis.spans import pair_spans
+from xstage_trace.analysis.columnar import as_text, cumcount, group_cumsum, group_median, group_nunique, run_ids, shift_back, sort_codes
+from xstage_trace.analysis.spans import join_rows, key_codes, pair_spans, take_matched
 
 REMOTE_STORE_EVENTS = ("burst", "rs", "remote_store", "l2_rs")
 
@@ -36,19 +37,25 @@ def remote_store_spans(probes: pd.DataFrame, events=REMOTE_STORE_EVENTS) -> pd.D
     """Begin/end pairs of the remote-store events: one row per (dump, slice, tile) with start, end, bytes."""
     keys = ["rank", "dump", "slice", "cta", "event", "tile"]
     s = pair_spans(probes, events, keys).rename(columns={"start": "start_ns", "end": "end_ns", "payload": "bytes"})
-    s["dump"] = s["dump"].astype(str)
+    s["dump"] = as_text(s["dump"])
     return s.drop(columns=["duration"])
 
 
-def offered_gap_ns(spans: pd.DataFrame, tiles: pd.DataFrame) -> pd.Series:
+def offered_gap_ns(spans: pd.DataFrame, tiles: pd.DataFrame) -> np.ndarray:
     """Per remote-store span (sorted by producer and time), the producer's mainloop time from the tile
     after the stored one through its next stored tile (NaN for its last store or an unknown tile)."""
-    t = tiles.sort_values(["rank", "dump", "cta", "position"], kind="stable")
-    cum = t.groupby(["rank", "dump", "cta"], sort=False)["mainloop_ns"].cumsum()  # C through position p
-    pos = t[["rank", "dump", "cta", "tile", "position"]].assign(cum=cum.to_numpy())
-    s = spans[["rank", "dump", "cta", "tile"]].merge(pos, on=["rank", "dump", "cta", "tile"], how="left")
-    nxt = s.groupby(["rank", "dump", "cta"], sort=False)["cum"].shift(-1)
-    return (nxt - s["cum"]).set_axis(spans.index)
+    keys = ["rank", "dump", "cta"]
+    t = tiles.sort_values([*keys, "position"], kind="stable")
+    tile_ids = run_ids(*(sort_codes(t[k]) for k in keys))
+    cum = group_cumsum(t["mainloop_ns"].to_numpy(np.float64), tile_ids)  # C through position p
+    both = pd.concat([spans[[*keys, "tile"]], t[[*keys, "tile"]]], ignore_index=True)
+    code = key_codes(both, [*keys, "tile"])
+    li, ri = join_rows(code[: len(spans)], code[len(spans):], how="left")
+    if len(li) != len(spans):
+        raise ValueError("the tile table holds a (rank, dump, cta, tile) twice")
+    at = take_matched(cum, ri)
+    span_ids = run_ids(*(sort_codes(spans[k]) for k in keys))
+    return shift_back(at, span_ids, 1) - at
 
 
 def reconstruct_bursts(spans: pd.DataFrame, tiles: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -57,16 +64,34 @@ def reconstruct_bursts(spans: pd.DataFrame, tiles: pd.DataFrame | None = None) -
     cols = ["rank", "dump", "burst", "start_ns", "end_ns", "volume_bytes", "producers", "issue_ns", "gap_ns"]
     if spans.empty:
         return pd.DataFrame(columns=cols)
-    s = spans.sort_values(["rank", "dump", "cta", "start_ns"], kind="stable").reset_index(drop=True)
-    per_producer = s.groupby(["rank", "dump", "cta"], sort=False)
-    s["burst"] = per_producer.cumcount()
+    rank, dump, cta = (sort_codes(spans[k]) for k in ("rank", "dump", "cta"))
+    start = spans["start_ns"].to_numpy()
+    order = np.lexsort((start, cta, dump, rank))  # stable: per producer in time order
+    s = spans.iloc[order].reset_index(drop=True)
+    rank, dump, cta, start = rank[order], dump[order], cta[order], start[order]
+    end = s["end_ns"].to_numpy()
+    producer = run_ids(rank, dump, cta)
+    burst = cumcount(producer)
     if tiles is not None and len(tiles):
-        s["own_gap_ns"] = offered_gap_ns(s, tiles)
+        own_gap = offered_gap_ns(s, tiles)
     else:
-        s["own_gap_ns"] = (per_producer["start_ns"].shift(-1) - s["end_ns"]).clip(lower=0.0)
-    g = s.groupby(["rank", "dump", "burst"], sort=True)
-    out = g.agg(start_ns=("start_ns", "min"), end_ns=("end_ns", "max"), volume_bytes=("bytes", "sum"),
-                producers=("cta", "nunique"), gap_ns=("own_gap_ns", "median")).reset_index()
+        own_gap = np.maximum(shift_back(start, producer, 1) - end, 0.0)  # NaN stays NaN
+    by_burst = np.lexsort((burst, dump, rank))
+    ids = run_ids(rank[by_burst], dump[by_burst], burst[by_burst])
+    groups = int(ids[-1]) + 1
+    first = by_burst[np.r_[True, ids[1:] != ids[:-1]]]
+    g = np.empty(len(ids), np.int64)
+    g[by_burst] = ids  # the burst group of each span
+    out = s[["rank", "dump"]].iloc[first].reset_index(drop=True)
+    out["burst"] = burst[first]
+    lo, hi = np.full(groups, np.inf), np.full(groups, -np.inf)
+    np.minimum.at(lo, g, start)
+    np.maximum.at(hi, g, end)
+    volume = np.zeros(groups, np.int64)
+    np.add.at(volume, g, s["bytes"].to_numpy().astype(np.int64))
+    out["start_ns"], out["end_ns"], out["volume_bytes"] = lo, hi, volume
+    out["producers"] = group_nunique(cta, g, groups)
+    out["gap_ns"] = group_median(own_gap, g, groups)
     out["issue_ns"] = out["end_ns"] - out["start_ns"]
     return out[cols]
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from xstage_trace.analysis.columnar import as_text
 from xstage_trace.analysis.spans import pair_spans
 
 BURST_EVENT = "burst"
@@ -18,13 +19,13 @@ ISOLATED_WARMUP_BURSTS = 1
 
 def burst_spans(probes: pd.DataFrame, event: str = BURST_EVENT) -> pd.DataFrame:
     """One row per (dump, cta, burst): begin/end ns, issue time, period and gap to the next burst."""
-    p = probes[probes["event"].astype(str) == event]
+    p = probes[(probes["event"] == event).to_numpy()]  # categorical or text alike, without converting each row
     # Epoch ns do not fit float64 exactly: work in float ns relative to the earliest record.
     t = (p["t_gt_ns"] - p["t_gt_ns"].min()).astype(np.float64) if len(p) else p["t_gt_ns"].astype(np.float64)
     keys = ["dump", "cta", "tile"]
     s = pair_spans(p.assign(t=t), [event], keys, time_col="t").rename(columns={"start": "begin", "duration": "issue_ns"})
     s = s.sort_values(keys, kind="stable")
-    s["dump"] = s["dump"].astype(str)
+    s["dump"] = as_text(s["dump"])
     nxt = s.groupby(["dump", "cta"], sort=False)["begin"].shift(-1)
     s["period_ns"] = nxt - s["begin"]
     s["gap_meas_ns"] = nxt - s["end"]
@@ -34,12 +35,14 @@ def burst_spans(probes: pd.DataFrame, event: str = BURST_EVENT) -> pd.DataFrame:
 def calibration_points(probes: pd.DataFrame, slices: pd.DataFrame, dumps: pd.DataFrame) -> pd.DataFrame:
     """Reduce burst spans per launch to the sweep's summary columns (medians and p90 over producers × bursts);
     the sweep point (dest, mode, K, B, G) comes from each dump's run configuration (the ``dumps`` table)."""
-    spans = burst_spans(probes)
-    if spans.empty or dumps.empty:
+    if dumps.empty:
         return pd.DataFrame()
     meta = dumps.astype({"dump": str}).drop_duplicates("dump").set_index("dump")
     meta = meta[meta["mode"].isin(["periodic", "isolated"]) & meta[["dest", "K", "B", "gap_ns"]].notna().all(axis=1)]
-    if meta.empty:
+    if meta.empty:  # no calibration launch among these dumps (e.g. a fused kernel's)
+        return pd.DataFrame()
+    spans = burst_spans(probes)
+    if spans.empty:
         return pd.DataFrame()
     spans = spans[spans["dump"].isin(meta.index)]
     warm = np.where(spans["dump"].map(meta["mode"]) == "periodic", PERIODIC_WARMUP_BURSTS, ISOLATED_WARMUP_BURSTS)

@@ -26,7 +26,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from xstage_trace.analysis.spans import pair_spans
+from xstage_trace.analysis.columnar import as_text, cumcount, run_ids, shift_back, sort_codes
+from xstage_trace.analysis.spans import join_rows, key_codes, take_matched
 from xstage_trace.analysis.stall import predicted_stall_ns
 
 STAGING_SLOTS = 2
@@ -34,38 +35,62 @@ MIN_NOISE_NS = 200.0
 INFLATION_FRACTION = 0.05  # a mainloop is inflated beyond 5 % (or the noise) over the control's p99
 
 
-def _spans(p: pd.DataFrame, event: str, value: str) -> pd.DataFrame:
-    s = pair_spans(p, [event], ["rank", "dump", "cta", "tile"]).drop(columns=["payload"])
-    return s.rename(columns={"start": f"{value}_start_ns", "end": f"{value}_end_ns", "duration": f"{value}_ns"})
+TILE_KEYS = ["rank", "dump", "cta", "tile"]
+TILE_EVENTS = ["mainloop", "slot_wait", "rs", "ls", "tile_info"]
 
 
 def tile_spans(probes: pd.DataFrame, slots: int = STAGING_SLOTS) -> pd.DataFrame:
     """The part of the tile table that one dump's records decide on their own: per tile its mainloop,
-    slot wait, epilogue span, T_cover and predicted Δt = [T_RS − T_cover]₊ (spec §5)."""
+    slot wait, epilogue span, T_cover and predicted Δt = [T_RS − T_cover]₊ (spec §5).
+
+    Spans are begin/end pairs per (rank, dump, cta, tile); every mainloop span gets its tile_info
+    payload, slot wait, rs and ls span by key (pandas left-merge semantics: every match, in order),
+    then the tiles of each CTA are ordered by mainloop start."""
     if probes.empty or not (probes["event"] == "mainloop").any():
         return pd.DataFrame()
-    p = probes[probes["event"].isin(["mainloop", "slot_wait", "rs", "ls", "tile_info"])]
-    keys = ["rank", "dump", "cta", "tile"]
-    ml = _spans(p, "mainloop", "mainloop")
-    info = p[p["event"] == "tile_info"][keys + ["payload"]]
-    ml = ml.merge(info, on=keys, how="left")
-    payload = ml["payload"].fillna(0).to_numpy().astype(np.int64)
-    ml["is_l2"] = (payload & 1).astype(bool)
-    ml["expert"] = (payload >> 1) & 0x7FFF
-    ml["wave"] = payload >> 16
-    ml = ml.drop(columns=["payload"])
-    wait = _spans(p, "slot_wait", "wait")[keys + ["wait_ns"]]
-    rs = _spans(p, "rs", "rs")[keys + ["rs_ns"]]
-    ls = _spans(p, "ls", "ls")[keys + ["ls_ns"]]
-    t = ml.merge(wait, on=keys, how="left").merge(rs, on=keys, how="left").merge(ls, on=keys, how="left")
-    t = t.sort_values(["rank", "dump", "cta", "mainloop_start_ns"], kind="stable").reset_index(drop=True)
-    g = t.groupby(["rank", "dump", "cta"], sort=False)
-    t["position"] = g.cumcount()
-    t["cover_ns"] = sum(g["mainloop_ns"].shift(-j) for j in range(1, slots)) if slots > 1 else 0.0
-    t["slot_wait_ns"] = g["wait_ns"].shift(-slots)
-    t["epilogue_span_ns"] = t["rs_ns"].fillna(t["ls_ns"])
-    t["predicted_stall_ns"] = predicted_stall_ns(t["epilogue_span_ns"], t["cover_ns"])
-    return t.assign(dump=t["dump"].astype(str))
+    rows = np.flatnonzero(probes["event"].isin(TILE_EVENTS).to_numpy())
+    p = probes[[*TILE_KEYS, "event", "kind", "payload", "t_ns"]].iloc[rows]
+    code = key_codes(p, TILE_KEYS)
+    event, kind = p["event"], p["kind"]
+    begin, end = (kind == "begin").to_numpy(), (kind == "end").to_numpy()
+    t = p["t_ns"].to_numpy()
+
+    def spans(name: str) -> tuple[np.ndarray, np.ndarray]:
+        of = (event == name).to_numpy()
+        b, e = np.flatnonzero(of & begin), np.flatnonzero(of & end)
+        li, ri = join_rows(code[b], code[e])
+        return b[li], e[ri]
+
+    mb, me = spans("mainloop")
+    info = np.flatnonzero((event == "tile_info").to_numpy())
+    li, ri = join_rows(code[mb], code[info], how="left")
+    mb, me = mb[li], me[li]
+    payload = take_matched(p["payload"].to_numpy()[info], ri, 0).astype(np.int64)
+    cols = {"payload": payload}
+    for name, value in (("slot_wait", "wait_ns"), ("rs", "rs_ns"), ("ls", "ls_ns")):
+        b, e = spans(name)
+        li, ri = join_rows(code[mb], code[b], how="left")
+        mb, me = mb[li], me[li]
+        cols = {c: v[li] for c, v in cols.items()}
+        cols[value] = take_matched(t[e] - t[b], ri)
+    start = t[mb]
+    rank, dump, cta = (sort_codes(p[c]) for c in ("rank", "dump", "cta"))
+    order = np.lexsort((start, cta[mb], dump[mb], rank[mb]))  # stable: ties keep the merge order
+    rows, start = mb[order], start[order]
+    ids = run_ids(rank[rows], dump[rows], cta[rows])
+    mainloop = t[me[order]] - start
+    payload = cols["payload"][order]
+    wait, rs, ls = (cols[c][order] for c in ("wait_ns", "rs_ns", "ls_ns"))
+    cover = sum(shift_back(mainloop, ids, j) for j in range(1, slots)) if slots > 1 else np.zeros(len(rows))
+    epilogue = np.where(np.isnan(rs), ls, rs)
+    return pd.DataFrame({
+        "rank": p["rank"].to_numpy()[rows], "dump": as_text(p["dump"].iloc[rows]).array, "cta": p["cta"].to_numpy()[rows],
+        "tile": p["tile"].to_numpy()[rows], "mainloop_start_ns": start, "mainloop_end_ns": t[me[order]], "mainloop_ns": mainloop,
+        "is_l2": (payload & 1).astype(bool), "expert": (payload >> 1) & 0x7FFF, "wave": payload >> 16,
+        "wait_ns": wait, "rs_ns": rs, "ls_ns": ls, "position": cumcount(ids), "cover_ns": cover,
+        "slot_wait_ns": shift_back(wait, ids, slots), "epilogue_span_ns": epilogue,
+        "predicted_stall_ns": predicted_stall_ns(epilogue, cover),
+    })
 
 
 def finish_tiles(t: pd.DataFrame, dumps: pd.DataFrame, noise_ns: float | None = None) -> pd.DataFrame:

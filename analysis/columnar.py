@@ -1,0 +1,88 @@
+"""Group-wise kernels on numpy arrays for rows sorted by group (the per-dump analyses' group-bys).
+
+A group is a run of equal ids in an array already sorted by them (``run_ids``). The kernels give
+what the pandas group-by of the same name gives (NaN where pandas gives NaN), without building
+index objects for every step: one dump's analyses call them many times on small arrays.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+
+def sort_codes(col: pd.Series) -> np.ndarray:
+    """Integer codes ordered as ``sort_values`` orders the column: a categorical's codes (its
+    category order), numbers as they are, text by its sorted distinct values."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        return col.cat.codes.to_numpy().astype(np.int64)
+    values = col.to_numpy()
+    if values.dtype.kind in "biu":
+        return values.astype(np.int64)
+    if values.dtype.kind == "f":
+        return values
+    return pd.factorize(col, sort=True, use_na_sentinel=False)[0].astype(np.int64)
+
+
+def as_text(col: pd.Series) -> pd.Series:
+    """A column as text; a categorical one by converting its categories only (not each row)."""
+    if isinstance(col.dtype, pd.CategoricalDtype) and not col.isna().any():
+        return pd.Series(col.cat.categories.astype(str).take(col.cat.codes.to_numpy()), index=col.index, name=col.name)
+    return col.astype(str)
+
+
+def run_ids(*sorted_keys: np.ndarray) -> np.ndarray:
+    """Group id per row (0, 1, …) for rows sorted by ``sorted_keys``: a new id wherever any key changes."""
+    n = len(sorted_keys[0]) if sorted_keys else 0
+    new = np.zeros(n, bool)
+    if n:
+        new[0] = True
+        for k in sorted_keys:
+            new[1:] |= k[1:] != k[:-1]
+    return np.cumsum(new) - 1
+
+
+def cumcount(ids: np.ndarray) -> np.ndarray:
+    """Position of each row within its group (``groupby().cumcount()``)."""
+    n = len(ids)
+    if n == 0:
+        return np.zeros(0, np.int64)
+    first = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])
+    return np.arange(n) - np.repeat(first, np.diff(np.r_[first, n]))
+
+
+def shift_back(values: np.ndarray, ids: np.ndarray, j: int) -> np.ndarray:
+    """The value ``j`` rows later in the same group, NaN past the group's end (``groupby().shift(-j)``)."""
+    out = np.full(len(values), np.nan)
+    if j < len(values):
+        same = ids[j:] == ids[: len(ids) - j]
+        out[: len(values) - j] = np.where(same, values[j:], np.nan)
+    return out
+
+
+def group_cumsum(values: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """Running sum within each group, restarted at each group's first row (``groupby().cumsum()``)."""
+    return pd.Series(values).groupby(ids, sort=False).cumsum().to_numpy()
+
+
+def group_median(values: np.ndarray, ids: np.ndarray, groups: int) -> np.ndarray:
+    """Median of the non-NaN values of each group 0..groups-1 (NaN for a group with none), the mean of
+    the two middle values for an even count, as ``groupby().median()``."""
+    order = np.lexsort((values, ids))  # NaN sorts last within its group
+    v = values[order]
+    valid = np.bincount(ids, weights=~np.isnan(values), minlength=groups).astype(np.int64)
+    start = np.r_[0, np.cumsum(np.bincount(ids, minlength=groups))[:-1]]
+    out = np.full(groups, np.nan)
+    has = valid > 0
+    lo = v[start[has] + (valid[has] - 1) // 2]
+    hi = v[start[has] + valid[has] // 2]
+    out[has] = (lo + hi) / 2
+    return out
+
+
+def group_nunique(values: np.ndarray, ids: np.ndarray, groups: int) -> np.ndarray:
+    """Distinct values per group 0..groups-1 (``groupby().nunique()`` of integers)."""
+    order = np.lexsort((values, ids))
+    v, g = values[order], ids[order]
+    new = np.r_[True, (v[1:] != v[:-1]) | (g[1:] != g[:-1])] if len(v) else np.zeros(0, bool)
+    return np.bincount(g[new], minlength=groups)
