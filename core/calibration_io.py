@@ -1,9 +1,11 @@
 """Calibration JSON: the fitted platform model M_X with its uncertainties, errors and input hash.
 
-Version 2 (docs/calibration-json.md lists every key): R(K) used in prediction, Q(K) with a
-bootstrap interval and its knee / transient evidence, the isolated law's errors, the two
-prediction lines under their names ("Eq. 1 + loop overhead", "recurrence") and an optional
-cross-run validation. Version-1 files (single R, p90-knee Q) still load, with their single R.
+Version 3 (docs/calibration-json.md lists every key): R(K, B) used in prediction (R from the
+drain-limited launches at any gap), R(K), Q(K) with a bootstrap interval and its knee / transient
+evidence, the isolated law's errors, the two prediction lines under their names ("Eq. 1 + loop
+overhead", "recurrence") with errors by regime, and an optional cross-run validation with the two
+runs' raw measured difference. Version-2 files still load and predict with their R(K); version-1
+files (single R, p90-knee Q) with their single R.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from xstage_trace.base.errors import InputError
 from xstage_trace.base.jsonable import loads
 from xstage_trace.base.paths import require_file
 
-CALIBRATION_VERSION = 2
+CALIBRATION_VERSION = 3
 EQ1_LINE = "Eq. 1 + loop overhead"
 RECURRENCE_LINE = "recurrence"
 
@@ -51,7 +53,7 @@ def validation_document(v: Validation, input_sha256: str | None, input_name: str
     return {"input": {"name": input_name, "sha256": input_sha256}, "store_path": store_path,
             "periodic_points": int(len(periodic)), "shared_points": v.shared_points,
             "period_errors": _period_errors(v.errors), "period_errors_shared_configurations": _period_errors(v.errors_shared),
-            "isolated_law": v.isolated_errors}
+            "isolated_law": v.isolated_errors, "measured_difference": v.measured_difference}
 
 
 def calibration_document(fit: CalibrationFit, input_sha256: str | None, input_name: str, validation: dict | None = None) -> dict:
@@ -71,6 +73,8 @@ def calibration_document(fit: CalibrationFit, input_sha256: str | None, input_na
         "rate_points": fit.rate_points,
         "rate_by_producers_gbps": {str(k): v for k, v in (r.used_by_producers.items() if r else ())},
         "rate_measured_by_producers": {str(k): v for k, v in (r.measured_by_producers.items() if r else ())},
+        "rate_by_configuration_gbps": {_key(k, b): c["rate_gbps"] for (k, b), c in (r.by_configuration.items() if r else ())},
+        "rate_measured_by_configuration": {_key(k, b): c for (k, b), c in (r.by_configuration.items() if r else ())},
         "issue_floor_ns": {_key(k, b): v for (k, b), v in sorted(m.issue_floor_ns.items())},
         "loop_overhead_ns": m.loop_overhead_ns,
         "capacity_bytes": m.capacity_bytes,
@@ -128,7 +132,7 @@ def check_document(doc, path: str | Path | None) -> None:
         raise InputError(path, "not a calibration JSON (not an object)", "pass a file written by xstage-trace calibrate fit -o")
     version = doc.get("calibration_version")
     if isinstance(version, bool) or version not in range(1, CALIBRATION_VERSION + 1):
-        raise InputError(path, f"calibration_version {version!r} is not supported (this xstage-trace reads {CALIBRATION_VERSION})", _REFIT)
+        raise InputError(path, f"calibration_version {version!r} is not supported (this xstage-trace reads versions 1 to {CALIBRATION_VERSION})", _REFIT)
     if not _finite(doc.get("rate_gbps"), 0.0, True):
         raise InputError(path, f"rate_gbps {doc.get('rate_gbps')!r} is not a positive finite number", _REFIT)
     floors = doc.get("issue_floor_ns")
@@ -144,13 +148,20 @@ def check_document(doc, path: str | Path | None) -> None:
     for key, value in caps.items():
         if _producer_key(key) is None or not _finite(value, 0.0, True):
             raise InputError(path, f"capacity_by_producers_bytes entry {key!r}: {value!r} is not a positive finite capacity", _REFIT)
+    conf = doc.get("rate_by_configuration_gbps") or {}
+    if not isinstance(conf, dict):
+        raise InputError(path, "rate_by_configuration_gbps is not an object", _REFIT)
+    for key, value in conf.items():
+        parts = key.split(",") if isinstance(key, str) else []
+        if len(parts) != 2 or any(_producer_key(x) is None for x in parts) or not _finite(value, 0.0, True):
+            raise InputError(path, f"rate_by_configuration_gbps entry {key!r}: {value!r} is not \"K,B\": a positive finite rate", _REFIT)
     if not _finite(doc.get("loop_overhead_ns", 0.0), 0.0, False):
         raise InputError(path, f"loop_overhead_ns {doc.get('loop_overhead_ns')!r} is not a finite number >= 0", _REFIT)
 
 
 def load_platform_from_doc(doc: dict, path: str | Path | None = None) -> PlatformModel:
     """A calibration document (dict), after check_document → PlatformModel (a CalibratedPlatform with R(K)
-    from version 2 on)."""
+    from version 2 on, and R(K, B) from version 3 on)."""
     check_document(doc, path)
     version = int(doc["calibration_version"])
     floors = {tuple(int(x) for x in k.split(",")): float(v) for k, v in doc["issue_floor_ns"].items()}
@@ -158,7 +169,8 @@ def load_platform_from_doc(doc: dict, path: str | Path | None = None) -> Platfor
     args = (float(doc["rate_gbps"]), floors, caps, float(doc.get("loop_overhead_ns", 0.0)), str(doc.get("platform", "")), str(doc.get("store_path", "")))
     if version >= 2:
         rates = {int(k): float(v) for k, v in (doc.get("rate_by_producers_gbps") or {}).items()}
-        return CalibratedPlatform(*args, rates)
+        conf = {tuple(int(x) for x in k.split(",")): float(v) for k, v in (doc.get("rate_by_configuration_gbps") or {}).items()} if version >= 3 else {}
+        return CalibratedPlatform(*args, rates, conf)
     return PlatformModel(*args)  # version 1: its rate_by_producers_gbps was a diagnostic, prediction used the single R
 
 

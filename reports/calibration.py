@@ -29,6 +29,25 @@ def _iso_errs(e: dict | None) -> list[str]:
     return out
 
 
+def _difference_lines(d: dict | None) -> list[str]:
+    """The two runs' raw measurements at the (K, B, G) both ran (calibration_crossrun.compare_runs)."""
+    if not d or not d.get("shared_points"):
+        return []
+    p = d["period_difference_pct"]
+    out = [f"- measured difference at the {d['shared_points']} shared (K, B, G), no model: period median {_fmt(p['median'], 2)} %, "
+           f"mean {_fmt(p['mean'], 2)} % (what a perfect model of this run still misses on the other)"]
+    if d.get("floor_offset_ns"):
+        f = d["floor_offset_ns"]
+        out.append(f"- recovered launches: T_iss^0 + o of the other run minus this one's: median {_fmt(f['median'], 1)} ns "
+                   f"(from {_fmt(f['min'], 1)} to {_fmt(f['max'], 1)}, {f['points']} launches)")
+    if d.get("drain_rate_ratio"):
+        r = d["drain_rate_ratio"]
+        out.append(f"- drain-limited in both: R(K, B) of this run against the other's launches |R_other / R_this − 1|: median "
+                   f"{_fmt(r['period_err_bound_median_pct'], 2)} %, mean {_fmt(r['period_err_bound_mean_pct'], 2)} % ({r['launches']} launches); per (K, B) ratio: "
+                   + ", ".join(f"{kb}: {_fmt(x['ratio'], 3)}" for kb, x in d["rate_ratio_by_configuration"].items()))
+    return out
+
+
 def _capacity_lines(doc: dict) -> list[str]:
     if doc.get("capacity_estimates"):
         lines = ["- Q(K), estimate [bootstrap 5–95 % interval] (evidence):"]
@@ -59,13 +78,17 @@ def calibration_report(doc: dict, points: pd.DataFrame) -> str:
 
     lines = [f"# Calibration: {doc['platform']} {doc['store_path']}", "",
              "Timing scope: sender-visible (probe clock64 → ns per SM). Medians over producers × bursts.", "",
-             f"- R = {_fmt(doc['rate_gbps'])} ± {_fmt(doc['rate_uncertainty_gbps'])} GB/s pooled ({doc['rate_points']} drain-limited zero-gap launches)"]
+             f"- R = {_fmt(doc['rate_gbps'])} ± {_fmt(doc['rate_uncertainty_gbps'])} GB/s pooled ({doc['rate_points']} drain-limited launches)"]
     measured = doc.get("rate_measured_by_producers") or {}
     if measured and int(doc.get("calibration_version", 1)) >= 2:
         lines.append("- R(K) used in prediction: " + ", ".join(
             f"K={k}: {_fmt(doc['rate_by_producers_gbps'][k])} GB/s" + (f" (own median {_fmt(m['rate_gbps'])} ± {_fmt(m['uncertainty_gbps'])}, differs from the pooled R)"
                                                                       if m["differs"] else f" (pooled; own median {_fmt(m['rate_gbps'])} ± {_fmt(m['uncertainty_gbps'])})")
             for k, m in measured.items()))
+    conf = doc.get("rate_measured_by_configuration") or {}
+    if conf:
+        lines.append("- R(K, B) used in prediction (median ± half IQR over the drain-limited launches of each configuration): "
+                     + ", ".join(f"{kb}: {_fmt(m['rate_gbps'])} ± {_fmt(m['uncertainty_gbps'])} GB/s ({m['points']})" for kb, m in conf.items()))
     lines.append(f"- loop overhead o = {_fmt(doc['loop_overhead_ns'], 0)} ns")
     lines += _capacity_lines(doc)
     pe = period_errors_of(doc)
@@ -81,6 +104,7 @@ def calibration_report(doc: dict, points: pd.DataFrame) -> str:
                   f"- the {v['shared_points']} launches whose (K, B, G) this fit also measured: {RECURRENCE_LINE} {_errs(vs.get('recurrence'))}; "
                   f"{EQ1_LINE} {_errs(vs.get('eq1_loop_overhead'))}"]
         lines += _iso_errs(v.get("isolated_law"))
+        lines += _difference_lines(v.get("measured_difference"))
     from xstage_trace.calibration_io import load_platform_from_doc
 
     model = load_platform_from_doc(doc)

@@ -1,4 +1,4 @@
-"""``xstage-trace calibrate fit A --validate B`` as a user runs it: both runs' errors, JSON v2, one-line errors."""
+"""``xstage-trace calibrate fit A --validate B`` as a user runs it: both runs' errors, JSON v3, one-line errors."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def test_validate_writes_both_runs_errors(tmp_path):
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
     assert d == json.loads(out.read_text())
-    assert d["calibration_version"] == 2
+    assert d["calibration_version"] == 3
     assert d["prediction_lines"] == {"eq1_loop_overhead": "Eq. 1 + loop overhead", "recurrence": "recurrence"}
     assert set(d["period_errors"]) == {"eq1_loop_overhead", "recurrence"}
     v = d["validation"]
@@ -38,6 +38,12 @@ def test_validate_writes_both_runs_errors(tmp_path):
     assert set(v["period_errors"]) == {"eq1_loop_overhead", "recurrence"}
     assert d["isolated_law"]["points"] == 28 and v["isolated_law"] == {}  # the reference has no isolated launches
     assert d["rate_by_producers_gbps"]["33"] > d["rate_by_producers_gbps"]["132"]
+    conf = d["rate_measured_by_configuration"]
+    assert set(conf) == set(d["rate_by_configuration_gbps"]) and all(k.count(",") == 1 for k in conf)
+    md = v["measured_difference"]
+    assert md["shared_points"] == v["shared_points"] == 90  # the (K, B, G) both sweeps ran
+    assert set(md) >= {"period_difference_pct", "floor_offset_ns", "drain_rate_ratio", "rate_ratio_by_configuration"}
+    assert set(v["period_errors"]["recurrence"]["by_regime"]) == {"capacity", "drain_limited", "floor"}
     for k, c in d["capacity_estimates"].items():
         lo, hi = c["interval_bytes"]
         assert lo <= c["q_bytes"] <= hi and d["capacity_by_producers_bytes"][k] == c["q_bytes"]
@@ -49,15 +55,57 @@ def test_validate_table_labels_both_lines():
     text = " ".join(r.stdout.split())
     assert "period error, Eq. 1 + loop overhead" in text and "period error, recurrence" in text
     assert f"other run {OURS.name} host, recurrence" in text and "shared (K, B, G) only" in text
-    assert "Q(K=132)" in text and "R(K)" in text
+    assert "Q(K=132)" in text and "R(K)" in text and "R(K, B) used" in text
+    assert "measured difference, same (K, B, G)" in text
 
 
-def test_version2_json_drives_analyze(tmp_path):
+def test_version3_json_drives_analyze(tmp_path):
     out = tmp_path / "calib.json"
     assert run("calibrate", "fit", OURS, "--dest", "host", "-o", out).returncode == 0
     r = run("analyze", CALIB / "quick", "-o", tmp_path / "run", "--json", "--calibration", out)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["bursts"] > 0
+
+
+def test_version3_json_predicts_like_the_fit(tmp_path):
+    """The JSON carries R(K, B): loaded back, it predicts the sweep as the fit did."""
+    import pandas as pd
+
+    from xstage_trace.analysis.calibration_fit import CalibratedPlatform, fit_calibration, predict
+    from xstage_trace.calibration_io import load_platform
+
+    out = tmp_path / "calib.json"
+    assert run("calibrate", "fit", OURS, "--dest", "host", "-o", out).returncode == 0
+    m = load_platform(out)
+    assert isinstance(m, CalibratedPlatform) and len(m.rate_by_configuration_gbps) == 9  # 3 K × 3 drain-limited B
+    pts = pd.read_csv(OURS)
+    fit = fit_calibration(pts, store_path="host")
+    a, b = predict(pts[pts["dest"] == "host"], m), fit.points
+    assert (a["pred_period_rec_ns"].to_numpy() == b["pred_period_rec_ns"].to_numpy()).all()
+
+
+def test_version2_json_still_loads_with_its_rate_per_k(tmp_path):
+    """A version-2 file (before R(K, B)) predicts with its R(K); the shipped calibration may be one."""
+    from xstage_trace.calibration_io import load_platform
+
+    doc = json.loads(OURS.with_name("calibration_host.json").read_text())
+    doc["calibration_version"] = 2
+    doc.pop("rate_by_configuration_gbps", None)
+    p = tmp_path / "v2.json"
+    p.write_text(json.dumps(doc))
+    m = load_platform(p)
+    assert m.rate_by_configuration_gbps == {}
+    assert m.rate([33], [32768])[0] == doc["rate_by_producers_gbps"]["33"]
+
+
+def test_bad_rate_by_configuration_is_a_one_line_error(tmp_path):
+    out = tmp_path / "calib.json"
+    assert run("calibrate", "fit", OURS, "--dest", "host", "-o", out).returncode == 0
+    doc = json.loads(out.read_text())
+    doc["rate_by_configuration_gbps"]["132,8192"] = -1.0
+    bad = tmp_path / "bad_rate.json"
+    bad.write_text(json.dumps(doc))
+    one_line_error(run("analyze", CALIB / "quick", "-o", tmp_path / "run", "--calibration", bad), "bad_rate.json")
 
 
 def test_validate_bad_inputs_are_one_line_errors(tmp_path):

@@ -3,7 +3,8 @@ the two NVLink peer directions; cross-run prediction with no refit against the i
 
 Goals (issue 10, H200 host path): median ≤ 1 %, mean ≤ 5 % period error on the fitting run; median
 ≤ 3 %, mean ≤ 10 % on the other run. Where a goal is not met, the test asserts the honest bound
-and says so.
+and says so. The two host runs differ in their raw measurements (a fixed per-burst cost, and drain
+rates at the same (K, B)); tests below check those differences from the CSVs by hand.
 """
 
 from __future__ import annotations
@@ -45,13 +46,21 @@ def fit_ref(reference):
     return fit_calibration(reference, store_path="host")
 
 
+def drain_limited(points: pd.DataFrame) -> pd.DataFrame:
+    """By hand: the host periodic launches whose median issue is ≥ 2× the smallest median issue of
+    any launch (periodic or isolated) of the same (K, B), with their V / period (spec §3: the
+    drain-limited period is V/R at any gap)."""
+    h = points[points["dest"] == "host"]
+    smallest = h.groupby(["K", "B"])["tiss_med_ns"].min()
+    per = h[h["mode"] == "periodic"]
+    per = per[per["tiss_med_ns"].to_numpy() >= 2 * smallest.reindex(pd.MultiIndex.from_frame(per[["K", "B"]])).to_numpy()]
+    return per.assign(rate=per["V"] / per["period_med_ns"])
+
+
 def drain_limited_rate(points: pd.DataFrame, k: int) -> float:
-    """By hand: median V/period of K's zero-gap host launches whose issue is ≥ 2× the same (K, B) at the largest gap."""
-    h = points[(points["dest"] == "host") & (points["mode"] == "periodic") & (points["K"] == k)]
-    floor = h.loc[h.groupby("B")["gap_ns"].idxmax()].set_index("B")["tiss_med_ns"]
-    z = h[h["gap_ns"] == 0]
-    z = z[z["tiss_med_ns"].to_numpy() >= 2 * floor.reindex(z["B"]).to_numpy()]
-    return float(np.median(z["V"] / z["period_med_ns"]))
+    """By hand: median V/period of K's drain-limited host launches."""
+    d = drain_limited(points)
+    return float(d.loc[d["K"] == k, "rate"].median())
 
 
 @pytest.mark.parametrize("which", ["ours", "reference"])
@@ -75,6 +84,19 @@ def test_rate_per_producer_count_is_the_measured_drain(which, ours, reference, f
     assert r33 > 1.15 * drain_limited_rate(pts, 132)
     assert 60 <= fit.model.rate_gbps <= 75  # the single pooled R, kept for version-1 readers
     assert fit.model.rate(np.array([33]))[0] == pytest.approx(r33)
+
+
+@pytest.mark.parametrize("which", ["ours", "reference"])
+def test_rate_per_configuration_is_the_measured_drain(which, ours, reference, fit_ours, fit_ref):
+    pts, fit = (ours, fit_ours) if which == "ours" else (reference, fit_ref)
+    hand = drain_limited(pts).groupby(["K", "B"])["rate"].agg(["median", "size"])
+    conf = fit.rates.by_configuration
+    assert set(conf) == set(hand.index)
+    for kb, row in hand.iterrows():
+        assert conf[kb]["rate_gbps"] == pytest.approx(row["median"]) and conf[kb]["points"] == row["size"]
+        assert fit.model.rate([kb[0]], [kb[1]])[0] == pytest.approx(row["median"])
+    # the data say R depends on B at fixed K: 33 producers with 8 KiB bursts drain > 15 % slower than with 32 KiB
+    assert conf[(33, 8192)]["rate_gbps"] < 0.85 * conf[(33, 32768)]["rate_gbps"]
 
 
 def test_our_isolated_knee_is_the_tail_knee_of_the_reference_readme(fit_ours):
@@ -119,14 +141,48 @@ def test_cross_run_host_ours_predicts_the_reference(fit_ours, reference):
 
 
 def test_cross_run_host_reference_predicts_ours(fit_ref, ours):
-    """Goal NOT met on the median over all points: the reference sweep never ran B = 128 KiB
-    (V up to 17 MB, drained at ~59–61 GB/s in both runs against its pooled 70), and its K = 33 rate
-    differs from ours by 7 %. Asserted: the honest bound over all points, and the goal on the
-    (K, B, G) both runs measured."""
+    """The goal over all points, though the reference never ran B = 128 KiB: R(K, B) carries its
+    64 KiB rates (61 GB/s at K = 132, against ours 59 at 128 KiB) where one R(K) carried 69."""
     v = validate(fit_ref, ours)
-    assert v.errors["rec"]["period_err_median_pct"] <= 7.0 and v.errors["rec"]["period_err_mean_pct"] <= 10.0
+    assert v.errors["rec"]["period_err_median_pct"] <= 3.0 and v.errors["rec"]["period_err_mean_pct"] <= 10.0
     assert v.shared_points == 90
     assert v.errors_shared["rec"]["period_err_median_pct"] <= 3.0 and v.errors_shared["rec"]["period_err_mean_pct"] <= 10.0
+
+
+def shared_by_hand(ours: pd.DataFrame, reference: pd.DataFrame) -> pd.DataFrame:
+    keys = ["K", "B", "gap_ns"]
+    a = ours[(ours["dest"] == "host") & (ours["mode"] == "periodic")]
+    b = reference[(reference["dest"] == "host") & (reference["mode"] == "periodic")]
+    return a.merge(b, on=keys, suffixes=("_ours", "_ref"))
+
+
+def test_the_two_host_runs_differ_by_a_fixed_per_burst_cost(ours, reference, fit_ours):
+    """Where a burst is recovered in both runs (issue at its (K, B)'s floor), our bench spends a
+    constant ~120 ns more per burst (T_iss^0 + o) than the reference bench, at every K, B and G."""
+    m = shared_by_hand(ours, reference)
+    floor_o = m.groupby(["K", "B"])["tiss_med_ns_ours"].transform("min")
+    floor_r = m.groupby(["K", "B"])["tiss_med_ns_ref"].transform("min")
+    rec = m[(m["tiss_med_ns_ours"] <= 1.1 * floor_o) & (m["tiss_med_ns_ref"] <= 1.1 * floor_r)]
+    offset = (rec["period_med_ns_ref"] - rec["gap_ns"]) - (rec["period_med_ns_ours"] - rec["gap_ns"])
+    assert len(rec) >= 50 and (offset < -100).all() and (offset > -145).all()
+    d = validate(fit_ours, reference).measured_difference
+    assert d["floor_offset_ns"]["median"] == pytest.approx(float(offset.median()))
+    assert d["floor_offset_ns"]["points"] == len(rec)
+
+
+def test_cross_run_drain_error_is_the_run_to_run_rate_difference(ours, reference, fit_ours, fit_ref):
+    """On launches drain-limited in both runs, no-refit errors sit at the rate ratio of the two
+    runs' own measurements: the fit adds less than 1.5 points to it."""
+    for fit, other in ((fit_ours, reference), (fit_ref, ours)):
+        v = validate(fit, other)
+        bound = v.measured_difference["drain_rate_ratio"]
+        assert bound["period_err_bound_median_pct"] > 3.0  # a real difference between the runs, not noise of the fit
+        drain = v.errors["rec"]["by_regime"]["drain_limited"]
+        assert abs(drain["period_err_median_pct"] - bound["period_err_bound_median_pct"]) < 1.5
+    # the raw measurements: K = 33, 32 KiB drains 16 % faster in our run than in the reference, at every gap
+    m = shared_by_hand(ours, reference)
+    dl = m[(m["K"] == 33) & (m["B"] == 32768) & (m["gap_ns"] <= 8000)]
+    assert len(dl) == 6 and ((dl["period_med_ns_ref"] / dl["period_med_ns_ours"]) > 1.12).all()
 
 
 @pytest.mark.parametrize("fit_dir, other_dir", [("peer0to1", "peer1to0"), ("peer1to0", "peer0to1")])

@@ -36,8 +36,10 @@ def floor_ns(b):
     return 150.0 + b / 50.0
 
 
-def periodic_launch(k, b, g):
-    v, r, q_cap, t0 = k * b, RATE_GBPS[k], CAPACITY_BYTES[k], floor_ns(b)
+def periodic_launch(k, b, g, r=None, t0=None):
+    v, q_cap = k * b, CAPACITY_BYTES[k]
+    r = RATE_GBPS[k] if r is None else r
+    t0 = floor_ns(b) if t0 is None else t0
     q, issue, period = 0.0, [], []
     for _ in range(64):
         t = max(t0, (q + v - q_cap) / r)
@@ -47,23 +49,28 @@ def periodic_launch(k, b, g):
     return float(np.median(issue[16:64])), float(np.median(period[16:63]))
 
 
-def isolated_burst(k, b):
-    v, r, q_cap, t0 = k * b, RATE_GBPS[k], CAPACITY_BYTES[k], floor_ns(b)
+def isolated_burst(k, b, r=None, t0=None):
+    v, q_cap = k * b, CAPACITY_BYTES[k]
+    r = RATE_GBPS[k] if r is None else r
+    t0 = floor_ns(b) if t0 is None else t0
     return t0 if v - r * t0 <= q_cap else max(t0, (v - q_cap) / r)
 
 
-def sweep(noise_pct=0.0, seed=1):
+def sweep(noise_pct=0.0, seed=1, rate_of=None, floor_offset_ns=0.0, periodic_b=PERIODIC_B):
+    """The sweep; rate_of(K, B) replaces R(K) (a drain rate that also moves with B), floor_offset_ns
+    is added to every T_iss^0 (a bench with a larger per-burst fixed cost)."""
     rng = np.random.default_rng(seed)
+    rate_of = rate_of or (lambda k, b: RATE_GBPS[k])
     rows = []
     for k in (33, 66, 132):
-        for b in PERIODIC_B:
+        for b in periodic_b:
             for g in GAPS_NS:
-                t, p = periodic_launch(k, b, g)
+                t, p = periodic_launch(k, b, g, rate_of(k, b), floor_ns(b) + floor_offset_ns)
                 rows.append(("periodic", k, b, g, t, t, p))
     for k in (66, 132):
         for b in ISOLATED_B:
-            t = isolated_burst(k, b)
-            gap = 10 * k * b / RATE_GBPS[k] + 30000  # gap ≫ V/R: every burst starts recovered
+            t = isolated_burst(k, b, rate_of(k, b), floor_ns(b) + floor_offset_ns)
+            gap = 10 * k * b / rate_of(k, b) + 30000  # gap ≫ V/R: every burst starts recovered
             rows.append(("isolated", k, b, gap, t, t, t + gap + LOOP_OVERHEAD_NS))
     df = pd.DataFrame(rows, columns=["mode", "K", "B", "gap_ns", "tiss_med_ns", "tiss_p90_ns", "period_med_ns"])
     df.insert(0, "dest", "host")
@@ -153,3 +160,99 @@ def test_tail_knee_when_only_some_producers_stall():
     assert c.knee.detector == "tail"
     assert inside(CAPACITY_BYTES[132], (c.knee.q_lo_bytes, c.knee.q_hi_bytes))
     assert inside(CAPACITY_BYTES[132], c.interval_bytes)
+
+
+# R(K, B): at K = 132 the drain slows with the burst size (on the H200 host path 67 → 59 GB/s from
+# 8 to 128 KiB per producer), K = 33 and 66 keep one rate per K.
+RATE_132_BY_B = {2048: 70.0, 8192: 70.0, 32768: 66.0, 131072: 58.0}
+
+
+def rate_by_configuration(k, b):
+    return RATE_132_BY_B[b] if k == 132 and b in RATE_132_BY_B else RATE_GBPS[k]
+
+
+@pytest.fixture(scope="module")
+def configuration_fit():
+    return fit_calibration(sweep(rate_of=rate_by_configuration), store_path="host")
+
+
+def test_synthetic_rate_per_configuration_is_recovered(configuration_fit):
+    conf = configuration_fit.rates.by_configuration
+    for b in (8192, 32768, 131072):  # drain-limited at G = 0 (2 KiB bursts never are: the launch fits in Q)
+        assert conf[(132, b)]["rate_gbps"] == pytest.approx(RATE_132_BY_B[b], rel=1e-3)
+        assert conf[(132, b)]["points"] >= 2  # every drain-limited gap, not only G = 0
+    for k in (33, 66):
+        for b in (32768, 131072):
+            assert conf[(k, b)]["rate_gbps"] == pytest.approx(RATE_GBPS[k], rel=1e-3)
+    m = configuration_fit.model
+    # between measured B: log-linear, 16 KiB is the log-midpoint of 8 and 32 KiB; outside: the nearest end
+    assert m.rate([132], [16384])[0] == pytest.approx((70.0 + 66.0) / 2, rel=1e-3)
+    assert m.rate([132], [524288])[0] == pytest.approx(58.0, rel=1e-3)
+    assert m.rate([132])[0] == pytest.approx(configuration_fit.rates.used_by_producers[132])  # no B: R(K)
+
+
+def test_synthetic_rate_per_configuration_predicts_its_sweep(configuration_fit):
+    rec = configuration_fit.errors["rec"]
+    assert rec["period_err_median_pct"] < 0.05 and rec["period_err_mean_pct"] < 1.0
+    # a single R(K = 132) would miss the 128 KiB launches by |58/R(K) − 1| (R(K) is the median over 8–128 KiB)
+    one_rate = 100 * abs(58.0 / configuration_fit.rates.used_by_producers[132] - 1)
+    drain = configuration_fit.points[(configuration_fit.points["K"] == 132) & (configuration_fit.points["B"] == 131072)
+                                     & (configuration_fit.points["regime"] == "drain_limited")]
+    assert one_rate > 5 and (drain["period_err_rec_pct"] < 0.5).all()
+
+
+@pytest.fixture(scope="module")
+def other_run():
+    """A second synthetic run: every drain rate 5 % lower and 100 ns more per-burst fixed cost in T_iss^0."""
+    return sweep(rate_of=lambda k, b: rate_by_configuration(k, b) / 1.05, floor_offset_ns=100.0)
+
+
+def test_synthetic_measured_difference_is_recovered(configuration_fit, other_run):
+    d = validate(configuration_fit, other_run).measured_difference
+    assert d["shared_points"] == len(PERIODIC_B) * len(GAPS_NS) * 3
+    f = d["floor_offset_ns"]
+    assert f["median"] == pytest.approx(100.0, abs=1e-6) and f["min"] == pytest.approx(100.0, abs=1e-6)
+    assert d["issue_floor_offset_ns"]["median"] == pytest.approx(100.0, abs=1e-6)
+    r = d["drain_rate_ratio"]
+    assert r["median"] == pytest.approx(1.05, rel=1e-3)
+    # by hand: predicted V/R_A against measured V/R_B = 1.05·V/R_A → |1/1.05 − 1| = 4.76 %
+    assert r["period_err_bound_median_pct"] == pytest.approx(100 * (1 - 1 / 1.05), abs=0.05)
+    for c in d["rate_ratio_by_configuration"].values():
+        assert c["ratio"] == pytest.approx(1.05, rel=1e-3)
+
+
+def test_synthetic_cross_run_error_is_the_measured_difference(configuration_fit, other_run):
+    """No refit: drain-limited launches are off by the rate ratio, recovered ones by 100 ns over their period."""
+    v = validate(configuration_fit, other_run)
+    p = v.points
+    drain = p[p["regime"] == "drain_limited"]
+    # clearly drain-limited in both runs (V/R ≥ 1.5·(T_iss^0 + G + o)): steady period V/R_B, predicted V/R_A
+    steady = drain[drain["V"] / drain["rate_gbps"] >= 1.5 * (drain["issue_floor_ns"] + drain["gap_ns"] + LOOP_OVERHEAD_NS)]
+    assert len(steady) >= 30
+    assert np.allclose(steady["period_err_rec_pct"], 100 * (1 - 1 / 1.05), atol=0.05)
+    floor = p[(p["regime"] == "floor") & (p["gap_ns"] >= 8000)]
+    floor = floor[np.isclose(floor["tiss_med_ns"], floor["issue_floor_ns"] + 100.0)]  # at its floor in the other run too
+    assert len(floor) >= 20
+    hand = 100 * 100.0 / floor["period_med_ns"]  # T_iss^0 + G + o predicted 100 ns short
+    assert np.allclose(floor["period_err_rec_pct"], hand, rtol=1e-6)
+
+
+def test_synthetic_new_sweep_validates_against_old_through_the_cli(tmp_path, configuration_fit, other_run):
+    """What the lead runs after a fresh sweep: calibrate fit NEW.csv --validate OLD.csv."""
+    import json
+    import subprocess
+    import sys
+
+    new, old, out = tmp_path / "new.csv", tmp_path / "old.csv", tmp_path / "calib.json"
+    sweep(rate_of=rate_by_configuration).to_csv(new, index=False)
+    other_run.to_csv(old, index=False)
+    r = subprocess.run([sys.executable, "-m", "xstage_trace", "calibrate", "fit", str(new), "--validate", str(old), "-o", str(out)],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(out.read_text())
+    assert d["calibration_version"] == 3
+    assert d["rate_by_configuration_gbps"]["132,131072"] == pytest.approx(58.0, rel=1e-3)
+    md = d["validation"]["measured_difference"]
+    assert md["floor_offset_ns"]["median"] == pytest.approx(100.0, abs=1e-6)
+    assert md["drain_rate_ratio"]["median"] == pytest.approx(1.05, rel=1e-3)
+    assert "measured difference" in " ".join(r.stdout.split())

@@ -30,6 +30,19 @@ def _iso(e: dict | None) -> str:
                      for key, name in (("vs_median", "median"), ("vs_p90", "p90"))) + f"; {e['points']} launches, {e['points_beyond_q']} beyond Q"
 
 
+def _difference(d: dict | None) -> str:
+    """The two runs' raw measurements side by side (what no no-refit prediction can beat)."""
+    if not d or not d["shared_points"]:
+        return "n/a (no (K, B, G) in common)"
+    parts = [f"period {d['period_difference_pct']['median']:.2f} / {d['period_difference_pct']['mean']:.2f} % (median / mean, {d['shared_points']} launches)"]
+    if d["floor_offset_ns"]:
+        parts.append(f"recovered T_iss^0 + o offset {d['floor_offset_ns']['median']:+.0f} ns (other − this)")
+    if d["drain_rate_ratio"]:
+        r = d["drain_rate_ratio"]
+        parts.append(f"drain-limited: |R_other / R_this − 1| {r['period_err_bound_median_pct']:.2f} / {r['period_err_bound_mean_pct']:.2f} % ({r['launches']} launches)")
+    return "; ".join(parts)
+
+
 def _mib(x: float | None) -> str:
     return "n/a" if x is None else f"{x / 2**20:.2f}"
 
@@ -46,8 +59,10 @@ def _fit_table(doc: dict):
                           for k, m in doc["rate_measured_by_producers"].items())
         t.add_row("R", f"{doc['rate_gbps']:.1f} ± {doc['rate_uncertainty_gbps'] or 0:.1f} GB/s pooled ({doc['rate_points']} drain-limited points)")
         t.add_row("R(K)", per_k + " GB/s")
+        t.add_row("R(K, B) used", ", ".join(f"{kb}: {m['rate_gbps']:.1f} ± {m['uncertainty_gbps']:.1f}"
+                                             for kb, m in (doc.get("rate_measured_by_configuration") or {}).items()) + " GB/s")
     else:
-        t.add_row("R", f">= {doc['rate_gbps']:.0f} GB/s (lower bound: no drain-limited zero-gap launch)")
+        t.add_row("R", f">= {doc['rate_gbps']:.0f} GB/s (lower bound: no drain-limited launch)")
     if doc["capacity_bytes"] is None:
         t.add_row("Q", "n/a: " + str(doc["capacity_reason"]))
     else:
@@ -68,6 +83,7 @@ def _fit_table(doc: dict):
         t.add_row(f"  shared (K, B, G) only, {RECURRENCE_LINE}", _err(vs.get("recurrence")) + f" ({v['shared_points']} points)")
         t.add_row(f"  shared (K, B, G) only, {EQ1_LINE}", _err(vs.get("eq1_loop_overhead")))
         t.add_row("other run, isolated law", _iso(v["isolated_law"]))
+        t.add_row("  measured difference, same (K, B, G)", _difference(v.get("measured_difference")))
     t.add_row("points", str(doc["points"]))
     return t
 
