@@ -13,7 +13,6 @@
 // Build: nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I instrument/include
 //        [-DXSTAGE_TRACE] -lineinfo burst_gap.cu -o burst_gap
 #include <cuda_runtime.h>
-#include <nvtx3/nvToolsExt.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -23,6 +22,7 @@
 #include <vector>
 
 #include <xstage/host.hpp>
+#include <xstage/nvtx.hpp>
 #include <xstage/probe.cuh>
 
 enum Event : uint32_t { EV_BURST = 0, EV_LAUNCH = 1, EV_PROBE = 2 };
@@ -148,14 +148,15 @@ static float launch(const Dest& d, const Config& c, xstage::HostBuffer* tb) {
   cudaEventCreate(&e1);
   if (tb) tb->reset();
   const std::string label = label_of(d, c);
-  nvtxRangePushA(label.c_str());
-  cudaEventRecord(e0);
-  burst_kernel<<<c.K, kThreads>>>(d.dev, c.B / 16, c.bursts, gap_cycles, c.B,
-                                  tb ? tb->view() : xstage::DeviceBuffer{});
-  cudaEventRecord(e1);
-  xstage::check_cuda(cudaGetLastError(), "burst_kernel launch");
-  xstage::check_cuda(cudaEventSynchronize(e1), "burst_kernel");
-  nvtxRangePop();
+  {
+    xstage::NvtxRange range(label.c_str());
+    cudaEventRecord(e0);
+    burst_kernel<<<c.K, kThreads>>>(d.dev, c.B / 16, c.bursts, gap_cycles, c.B,
+                                    tb ? tb->view() : xstage::DeviceBuffer{});
+    cudaEventRecord(e1);
+    xstage::check_cuda(cudaGetLastError(), "burst_kernel launch");
+    xstage::check_cuda(cudaEventSynchronize(e1), "burst_kernel");
+  }
   float ms = 0;
   cudaEventElapsedTime(&ms, e0, e1);
   cudaEventDestroy(e0);

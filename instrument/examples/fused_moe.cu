@@ -22,7 +22,6 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <mma.h>
-#include <nvtx3/nvToolsExt.h>
 
 #include <algorithm>
 #include <cmath>
@@ -34,6 +33,7 @@
 #include <vector>
 
 #include <xstage/host.hpp>
+#include <xstage/nvtx.hpp>
 #include <xstage/probe.cuh>
 
 using namespace nvcuda;
@@ -475,13 +475,14 @@ int main(int argc, char** argv) {
       cudaEventCreate(&e1);
       for (int tr = -2; tr < trials; ++tr) {  // two warm-up launches
         tb.reset();
-        nvtxRangePushA(label);
-        cudaEventRecord(e0);
-        fused_moe_kernel<<<ctas, THREADS, smem>>>(dt, (int)sched.size(), dA, dW, remote, local, split_smsp, smem_operands, tma_epilogue, traced ? tb.view() : xstage::DeviceBuffer{});
-        cudaEventRecord(e1);
-        xstage::check_cuda(cudaGetLastError(), "fused_moe_kernel launch");
-        xstage::check_cuda(cudaEventSynchronize(e1), "fused_moe_kernel");
-        nvtxRangePop();
+        {
+          xstage::NvtxRange range(label);
+          cudaEventRecord(e0);
+          fused_moe_kernel<<<ctas, THREADS, smem>>>(dt, (int)sched.size(), dA, dW, remote, local, split_smsp, smem_operands, tma_epilogue, traced ? tb.view() : xstage::DeviceBuffer{});
+          cudaEventRecord(e1);
+          xstage::check_cuda(cudaGetLastError(), "fused_moe_kernel launch");
+          xstage::check_cuda(cudaEventSynchronize(e1), "fused_moe_kernel");
+        }
         float t = 0;
         cudaEventElapsedTime(&t, e0, e1);
         if (tr >= 0) ms.push_back(t);
