@@ -65,8 +65,6 @@ def under_matching(ranges: pd.DataFrame, matched: np.ndarray) -> np.ndarray:
 def launched_under(kernels: pd.DataFrame, ranges: pd.DataFrame, matched: np.ndarray) -> np.ndarray:
     """For every kernel: did its launch call (``launch_ns`` on ``launch_global_tid``) lie inside a
     matched range of the same rank and thread? False for kernels whose launch is unknown."""
-    if "launch_ns" not in kernels or "launch_global_tid" not in kernels:
-        return np.zeros(len(kernels), bool)
     launches = pd.DataFrame({"rank": kernels["rank"].to_numpy(), "global_tid": kernels["launch_global_tid"].to_numpy(),
                              "start_ns": kernels["launch_ns"].to_numpy(), "end_ns": kernels["launch_ns"].to_numpy()})
     return _covered(launches, ranges[matched])
@@ -77,7 +75,7 @@ def matching_ranges(ranges: pd.DataFrame, pattern: str | None, domain: str | Non
     (any domain, the default one included, when None); no matching range → InputError naming a few
     of the names and domains that exist."""
     if not len(ranges):
-        raise InputError(None, f"no NVTX range matches {_selector(pattern, domain)}: the nsys export holds no NVTX ranges",
+        raise InputError(None, f"no NVTX range matches {_selector(pattern, domain)}: the run holds no NVTX ranges (no nsys export, or one captured without nvtx)",
                          "capture with nsys profile -t cuda,nvtx, and mark the region of interest with NVTX ranges")
     in_domain = name_matches(ranges["domain"], domain) if domain is not None else np.ones(len(ranges), bool)
     matched = in_domain & (name_matches(ranges["name"], pattern) if pattern is not None else True)

@@ -23,7 +23,8 @@ from xstage_trace import open_run
 from xstage_trace.collectors.nsys_reader import read_nsys_export
 from xstage_trace.runner import analyze_inputs
 
-TABLES = ("NVTX_EVENTS", "StringIds", "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "META_DATA_EXPORT")
+TABLES = ("NVTX_EVENTS", "StringIds", "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "META_DATA_EXPORT",
+          "TARGET_INFO_SESSION_START_TIME")
 
 PID_A, PID_B = 4242 << 24, 777 << 24  # serialized globalPid: process id above the low 24 bits
 T1, T2 = PID_A + 4242, PID_A + 4250  # two threads of process A
@@ -43,7 +44,7 @@ NVTX_ROWS = [
     (200, 400, 59, "step", None, T1, 1),    # R1 xstage
     (500, 700, 59, None, 2, T1, 2),         # R2 torch, name registered ("step")
     (250, 300, 59, "gemm", None, T1, 1),    # R3 xstage, inside R1
-    (350, 600, 59, "gemm", None, T1, 2),    # R4 torch: starts inside R1, ends after it (domains need not nest)
+    (350, 480, 59, "gemm", None, T1, 2),    # R4 torch: starts inside R1, ends after it (domains need not nest)
     (150, 900, 60, "step", None, T2, 1),    # R5 xstage start/end range on thread 2
     (100, 200, 59, "step", None, T3, 1),    # R6 nccl (process B)
     (900, 950, 59, "orphan", None, T1, 9),  # R7 domain id without a create event
@@ -81,6 +82,8 @@ def _write_export(path: Path) -> Path:
     con.executemany("INSERT INTO StringIds (id, value) VALUES (?, ?)", STRINGS.items())
     con.executemany("INSERT INTO META_DATA_EXPORT (name, value) VALUES (?, ?)",
                     [("EXPORT_PRODUCT_VERSION", "2025.3.2.0"), ("EXPORT_SCHEMA_VERSION", "3.20.3")])
+    con.execute("INSERT INTO TARGET_INFO_SESSION_START_TIME (utcEpochNs, utcTime, localTime) "
+                "VALUES (1795945788000000000, '2026-11-29T09:49:48', '2026-11-29T09:49:48')")
     con.executemany("INSERT INTO NVTX_EVENTS (start, end, eventType, text, textId, globalTid, domainId) VALUES (?, ?, ?, ?, ?, ?, ?)",
                     NVTX_ROWS)
     con.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME (start, end, eventClass, globalTid, correlationId, nameId, returnValue) "
@@ -161,3 +164,41 @@ def test_nothing_matching_is_bad_input_naming_what_exists(export, tmp_path, opti
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert "Traceback" not in r.stderr and all(s in r.stderr for s in listed), r.stderr
     assert not (tmp_path / "r").exists()
+
+
+@pytest.fixture(scope="module")
+def full_run(export, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("nvtx_domains_run") / "all.run"
+    analyze_inputs([export], out)
+    return out
+
+
+def test_export_puts_each_domain_of_a_thread_on_its_own_nesting_track(full_run):
+    from xstage_trace.reports.trace_model import build_timeline
+
+    tl = build_timeline(open_run(full_run))
+    names = dict(zip(tl.tracks["track_id"], tl.tracks["name"]))
+    s = tl.spans.assign(track=tl.spans["track_id"].map(names))
+    nvtx = s[s["track"].str.startswith("NVTX · thread")]
+    on = {(r.name, r.start_ns): r.track for r in nvtx[nvtx["track"].str.startswith("NVTX · thread 4242")].itertuples()}
+    assert set(nvtx["track"]) == {"NVTX · thread 4242", "NVTX · thread 4242 · xstage", "NVTX · thread 4242 · torch", "NVTX · thread 777 · nccl"}
+    assert on[("step", 200)] == on[("gemm", 250)] == "NVTX · thread 4242 · xstage"
+    assert on[("gemm", 350)] == on[("step", 500)] == "NVTX · thread 4242 · torch"
+    assert on[("step", 100)] == "NVTX · thread 4242" and on[("orphan", 900)] == "NVTX · thread 4242"
+    for _, g in nvtx.groupby("track"):  # push/pop ranges of one thread and domain nest: no partial overlap on a track
+        a = g[["start_ns", "end_ns"]].to_numpy()
+        for s0, e0 in a:
+            assert not ((a[:, 0] > s0) & (a[:, 0] < e0) & (a[:, 1] > e0)).any()
+
+
+def test_dashboard_and_report_name_the_domain(full_run, export, tmp_path):
+    from xstage_trace.app.figures import nvtx_labels
+    from xstage_trace.reports.content import build_sections
+
+    n = open_run(full_run).nvtx()
+    labels = dict(zip(zip(n["name"], n["start_ns"], n["global_tid"]), nvtx_labels(n)))
+    assert labels[("step", 200, T1)] == "step (domain xstage)" and labels[("step", 500, T1)] == "step (domain torch)"
+    assert labels[("step", 100, T1)] == "step" and labels[("step", 100, T3)] == "step (domain nccl)"
+    _kept(export, tmp_path / "r", "step", "xstage")
+    lines = [line for sec in build_sections(open_run(tmp_path / "r")) for line in sec.text if "NVTX filter" in str(line)]
+    assert lines == ["- NVTX filter: `step` in domain `xstage` kept 4 of 8 kernels"]
