@@ -81,15 +81,15 @@ def matching_ranges(ranges: pd.DataFrame, pattern: str | None, domain: str | Non
     matched = in_domain & (name_matches(ranges["name"], pattern) if pattern is not None else True)
     if matched.any():
         return matched
-    domains = ranges["domain"].astype("string").fillna("(default)").unique()
-    some_domains = ", ".join(repr(d) if d != "(default)" else d for d in sorted(domains)[:5])
+    named = sorted(ranges["domain"].dropna().astype(str).unique())
+    domains = ", ".join((["default"] if ranges["domain"].isna().any() else []) + [repr(d) for d in named[:5]])
     if not in_domain.any():
-        raise InputError(None, f"no NVTX domain matches --nvtx-domain {domain!r} (domains: {some_domains})",
+        raise InputError(None, f"no NVTX domain matches --nvtx-domain {domain!r} (the capture's domains: {domains})",
                          "give a domain name exactly or a glob; leave out --nvtx-domain to match ranges of every domain")
     distinct = sorted(ranges["name"][in_domain].dropna().astype(str).unique())
     some = "; ".join(repr(n[:60]) for n in distinct[:3]) or "none"
-    where = f"in domain {domain!r}" if domain is not None else f"in domains {some_domains}"
-    raise InputError(None, f"no NVTX range matches {_selector(pattern, domain)} ({len(distinct)} range names {where}, e.g. {some})",
+    where = f"in domain {domain!r}" if domain is not None else f"in domains: {domains}"
+    raise InputError(None, f"no NVTX range matches {_selector(pattern, domain)} ({len(distinct)} range names {where}; e.g. {some})",
                      "give a range name exactly or a glob such as '*schedule=wave*'")
 
 

@@ -155,7 +155,7 @@ def test_cli_nvtx_domain_option(export, tmp_path):
 
 
 @pytest.mark.parametrize("options, listed", [
-    (("--nvtx-domain", "cuda"), ["'nccl'", "'torch'", "'xstage'", "(default)"]),  # no such domain: the domains are listed
+    (("--nvtx-domain", "cuda"), ["domains: default, 'nccl', 'torch', 'xstage'"]),  # no such domain: the domains are listed
     (("--nvtx", "attention", "--nvtx-domain", "xstage"), ["2 range names in domain 'xstage'", "'gemm'", "'step'"]),
     (("--nvtx", "orphan", "--nvtx-domain", "torch"), ["'step'", "'gemm'"]),  # the name exists, but in another domain
 ])
