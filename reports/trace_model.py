@@ -85,9 +85,14 @@ class _Tracks:
 
 
 def _epoch(kernels: pd.DataFrame) -> int | None:
+    """UTC minus session time (ns) of the kernels whose UTC start is known; None when none is
+    (an export without the session's start time has no wall-clock epoch)."""
     if kernels.empty or "start_utc_ns" not in kernels:
         return None
-    return int(np.median(kernels["start_utc_ns"].to_numpy(np.int64) - kernels["start_ns"].to_numpy(np.int64)))
+    known = kernels.dropna(subset=["start_utc_ns", "start_ns"])
+    if known.empty:
+        return None
+    return int(np.median(known["start_utc_ns"].to_numpy(np.int64) - known["start_ns"].to_numpy(np.int64)))
 
 
 def tile_spans(probes: pd.DataFrame, tiles: pd.DataFrame) -> pd.DataFrame:
