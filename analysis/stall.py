@@ -176,8 +176,8 @@ def store_wait_vs_model(tiles: pd.DataFrame, bursts: pd.DataFrame, models: dict[
     control = tiles["is_control"].astype(bool) if "is_control" in tiles else tiles["dest"] == "local"  # RunConfig.is_control
     gap_of = tiles[control].groupby("shape")["mainloop_ns"].median()
     frames = []
-    for (dest, dump), b in bursts.groupby(["dest", "dump"], sort=True):  # one burst sequence per launch
-        t = tiles[tiles["dump"] == dump]
+    for (rank, dest, dump), b in bursts.groupby(["rank", "dest", "dump"], sort=True):  # one burst sequence per launch
+        t = tiles[(tiles["rank"] == rank) & (tiles["dump"] == dump)]
         shape = t["shape"].iloc[0] if len(t) else None
         if dest not in models or shape not in gap_of.index:
             continue
