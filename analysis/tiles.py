@@ -12,7 +12,7 @@ mainloops in between cover the epilogue of tile i. With S = 2 that is the succes
 T_cover(i) = mainloop(i+1), predicted Δt(i) = [T_RS(i) − T_cover(i)]₊, measured Δt(i) = the slot
 wait before tile i+2, less the wait's own instrumented cost (the control run's median wait).
 
-DeepGEMM's sm_90 GEMMs (recipe ``deepgemm-sm90``, one role "math" per CTA) have another layout
+DeepGEMM's sm_90 GEMMs (recipe ``deepgemm-sm90``: the math role records the tile spans) have another layout
 (``DEEPGEMM_SM90``): one staging buffer (shared-memory D) per CTA, and the wait for it
 (``store_wait``: ``tma_store_wait<0>`` on the previous tile's TMA store) comes *after* the next
 tile's mainloop, just before that tile's epilogue writes D. So S = 1, T_cover(i) = mainloop(i+1)
@@ -67,13 +67,13 @@ class StagingLayout:
 
     @property
     def events(self) -> list[str]:
+        """The probe events the tile table reads under this layout."""
         return [e for e in ("mainloop", self.wait_event, self.remote_store_event, self.local_store_event, self.info_event) if e]
 
 
 FUSED = StagingLayout("fused", "slot_wait", "rs", "ls", "tile_info", STAGING_SLOTS, False, None)
 DEEPGEMM_SM90 = StagingLayout("deepgemm-sm90", "store_wait", "epilogue", None, "schedule", 1, True, "gemm")
 LAYOUTS = (FUSED, DEEPGEMM_SM90)
-TILE_EVENTS = FUSED.events
 
 
 def staging_layout(probes: pd.DataFrame) -> StagingLayout:
