@@ -103,7 +103,8 @@ def gemm_instrumented(a, b, c, M, N, K, stride_am, stride_ak, stride_bk, stride_
 
 
 # FORM of gemm_breakdown for each variant of the cost breakdown (docs/triton-probes.md).
-BREAKDOWN = {"xstage_anchors_only": 0, "xstage_counted_adjacent": 1, "xstage_counted_boundary": 2}
+BREAKDOWN = {"xstage_anchors_only": 0, "xstage_counted_adjacent": 1, "xstage_counted_boundary": 2,
+             "xstage_stamped": 3, "xstage_stamps_only": 4}
 
 
 @triton.jit
@@ -113,11 +114,18 @@ def gemm_breakdown(a, b, c, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                    TRACE_CAP: tl.constexpr, XSTAGE: tl.constexpr, FORM: tl.constexpr):
     """gemm_plain with xstage probes in one of the BREAKDOWN forms: 0 anchors only; 1 counted form,
     mainloop records adjacent to the K loop; 2 counted form, mainloop records at the iteration top
-    and after the epilogue (gemm_instrumented's points). Forms 1 and 2 also bracket the store."""
+    and after the epilogue (gemm_instrumented's points). Forms 1 and 2 also bracket the store.
+    3: gemm_instrumented's four points as clock reads (``xp.stamp``), the four records stored
+    after the tile's output store (``xp.put_stamped_tile``); 4: the same four clock reads, no
+    record stored, their sum kept and written as one mark record at the end, so the reads stay in the
+    kernel (what the clock reads alone cost)."""
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     probe = xp.probe_open(trace_meta, trace_records, TRACE_CAP, XSTAGE)
+    clock_sum = xp.stamp(False)
     for tile in range(tl.program_id(0), num_pid_m * num_pid_n, NUM_PROGRAMS):
+        if FORM >= 3:
+            t0 = xp.stamp(XSTAGE)
         if FORM == 2:
             probe = xp.begin(probe, EV_MAINLOOP, tile, TRACE_CAP, XSTAGE)
         pid_m, pid_n = _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
@@ -129,9 +137,27 @@ def gemm_breakdown(a, b, c, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
         ptrs, vals, mask = _epilogue(c, acc, pid_m, pid_n, M, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N)
         if FORM == 2:
             probe = xp.end(probe, EV_MAINLOOP, tile, 0, TRACE_CAP, XSTAGE)
-        if FORM != 0:
+        if FORM == 1 or FORM == 2:
             probe = xp.begin(probe, EV_STORE, tile, TRACE_CAP, XSTAGE)
+        if FORM >= 3:
+            t1 = xp.stamp(XSTAGE)
+            t2 = xp.stamp(XSTAGE)
         tl.store(ptrs, vals, mask=mask)
-        if FORM != 0:
+        if FORM == 1 or FORM == 2:
             probe = xp.end(probe, EV_STORE, tile, BLOCK_M * BLOCK_N * 2, TRACE_CAP, XSTAGE)
-    xp.probe_close(probe, XSTAGE)
+        if FORM >= 3:
+            t3 = xp.stamp(XSTAGE)
+        if FORM == 3:
+            xp.put_stamped_tile(probe, EV_MAINLOOP, 1, tile, 0, t0, 0, EVENTS_PER_TILE, NUM_PROGRAMS, TRACE_CAP, XSTAGE)
+            xp.put_stamped_tile(probe, EV_MAINLOOP, 2, tile, 0, t1, 1, EVENTS_PER_TILE, NUM_PROGRAMS, TRACE_CAP, XSTAGE)
+            xp.put_stamped_tile(probe, EV_STORE, 1, tile, 0, t2, 2, EVENTS_PER_TILE, NUM_PROGRAMS, TRACE_CAP, XSTAGE)
+            xp.put_stamped_tile(probe, EV_STORE, 2, tile, BLOCK_M * BLOCK_N * 2, t3, 3, EVENTS_PER_TILE, NUM_PROGRAMS,
+                                TRACE_CAP, XSTAGE)
+        if FORM == 4:
+            clock_sum += t0 + t1 + t2 + t3
+    if FORM == 3:
+        xp.probe_close_tiles(probe, num_pid_m * num_pid_n, EVENTS_PER_TILE, NUM_PROGRAMS, XSTAGE)
+    else:
+        if FORM == 4:
+            probe = xp.mark(probe, EV_MAINLOOP, 0, clock_sum, TRACE_CAP, XSTAGE)
+        xp.probe_close(probe, XSTAGE)
