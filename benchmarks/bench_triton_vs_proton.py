@@ -4,20 +4,23 @@ The kernel is the persistent bf16 GEMM of ``xstage_trace.instrument.triton_gemm`
 (a) ``gemm_plain`` (no probes), (b) ``gemm_instrumented`` compiled inside a Proton instrumentation
 session (its two ``enter_scope``/``exit_scope`` pairs per tile become Proton records; the xstage
 switch is off), (c) ``gemm_instrumented`` with the xstage probes on (two begin/end pairs per tile
-at the same points, Proton off). Equal probe density: four probe points per tile at the same
+at the same points, Proton off; clock reads at the points, the tile's four records stored together
+after its output store). Equal probe density: four probe points per tile at the same
 source points (Proton: an enter and an exit record per scope, two scopes; xstage: a begin and an
 end record per span, two spans); Proton samples warp 0 only (``sampling_strategy="selective"``),
 xstage writes from thread 0 of each program. Beside them, the cost breakdown of the xstage probes:
-``gemm_breakdown`` with the anchors only, the counted form at two placements, the stamped form
-(clock reads at the four points, the records stored after the tile's output store) and the four
-clock reads alone (``triton_gemm.BREAKDOWN``). The noise floor: ``plain_aa``, the probe-free kernel
-launched a second time in every trial, in the same rotation (an A/A comparison).
+``gemm_breakdown`` with the anchors only, the counted form at two placements, the stamped form with
+one store per record (after the tile's output store), the four clock reads alone, and the
+persistent-loop form storing each record at its point (``triton_gemm.BREAKDOWN``). The noise
+floor: ``plain_aa``, the probe-free kernel launched a second time in every trial, in the same
+random order as the others (an A/A comparison).
 
 SASS: for every variant the K loop's instruction count, R2UR moves and whether its instruction mix
 is the probe-free kernel's (``xstage_trace.instrument.triton_sass``), from the cubins this run
 launched.
 
-Timing: every trial runs the variants in a rotating order; each launch is preceded by a
+Timing: every trial runs the variants in a fresh random order (seeded), so no variant always follows
+the same one (a fixed rotation did: the A/A pair then differed by 0.1 %); each launch is preceded by a
 ~1 ms ``torch.cuda._sleep`` so that the host's work (Proton synchronises the stream and parses its
 buffer after every launch) never shows in the device time, and CUDA events are recorded from
 Triton launch hooks placed innermost (right around the driver launch). Medians over the trials.
@@ -245,9 +248,10 @@ def main() -> int:
                  *breakdown.items()]
         idx: dict[str, list[int]] = {k: [] for k in times}
         t0 = time.time()
+        rng = np.random.default_rng(0)
         for trial in range(args.trials):
-            r = trial % len(order)
-            for name, launch in order[r:] + order[:r]:
+            for i in rng.permutation(len(order)):
+                name, launch = order[i]
                 if name == "xstage":
                     buf.reset()
                 if name in breakdown:

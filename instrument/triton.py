@@ -54,7 +54,7 @@ KIND_BEGIN = 1
 KIND_END = 2
 META_WORDS = SLICE_DTYPE.itemsize // 8  # SliceMeta in int64 words (6)
 RECORD_WORDS = RECORD_DTYPE.itemsize // 8  # one record in int64 words (2)
-SPARE_SLOTS = 1  # device slots per slice past the capacity: where the records past it land
+SPARE_SLOTS = 4  # device slots per slice past the capacity, where the records past it land (a span-pair block writes 4)
 
 # Slice-meta byte offsets (docs/probe-format.md, SliceMeta).
 _OFF_COUNT, _OFF_SMID_OPEN, _OFF_SMID_CLOSE, _OFF_OPEN, _OFF_CLOSE = 0, 8, 12, 16, 32
@@ -111,6 +111,23 @@ def _record_asm(event: int, kind: int, stamped: bool = False) -> str:
     )
 
 
+def _span_pair_asm(events: tuple[int, int]) -> str:
+    """PTX for the four records of two spans of one tile, written together by thread 0 from clock64
+    values read earlier (:func:`stamp`): begin and end of ``events[0]`` ($2, $3), begin and end of
+    ``events[1]`` ($4, $5), tile $6, payloads $7 (end of the first span) and $8 (end of the second),
+    begin records with payload 0; four 16-byte stores at $1, $1 + 16, $1 + 32, $1 + 48 (four
+    consecutive slots), one thread-0 predicate for all four."""
+    out = "{\n.reg .pred xp_p;\n.reg .u32 xp_t, xp_lo, xp_hi;\nmov.u32 xp_t, %tid.x;\nsetp.eq.u32 xp_p, xp_t, 0;\n"
+    for j, (event, kind, payload) in enumerate([(events[0], KIND_BEGIN, "0"), (events[0], KIND_END, "$7"),
+                                                (events[1], KIND_BEGIN, "0"), (events[1], KIND_END, "$8")]):
+        if not 0 <= event < 256:
+            raise ValueError(f"xstage probe: event id {event} must be 0..255")
+        tag = ((kind << 8) | event) << (CLOCK_BITS - 32)
+        out += (f"mov.b64 {{xp_lo, xp_hi}}, ${2 + j};\nand.b32 xp_hi, xp_hi, 65535;\nor.b32 xp_hi, xp_hi, {tag};\n"
+                f"@xp_p st.global.cs.v4.u32 [$1+{16 * j}], {{xp_lo, xp_hi, $6, {payload}}};\n")
+    return out + "mov.u32 $0, 0;\n}"
+
+
 _STAMP_ASM = "mov.u64 $0, %clock64;"
 
 
@@ -118,7 +135,7 @@ _STAMP_ASM = "mov.u64 $0, %clock64;"
 # read, not the builtins below that emit the PTX. Every probe passes this digest of the PTX the
 # templates give into its asm block (as a PTX comment), so changed templates recompile the kernel.
 PTX_KEY = tl.constexpr(hashlib.sha256("".join(
-    [_record_asm(1, 2), _record_asm(1, 2, True), _STAMP_ASM]
+    [_record_asm(1, 2), _record_asm(1, 2, True), _span_pair_asm((1, 2)), _STAMP_ASM]
     + [_anchor_asm(_OFF_SMID_CLOSE, _OFF_CLOSE, True, t, 3) for t in (0, 4)]).encode()).hexdigest()[:16])
 
 
@@ -149,6 +166,15 @@ def _stamped_record(slot_ptr, stamp, tile, payload, event: tl.constexpr, kind: t
     asm = f"// xstage probe {u(key)}\n" + _record_asm(int(u(event)), int(u(kind)), stamped=True)
     return tl.inline_asm_elementwise(asm, "=r,l,l,r,r", [slot_ptr, stamp, tile, payload], dtype=tl.int32,
                                      is_pure=False, pack=1, _semantic=_semantic)
+
+
+@tl.core.builtin
+def _span_pair(slot_ptr, t0, t1, t2, t3, tile, payload0, payload1, event0: tl.constexpr, event1: tl.constexpr,
+               key: tl.constexpr = "", _semantic=None):
+    u = tl.core._unwrap_if_constexpr
+    asm = f"// xstage probe {u(key)}\n" + _span_pair_asm((int(u(event0)), int(u(event1))))
+    return tl.inline_asm_elementwise(asm, "=r,l,l,l,l,l,r,r,r", [slot_ptr, t0, t1, t2, t3, tile, payload0, payload1],
+                                     dtype=tl.int32, is_pure=False, pack=1, _semantic=_semantic)
 
 
 @tl.core.builtin
@@ -275,6 +301,22 @@ def put_stamped_tile(probe, EVENT: tl.constexpr, KIND: tl.constexpr, tile, paylo
         slot = (tl.cast(tile, tl.uint32) // NUM_PROGRAMS).to(tl.int32) * PER_TILE + K
         _stamped_record(_slot_ptr(records, slot, TRACE_CAP), t, tl.cast(tile, tl.int32), tl.cast(payload, tl.int32),
                         EVENT, KIND, key=PTX_KEY)
+
+
+@triton.jit
+def put_spans_tile(probe, tile, EVENT0: tl.constexpr, t0, t1, payload0, EVENT1: tl.constexpr, t2, t3, payload1,
+                   K: tl.constexpr, PER_TILE: tl.constexpr, NUM_PROGRAMS: tl.constexpr, TRACE_CAP: tl.constexpr,
+                   XSTAGE: tl.constexpr):
+    """Records K..K+3 of ``tile`` (persistent-loop form) for two spans at once: ``EVENT0`` from
+    stamp ``t0`` to ``t1`` (end payload ``payload0``), ``EVENT1`` from ``t2`` to ``t3`` (``payload1``),
+    from :func:`stamp` values read at the probe points. One address and one thread-0 predicate for
+    the four stores; a tile past the capacity writes its four records to the slice's spare slots."""
+    if XSTAGE:
+        meta, records, n = probe
+        tl.static_assert(K + 4 <= PER_TILE, "xstage probe: records K..K+3 of a tile need K + 4 <= PER_TILE")
+        slot = (tl.cast(tile, tl.uint32) // NUM_PROGRAMS).to(tl.int32) * PER_TILE + K
+        _span_pair(_slot_ptr(records, slot, TRACE_CAP), t0, t1, t2, t3, tl.cast(tile, tl.int32),
+                   tl.cast(payload0, tl.int32), tl.cast(payload1, tl.int32), EVENT0, EVENT1, key=PTX_KEY)
 
 
 @triton.jit

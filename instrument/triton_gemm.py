@@ -88,23 +88,25 @@ def gemm_instrumented(a, b, c, M, N, K, stride_am, stride_ak, stride_bk, stride_
     probe = xp.probe_open(trace_meta, trace_records, TRACE_CAP, XSTAGE)
     for tile in range(tl.program_id(0), num_pid_m * num_pid_n, NUM_PROGRAMS):
         pl.enter_scope("mainloop")
-        xp.begin_tile(probe, EV_MAINLOOP, tile, 0, EVENTS_PER_TILE, NUM_PROGRAMS, TRACE_CAP, XSTAGE)
+        t0 = xp.stamp(XSTAGE)
         pid_m, pid_n = _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
         acc = _mainloop(a, b, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, BLOCK_M, BLOCK_N, BLOCK_K)
         ptrs, vals, mask = _epilogue(c, acc, pid_m, pid_n, M, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N)
-        xp.end_tile(probe, EV_MAINLOOP, tile, 0, 1, EVENTS_PER_TILE, NUM_PROGRAMS, TRACE_CAP, XSTAGE)
+        t1 = xp.stamp(XSTAGE)
         pl.exit_scope("mainloop")
         pl.enter_scope("store")
-        xp.begin_tile(probe, EV_STORE, tile, 2, EVENTS_PER_TILE, NUM_PROGRAMS, TRACE_CAP, XSTAGE)
+        t2 = xp.stamp(XSTAGE)
         tl.store(ptrs, vals, mask=mask)
-        xp.end_tile(probe, EV_STORE, tile, BLOCK_M * BLOCK_N * 2, 3, EVENTS_PER_TILE, NUM_PROGRAMS, TRACE_CAP, XSTAGE)
+        t3 = xp.stamp(XSTAGE)
         pl.exit_scope("store")
+        xp.put_spans_tile(probe, tile, EV_MAINLOOP, t0, t1, 0, EV_STORE, t2, t3, BLOCK_M * BLOCK_N * 2, 0,
+                          EVENTS_PER_TILE, NUM_PROGRAMS, TRACE_CAP, XSTAGE)
     xp.probe_close_tiles(probe, num_pid_m * num_pid_n, EVENTS_PER_TILE, NUM_PROGRAMS, XSTAGE)
 
 
 # FORM of gemm_breakdown for each variant of the cost breakdown (docs/triton-probes.md).
 BREAKDOWN = {"xstage_anchors_only": 0, "xstage_counted_adjacent": 1, "xstage_counted_boundary": 2,
-             "xstage_stamped": 3, "xstage_stamps_only": 4}
+             "xstage_stamped": 3, "xstage_stamps_only": 4, "xstage_immediate": 5}
 
 
 @triton.jit
@@ -118,16 +120,19 @@ def gemm_breakdown(a, b, c, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
     3: gemm_instrumented's four points as clock reads (``xp.stamp``), the four records stored
     after the tile's output store (``xp.put_stamped_tile``); 4: the same four clock reads, no
     record stored, their sum kept and written as one mark record at the end, so the reads stay in the
-    kernel (what the clock reads alone cost)."""
+    kernel (what the clock reads alone cost); 5: the persistent-loop form storing each record at its
+    point (``xp.begin_tile`` / ``xp.end_tile``)."""
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     probe = xp.probe_open(trace_meta, trace_records, TRACE_CAP, XSTAGE)
     clock_sum = xp.stamp(False)
     for tile in range(tl.program_id(0), num_pid_m * num_pid_n, NUM_PROGRAMS):
-        if FORM >= 3:
+        if FORM == 3 or FORM == 4:
             t0 = xp.stamp(XSTAGE)
         if FORM == 2:
             probe = xp.begin(probe, EV_MAINLOOP, tile, TRACE_CAP, XSTAGE)
+        if FORM == 5:
+            xp.begin_tile(probe, EV_MAINLOOP, tile, 0, EVENTS_PER_TILE, NUM_PROGRAMS, TRACE_CAP, XSTAGE)
         pid_m, pid_n = _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
         if FORM == 1:
             probe = xp.begin(probe, EV_MAINLOOP, tile, TRACE_CAP, XSTAGE)
@@ -139,13 +144,18 @@ def gemm_breakdown(a, b, c, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
             probe = xp.end(probe, EV_MAINLOOP, tile, 0, TRACE_CAP, XSTAGE)
         if FORM == 1 or FORM == 2:
             probe = xp.begin(probe, EV_STORE, tile, TRACE_CAP, XSTAGE)
-        if FORM >= 3:
+        if FORM == 5:
+            xp.end_tile(probe, EV_MAINLOOP, tile, 0, 1, EVENTS_PER_TILE, NUM_PROGRAMS, TRACE_CAP, XSTAGE)
+            xp.begin_tile(probe, EV_STORE, tile, 2, EVENTS_PER_TILE, NUM_PROGRAMS, TRACE_CAP, XSTAGE)
+        if FORM == 3 or FORM == 4:
             t1 = xp.stamp(XSTAGE)
             t2 = xp.stamp(XSTAGE)
         tl.store(ptrs, vals, mask=mask)
         if FORM == 1 or FORM == 2:
             probe = xp.end(probe, EV_STORE, tile, BLOCK_M * BLOCK_N * 2, TRACE_CAP, XSTAGE)
-        if FORM >= 3:
+        if FORM == 5:
+            xp.end_tile(probe, EV_STORE, tile, BLOCK_M * BLOCK_N * 2, 3, EVENTS_PER_TILE, NUM_PROGRAMS, TRACE_CAP, XSTAGE)
+        if FORM == 3 or FORM == 4:
             t3 = xp.stamp(XSTAGE)
         if FORM == 3:
             xp.put_stamped_tile(probe, EV_MAINLOOP, 1, tile, 0, t0, 0, EVENTS_PER_TILE, NUM_PROGRAMS, TRACE_CAP, XSTAGE)
@@ -155,7 +165,7 @@ def gemm_breakdown(a, b, c, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                                 TRACE_CAP, XSTAGE)
         if FORM == 4:
             clock_sum += t0 + t1 + t2 + t3
-    if FORM == 3:
+    if FORM == 3 or FORM == 5:
         xp.probe_close_tiles(probe, num_pid_m * num_pid_n, EVENTS_PER_TILE, NUM_PROGRAMS, XSTAGE)
     else:
         if FORM == 4:
