@@ -24,7 +24,7 @@ mkdir -p "$R/bench" "$R/flux_ws1"
   rm -rf /tmp/flux && cp -r "$FLUX" /tmp/flux && python3 -m xstage_trace.instrument.recipes.flux_triton apply /tmp/flux
   for dest in device host; do
     timeout 90 python3 -m xstage_trace.instrument.recipes.flux_triton.run --flux /tmp/flux --out "$R/flux_ws1" \
-      --dest "$dest" --summary "$R/flux_ws1/summary_$dest.json"
+      --dest "$dest" --trials 30 --summary "$R/flux_ws1/summary_$dest.json"
     echo "flux $dest rc=$?"
   done
   nvidia-smi --query-gpu=clocks.sm,temperature.gpu --format=csv
