@@ -17,15 +17,19 @@ A persistent kernel (program p handles tiles p, p + P, …) can use the persiste
 which carries no record count through its tile loop: ``xp.begin_tile(probe, EV, tile, K, PER_TILE,
 P, TRACE_CAP, XSTAGE)`` / ``end_tile`` put record K of the tile's PER_TILE records in a slot derived
 from the tile id, and ``xp.probe_close_tiles(probe, num_tiles, PER_TILE, P, XSTAGE)`` closes.
+``t = xp.stamp(XSTAGE)`` reads the clock alone at a probe point; ``xp.put_stamped_tile`` (one
+record) or ``xp.put_spans_tile`` (the four records of two spans) store records from such stamps
+later, e.g. after the tile's output store.
 
 One slice per program (``roles_per_cta = 1``, slice = linear program id). Thread 0 of the program
-(lane 0 of warp 0) is the elected writer: every thread runs the inline PTX (clock64 read, address),
+(lane 0 of warp 0) is the elected writer: every thread runs the inline PTX (clock64 read, tag),
 only thread 0 stores. A record is one ``st.global.cs.v4.u32`` of 16 bytes in the layout of
-docs/probe-format.md, at an address computed inside the probe from %ctaid, so the kernel keeps no
-trace pointer live; the slice's open/close anchors pair ``%globaltimer`` with ``clock64`` so the
-decoder converts cycles to ns per SM. Records past the capacity are counted and written to the
-slice's spare slot (a slice has ``capacity + SPARE_SLOTS`` slots on the device; the dump leaves the
-spare out): overflow is reported, never silent. The store's predicate is "thread 0" alone, never a
+docs/probe-format.md, at a slot address computed in Triton code around the PTX (the slice's first
+slot once at open, from the program ids; the record's slot, clamped, per record), where the
+compiler strength-reduces and schedules it; the slice's open/close anchors pair ``%globaltimer``
+with ``clock64`` so the decoder converts cycles to ns per SM. Records past the capacity are
+counted and written to the slice's spare slots (a slice has ``capacity + SPARE_SLOTS`` slots on
+the device; the dump leaves the spare out): overflow is reported, never silent. The store's predicate is "thread 0" alone, never a
 test of the slot: a per-thread predicate that changes from tile to tile makes ptxas move a
 persistent GEMM's HGMMA descriptor arithmetic off the uniform datapath (docs/triton-probes.md).
 

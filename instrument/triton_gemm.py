@@ -9,9 +9,12 @@ instrumentation scope (``triton.profiler.language``; it emits code only when the
 inside a Proton instrumentation session). Compiled outside Proton with XSTAGE off it is the probe-free
 kernel instruction for instruction (tests/test_triton_probes.py checks the PTX).
 
-The xstage probes use the persistent-loop form (no record count carried through the tile loop).
-``gemm_breakdown`` places xstage probes in the other forms the benchmark times to break the cost
-down (anchors only; the counted form, adjacent to the K loop or at the iteration boundaries).
+The xstage probes read the clock at the four points (``xp.stamp``) and store the tile's four
+records together after its output store (``xp.put_spans_tile``, persistent-loop slots: no record
+count carried through the tile loop). ``gemm_breakdown`` places xstage probes in the other forms
+the benchmark times to break the cost down (anchors only; the counted form, adjacent to the K loop
+or at the iteration boundaries; stamps with single-record stores; the clock reads alone; the
+persistent-loop form storing each record at its point).
 With every form the K loop's SASS is the probe-free one (tests/test_triton_probes.py checks the
 instruction mix; docs/triton-probes.md tells how the previous probe design changed it).
 """
