@@ -29,9 +29,10 @@ slot once at open, from the program ids; the record's slot, clamped, per record)
 compiler strength-reduces and schedules it; the slice's open/close anchors pair ``%globaltimer``
 with ``clock64`` so the decoder converts cycles to ns per SM. Records past the capacity are
 counted and written to the slice's spare slots (a slice has ``capacity + SPARE_SLOTS`` slots on
-the device; the dump leaves the spare out): overflow is reported, never silent. The store's predicate is "thread 0" alone, never a
-test of the slot: a per-thread predicate that changes from tile to tile makes ptxas move a
-persistent GEMM's HGMMA descriptor arithmetic off the uniform datapath (docs/triton-probes.md).
+the device; the dump leaves the spare out): overflow is reported, never silent. The store's
+predicate is "thread 0" alone, never a test of the slot: a per-thread predicate that changes from
+tile to tile makes ptxas move a persistent GEMM's HGMMA descriptor arithmetic off the uniform
+datapath (docs/triton-probes.md).
 
 Host side: :class:`TraceBuffer` allocates the two arrays with torch, gives the kernel arguments
 (``buf.kernel_args()``, or :func:`off_args` for the probe-free build: the trace pointers become

@@ -69,6 +69,16 @@ def test_anchor_stores_land_on_the_slice_meta_fields_of_the_format():
     assert f["closed"][1] == f["count"][1] + 4 and f["clk_close"][1] == f["gt_close"][1] + 8
 
 
+def test_stamped_record_takes_its_clock_from_the_stamp_read_at_the_probe_point():
+    # operands of the stamped record: $1 slot address, $2 the stamp, $3 tile, $4 payload
+    asm = xp._record_asm(3, 2, stamped=True)
+    assert "%clock64" not in asm and "mov.u64 xp_c, $2;" in asm
+    assert "st.global.cs.v4.u32 [$1], {xp_lo, xp_hi, $3, $4};" in asm
+    assert xp._STAMP_ASM == "mov.u64 $0, %clock64;"  # the stamp: clock64 into the builtin's 64-bit result
+    immediate = xp._record_asm(3, 2)
+    assert "mov.u64 xp_c, %clock64;" in immediate and "st.global.cs.v4.u32 [$1], {xp_lo, xp_hi, $2, $3};" in immediate
+
+
 def test_probe_rejects_event_ids_and_kinds_outside_the_format():
     with pytest.raises(ValueError):
         xp._record_asm(256, 1)
