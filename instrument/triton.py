@@ -203,7 +203,7 @@ def _slice_records(trace_records, TRACE_CAP: tl.constexpr):
 
 @triton.jit
 def _slot_ptr(slice_records, slot, TRACE_CAP: tl.constexpr):
-    """Address of record slot ``slot`` of the slice, clamped to the spare slot (index TRACE_CAP)."""
+    """Address of record slot ``slot`` of the slice, clamped to the first spare slot (index TRACE_CAP)."""
     return slice_records + tl.minimum(slot, TRACE_CAP) * _SLICE_WORDS
 
 
@@ -379,7 +379,7 @@ class TraceBuffer:
 
 def stored_records(device_words: np.ndarray, num_slices: int, capacity: int) -> np.ndarray:
     """The dump's record words from the device array the probes fill: each slice's first
-    ``capacity`` slots, without its spare slot (which holds the last record past the capacity)."""
+    ``capacity`` slots, without its spare slots (which hold the last records past the capacity)."""
     slots = np.asarray(device_words, dtype=np.int64).reshape(num_slices, capacity + SPARE_SLOTS, RECORD_WORDS)
     return np.ascontiguousarray(slots[:, :capacity]).reshape(-1)
 
