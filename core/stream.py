@@ -20,15 +20,16 @@ from __future__ import annotations
 
 import os
 from concurrent.futures import ProcessPoolExecutor
+from collections import deque
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from multiprocessing import get_context
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterable, Iterator
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from xstage_trace.analyses import AnalysisContext, analyze_dump
 from xstage_trace.analysis.tiles import ControlStats, control_stats, finish_tiles, tile_spans, with_dump_config
@@ -98,7 +99,20 @@ def default_workers() -> int:
     return max(1, min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1), 8))
 
 
-Mapper = Callable[[Callable, list[tuple]], Iterator]
+Mapper = Callable[[Callable, Iterable[tuple]], Iterator]
+WINDOW_PER_WORKER = 2  # tasks handed to the pool ahead of the results read back, per worker
+
+
+def _windowed(pool: ProcessPoolExecutor, func: Callable, args: Iterable[tuple], window: int) -> Iterator:
+    """``func(*a)`` for each ``a`` on ``pool``, results in order, with at most ``window`` tasks
+    submitted and not yet read back: a task's arguments are made only when it is about to run."""
+    pending: deque = deque()
+    for a in args:
+        pending.append(pool.submit(func, *a))
+        if len(pending) >= window:
+            yield pending.popleft().result()
+    while pending:
+        yield pending.popleft().result()
 
 
 @contextmanager
@@ -109,10 +123,10 @@ def task_mapper(workers: int, scheduler: str | None) -> Iterator[Mapper]:
     if scheduler is not None:
         from xstage_trace.collectors.distributed import map_tasks
 
-        yield lambda func, args: iter(map_tasks(func, args, scheduler))
+        yield lambda func, args: iter(map_tasks(func, list(args), scheduler))
     elif workers > 1:
         with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
-            yield lambda func, args: pool.map(func, *zip(*args)) if args else iter(())
+            yield lambda func, args: _windowed(pool, func, args, WINDOW_PER_WORKER * workers)
     else:
         yield lambda func, args: (func(*a) for a in args)
 
@@ -124,24 +138,30 @@ def run_stats(frames: list[pd.DataFrame]) -> ControlStats:
         {c: pd.Series(dtype=bool if c == "is_control" else float if c.endswith("_ns") else object) for c in CONTROL_COLUMNS}))
 
 
+def rows_by_dump(table: pa.Table) -> dict[tuple[int, str], np.ndarray]:
+    """Row indices of ``table`` per (rank, dump), in table order."""
+    keys = pd.DataFrame({"rank": table["rank"].to_numpy(zero_copy_only=False), "dump": table["dump"].to_numpy(zero_copy_only=False)})
+    return {k: v.astype(np.int64) for k, v in keys.groupby(["rank", "dump"], sort=False).indices.items()} if len(keys) else {}
+
+
 def analyze_streaming(tasks: list[DumpTask], folder: Path, tables: dict[str, pa.Table], ctx: AnalysisContext,
                       workers: int | None = None, tick=None, scheduler: str | None = None) -> StreamResult:
     """Both passes over ``tasks`` (module text), writing the probes, tiles and bursts parts into the
     run's temporary ``folder``; then Table 3 per configuration from the tile parts."""
     sl, dumps = tables["probe_slices"], tables["dumps"]
+    slice_rows, dump_rows = rows_by_dump(sl), rows_by_dump(dumps)
 
-    def of(t: DumpTask, table: pa.Table) -> pa.Table:
-        return table.filter(pc.and_(pc.equal(table["rank"], t.rank), pc.equal(table["dump"], t.dump)))
+    def of(t: DumpTask, table: pa.Table, rows: dict) -> pa.Table:
+        return table.take(rows.get((t.rank, t.dump), np.zeros(0, np.int64)))
 
-    rows = {t.index: of(t, dumps) for t in tasks}
-    controls = [t for t in tasks if any(rows[t.index]["is_control"].to_pylist())]
+    controls = [t for t in tasks if any(of(t, dumps, dump_rows)["is_control"].to_pylist())]
     workers = default_workers() if workers is None else workers
     big = sum(t.records for t in tasks) >= PARALLEL_MIN_RECORDS
     pool_size = min(workers, len(tasks)) if (big and len(tasks) > 1) else 1
     results: list[DumpResult] = []
     with task_mapper(pool_size, scheduler) as mapper:
-        stats = run_stats(list(mapper(control_tiles, [(t, rows[t.index]) for t in controls])))
-        for r in mapper(process_task, [(t, folder, of(t, sl), rows[t.index], ctx, stats) for t in tasks]):
+        stats = run_stats(list(mapper(control_tiles, ((t, of(t, dumps, dump_rows)) for t in controls))))
+        for r in mapper(process_task, ((t, folder, of(t, sl, slice_rows), of(t, dumps, dump_rows), ctx, stats) for t in tasks)):
             results.append(r)
             if tick:
                 tick()
