@@ -40,6 +40,7 @@ PARALLEL_MIN_RECORDS = 2_000_000  # below this, starting worker processes costs 
 CONTROL_COLUMNS = ["shape", "tile_kind", "operands", "is_control", "mainloop_ns", "slot_wait_ns"]  # what control_stats reads
 TABLE3_COLUMNS = ["dest", "shape", "variant", "schedule", "tile_kind", "mainloop_ns", "rs_span_ns", "predicted_stall_ns",
                   "measured_stall_ns", "backpressured", "diagnosis"]  # what table3_from_tiles reads
+TABLE3_CATEGORIES = ["dest", "shape", "schedule", "tile_kind", "diagnosis"]  # read as categoricals (a few values each: ~1 B a row, not ~10)
 
 
 @dataclass
@@ -148,6 +149,7 @@ def analyze_streaming(tasks: list[DumpTask], folder: Path, tables: dict[str, pa.
                       workers: int | None = None, tick=None, scheduler: str | None = None) -> StreamResult:
     """Both passes over ``tasks`` (module text), writing the probes, tiles and bursts parts into the
     run's temporary ``folder``; then Table 3 per configuration from the tile parts."""
+    pa.default_memory_pool().release_unused()  # what reading the exports and dump headers left in the pool
     sl, dumps = tables["probe_slices"], tables["dumps"]
     slice_rows, dump_rows = rows_by_dump(sl), rows_by_dump(dumps)
 
@@ -191,9 +193,21 @@ def table3_by_configuration(folder: Path, tasks: list[DumpTask], dumps: pd.DataF
     for t in written:
         key = tuple(cfg.loc[(t.rank, t.dump)].astype(str))
         by_config.setdefault(key, []).append(str(table_part_path(folder, "tiles", t.rank, t.index)))
-    rows = [table3_from_tiles(pq.read_table(files, columns=TABLE3_COLUMNS, partitioning=None).to_pandas()) for _, files in sorted(by_config.items())]
+    rows = [table3_from_tiles(_read_columns(files)) for _, files in sorted(by_config.items())]
     table3 = pd.concat([r for r in rows if len(r)], ignore_index=True) if any(len(r) for r in rows) else pd.DataFrame()
     if table3.empty:
         return table3
     table3 = table3.sort_values(CONFIG, kind="stable").reset_index(drop=True)
     return attach_kernel_times(table3, kernel_trials(kernels, dumps, ctx.warmup_launches))
+
+
+def _read_columns(files: list[str]) -> pd.DataFrame:
+    """TABLE3_COLUMNS of the given tile parts as one frame, read part by part (no multi-file read
+    buffers) and converted with the Arrow columns freed as they go."""
+    import pyarrow.parquet as pq
+
+    parts = pa.concat_tables([pq.read_table(f, columns=TABLE3_COLUMNS, read_dictionary=TABLE3_CATEGORIES) for f in files]).unify_dictionaries()
+    frame = parts.to_pandas(self_destruct=True, split_blocks=True)
+    del parts
+    pa.default_memory_pool().release_unused()
+    return frame
