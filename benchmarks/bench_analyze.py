@@ -105,8 +105,8 @@ def main() -> None:
     exe = str(Path(sys.executable).parent / "xstage-trace")
     print(f"one copy: {len(dumps)} dumps, {per_copy} records; report {report.name}")
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    print("| records | dumps | dump GB | run folder GB | wall s | M records/s | CPU % (200 = both cores) | peak RSS, largest process GB | peak RSS, all processes GB | load avg (1 min) after |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| records | dumps | dump GB | run folder GB | wall s | M records/s | CPU % (200 = both cores) | M records per CPU-s | peak RSS, largest process GB | peak RSS, all processes GB | load avg (1 min) after |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for target in args.records:
         copies = max(1, math.ceil(target / per_copy))
         work = Path(tempfile.mkdtemp(prefix=f"xstage-bench-analyze-synthetic-{int(target):d}-"))
@@ -119,7 +119,7 @@ def main() -> None:
             assert summary["probes"] == records, (summary["probes"], records)
             run_gb = sum(p.stat().st_size for p in (work / "run").rglob("*") if p.is_file()) / 1e9
             print(f"| {records / 1e6:.2f} M | {copies * len(dumps)} | {gb:.2f} | {run_gb:.2f} | {t['wall_s']:.1f} | {records / t['wall_s'] / 1e6:.3f} | "
-                  f"{t['cpu_pct']:.0f} | {t['peak_rss_bytes'] / 1e9:.2f} | {t['tree_rss_bytes'] / 1e9:.2f} | {os.getloadavg()[0]:.2f} |", flush=True)
+                  f"{t['cpu_pct']:.0f} | {records / (t['user_s'] + t['sys_s']) / 1e6:.3f} | {t['peak_rss_bytes'] / 1e9:.2f} | {t['tree_rss_bytes'] / 1e9:.2f} | {os.getloadavg()[0]:.2f} |", flush=True)
         finally:
             if args.keep:
                 print(f"kept {work}")
