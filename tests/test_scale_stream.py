@@ -4,6 +4,8 @@ analyses over all of it at once (``analyze_frames``), on the shipped samples."""
 
 from __future__ import annotations
 
+import shutil
+
 import pandas as pd
 import pyarrow as pa
 import pytest
@@ -112,3 +114,17 @@ def test_a_run_analyzed_again_from_its_folder_keeps_every_dump(tmp_path):
         assert x["dump"].nunique() == len(list((FUSED / "traced").glob("*.xsp*")))
         pd.testing.assert_frame_equal(x, y, check_categorical=False)
     pd.testing.assert_frame_equal(a.table3(), b.table3())
+
+
+def test_a_run_without_control_dumps_streams_like_the_whole_table(tmp_path):
+    """No control dump: the control pass has nothing to read, every tile gets the default floor and noise."""
+    chosen = tmp_path / "dumps"
+    chosen.mkdir()
+    for src in sorted((FUSED / "traced").glob("fused_host_S1_*.xsp*")):  # host S1 is not a control configuration
+        shutil.copyfile(src, chosen / src.name)
+    whole = _whole_table([chosen], None, 0)
+    assert len(whole["tiles"]) and not whole["tiles"]["wait_floor_ns"].any()  # spec default: floor 0 without a control
+    analyze_inputs([chosen], tmp_path / "run", workers=1)
+    run = xstage_trace.open_run(tmp_path / "run")
+    pd.testing.assert_frame_equal(run.tiles().reset_index(drop=True), _as_stored("tiles", whole["tiles"]))
+    pd.testing.assert_frame_equal(run.table3().reset_index(drop=True), whole["table3"].reset_index(drop=True), check_dtype=False)
