@@ -154,25 +154,24 @@ def tile_spans(probes: pd.DataFrame, slots: int | None = None, layout: StagingLa
     return out
 
 
-def finish_tiles(t: pd.DataFrame, dumps: pd.DataFrame, noise_ns: float | None = None) -> pd.DataFrame:
+def finish_tiles(t: pd.DataFrame, dumps: pd.DataFrame, noise_ns: float | None = None, control: ControlStats | None = None) -> pd.DataFrame:
     """What needs every dump of the run: configuration columns, the slot-wait floor and noise of the
-    control runs, measured stall, the backpressured flag and the diagnosis."""
+    control runs, measured stall, the backpressured flag and the diagnosis. ``control``: the run's
+    control statistics when ``t`` is only part of the run's tiles (a streaming analyze finishes them
+    dump by dump); by default they are taken from ``t``."""
     if t.empty:
         return pd.DataFrame()
-    cfg = dumps[["rank", "dump", "dest", "shape", "schedule", "variant", "operands", "is_control"]].astype({"dump": str})
-    t = t.merge(cfg, on=["rank", "dump"], how="left")
-    t["is_control"] = t["is_control"].fillna(False).astype(bool)
-    floor_ns, derived_noise_ns = control_wait_stats(t)
-    noise_ns = derived_noise_ns if noise_ns is None else noise_ns
+    t = with_dump_config(t, dumps)
+    control = control_stats(t) if control is None else control
+    floor_ns = control.floor_ns
+    noise_ns = control.noise_ns if noise_ns is None else noise_ns
     # The wait as instrumented costs a fixed time even when the slot is free (begin probe, one
     # flag read, end probe): the control's median. The stall is what exceeds it.
     t["wait_floor_ns"] = floor_ns
     t["measured_stall_ns"] = np.maximum(t["slot_wait_ns"] - floor_ns, 0.0)
     t["noise_ns"] = noise_ns
     t["backpressured"] = (t["predicted_stall_ns"] > noise_ns) | (t["measured_stall_ns"].fillna(0) > noise_ns)
-    kind = np.where(t["is_l2"], "linear2", "linear1")
-    t["tile_kind"] = t["tile_kind"].fillna(pd.Series(kind, index=t.index)) if "tile_kind" in t else kind
-    t["control_mainloop_ns"] = control_mainloop_p99(t)
+    t["control_mainloop_ns"] = t[CONTROL_KEYS].merge(control.mainloop_p99, on=CONTROL_KEYS, how="left")["ctrl"].set_axis(t.index)
     slot = t["measured_stall_ns"].fillna(0) > noise_ns
     excess = t["mainloop_ns"] - t["control_mainloop_ns"]
     inflated = excess > np.maximum(noise_ns, INFLATION_FRACTION * t["control_mainloop_ns"])  # False where no control (NaN)
@@ -181,6 +180,35 @@ def finish_tiles(t: pd.DataFrame, dumps: pd.DataFrame, noise_ns: float | None = 
     return t[["rank", "dump", "dest", "shape", "schedule", "variant", "cta", "position", "tile", "tile_kind", "expert", "wave", "mainloop_ns", "rs_span_ns",
               "epilogue_span_ns", "cover_ns", "predicted_stall_ns", "slot_wait_ns", "wait_floor_ns", "measured_stall_ns",
               "noise_ns", "backpressured", "control_mainloop_ns", "diagnosis"]]
+
+
+CONTROL_KEYS = ["shape", "tile_kind", "operands"]
+
+
+@dataclass(frozen=True)
+class ControlStats:
+    """What the control runs decide for every tile: slot-wait floor and noise, p99 mainloop per CONTROL_KEYS (column ``ctrl``)."""
+
+    floor_ns: float
+    noise_ns: float
+    mainloop_p99: pd.DataFrame
+
+
+def with_dump_config(t: pd.DataFrame, dumps: pd.DataFrame) -> pd.DataFrame:
+    """Tile spans with their dump's configuration, ``is_control`` and ``tile_kind``."""
+    cfg = dumps[["rank", "dump", "dest", "shape", "schedule", "variant", "operands", "is_control"]].astype({"dump": str})
+    t = t.merge(cfg, on=["rank", "dump"], how="left")
+    t["is_control"] = t["is_control"].fillna(False).astype(bool)
+    kind = np.where(t["is_l2"], "linear2", "linear1")  # the fused kernels; a layout with one kind of tile sets its own
+    t["tile_kind"] = t["tile_kind"].fillna(pd.Series(kind, index=t.index)) if "tile_kind" in t else kind
+    return t
+
+
+def control_stats(tiles: pd.DataFrame) -> ControlStats:
+    """The control statistics of ``tiles`` (with_dump_config's columns): its control tiles decide them."""
+    floor_ns, noise_ns = control_wait_stats(tiles)
+    ctrl = tiles[tiles["is_control"]].groupby(CONTROL_KEYS, dropna=False)["mainloop_ns"].quantile(0.99).rename("ctrl")
+    return ControlStats(floor_ns, noise_ns, ctrl.reset_index())
 
 
 def control_wait_stats(tiles: pd.DataFrame) -> tuple[float, float]:
@@ -192,11 +220,3 @@ def control_wait_stats(tiles: pd.DataFrame) -> tuple[float, float]:
         return 0.0, MIN_NOISE_NS
     floor = float(np.median(waits))
     return floor, float(max(np.percentile(waits - floor, 99), MIN_NOISE_NS))
-
-
-def control_mainloop_p99(tiles: pd.DataFrame) -> pd.Series:
-    """Per tile, the p99 mainloop of the control runs of the same shape, tile kind and operand path
-    (NaN where no such control was traced)."""
-    keys = ["shape", "tile_kind", "operands"]
-    ctrl = tiles[tiles["is_control"]].groupby(keys, dropna=False)["mainloop_ns"].quantile(0.99).rename("ctrl")
-    return tiles[keys].merge(ctrl.reset_index(), on=keys, how="left")["ctrl"].set_axis(tiles.index)

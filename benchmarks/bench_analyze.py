@@ -1,12 +1,14 @@
-"""End-to-end ``xstage-trace analyze`` throughput and peak RSS at 1 M and 10 M probe records.
+"""End-to-end ``xstage-trace analyze`` throughput and peak memory at 1 M, 10 M (and 100 M) probe records.
 
 Input (SYNTHETIC, made by this script in /tmp and never committed): the 8 real fused-kernel dumps of
 ``sample_traces/h200_fused_moe/traced`` copied N times under new names (one padding byte of the label differs per copy), analyzed together with
 the real nsys report of that capture (so alignment, kernels and GPU metrics are the real ones; every
 copy of a dump aligns onto the kernel its original ran in). Each process runs under
-``/usr/bin/time -v`` for wall time, CPU use and peak RSS.
+``/usr/bin/time -v`` for wall time and CPU use; memory is sampled every 0.1 s with psutil over the
+whole process tree (analyze and its worker processes): the peak of the summed RSS (an upper bound:
+pages the workers share are counted in each) and the largest single process's peak RSS.
 
-    python benchmarks/bench_analyze.py [--records 1e6 1e7] [--keep]
+    python benchmarks/bench_analyze.py [--records 1e6 1e7 1e8] [--keep]
 """
 
 from __future__ import annotations
@@ -14,17 +16,21 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
+
+import psutil  # a dependency of dask distributed
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACED = ROOT / "sample_traces" / "h200_fused_moe" / "traced"
 CALIBRATION = ROOT / "sample_traces" / "h200_calibration" / "calibration_host.json"
-NOTE = "SYNTHETIC benchmark input: real dumps from sample_traces/h200_fused_moe/traced, hard-linked {n} times. Not a capture.\n"
+NOTE = "SYNTHETIC benchmark input: real dumps from sample_traces/h200_fused_moe/traced, copied {n} times (one padding byte of the label differs per copy). Not a capture.\n"
 
 
 def dump_records(path: Path) -> int:
@@ -51,12 +57,31 @@ def replicate(dumps: list[Path], copies: int, folder: Path) -> None:
             (folder / f"{d.name.split('.')[0]}_copy{i:04d}.xsp").write_bytes(raw)
 
 
+def _tree_rss_bytes(proc: psutil.Process) -> int:
+    """Summed RSS of ``proc`` and every process below it (0 for any that ended meanwhile)."""
+    total = 0
+    for q in [proc, *proc.children(recursive=True)]:
+        try:
+            total += q.memory_info().rss
+        except psutil.Error:
+            pass
+    return total
+
+
 def time_v(argv: list[str]) -> dict:
-    """Run ``argv`` under /usr/bin/time -v: wall s, user s, sys s, CPU %, peak RSS bytes, stdout."""
-    r = subprocess.run(["/usr/bin/time", "-v", *argv], capture_output=True, text=True)
-    if r.returncode != 0:
-        raise SystemExit(f"{' '.join(argv)} exited {r.returncode}:\n{r.stderr[-2000:]}")
-    field = lambda name: re.search(rf"{re.escape(name)}: (.+)", r.stderr).group(1).strip()  # noqa: E731
+    """Run ``argv`` under /usr/bin/time -v: wall s, user s, sys s, CPU %, peak RSS of its largest
+    process and peak summed RSS of its process tree (bytes), stdout."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        p = subprocess.Popen(["/usr/bin/time", "-v", *argv], stdout=out, stderr=err, text=True)
+        proc, tree = psutil.Process(p.pid), 0
+        while p.poll() is None:
+            tree = max(tree, _tree_rss_bytes(proc))
+            time.sleep(0.1)
+        out.seek(0), err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    if p.returncode != 0:
+        raise SystemExit(f"{' '.join(argv)} exited {p.returncode}:\n{stderr[-2000:]}")
+    field = lambda name: re.search(rf"{re.escape(name)}: (.+)", stderr).group(1).strip()  # noqa: E731
     wall = field("Elapsed (wall clock) time (h:mm:ss or m:ss)").split(":")
     return {
         "wall_s": sum(float(x) * 60 ** i for i, x in enumerate(reversed(wall))),
@@ -64,7 +89,8 @@ def time_v(argv: list[str]) -> dict:
         "sys_s": float(field("System time (seconds)")),
         "cpu_pct": float(field("Percent of CPU this job got").rstrip("%")),
         "peak_rss_bytes": int(field("Maximum resident set size (kbytes)")) * 1024,
-        "stdout": r.stdout,
+        "tree_rss_bytes": tree,
+        "stdout": stdout,
     }
 
 
@@ -78,20 +104,22 @@ def main() -> None:
     per_copy = sum(dump_records(d) for d in dumps)
     exe = str(Path(sys.executable).parent / "xstage-trace")
     print(f"one copy: {len(dumps)} dumps, {per_copy} records; report {report.name}")
-    print("| records | dumps | input MB | wall s | M records/s | CPU % (200 = both cores) | peak RSS GB | RSS bytes/record |")
-    print("|---|---|---|---|---|---|---|---|")
+    print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print("| records | dumps | dump GB | run folder GB | wall s | M records/s | CPU % (200 = both cores) | M records per CPU-s | peak RSS, largest process GB | peak RSS, all processes GB | load avg (1 min) after |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for target in args.records:
         copies = max(1, math.ceil(target / per_copy))
         work = Path(tempfile.mkdtemp(prefix=f"xstage-bench-analyze-synthetic-{int(target):d}-"))
         try:
             replicate(dumps, copies, work / "dumps")
             records = copies * per_copy
-            mb = copies * sum(d.stat().st_size for d in dumps) / 1e6
+            gb = sum(p.stat().st_size for p in (work / "dumps").iterdir()) / 1e9
             t = time_v([exe, "analyze", str(report), str(work / "dumps"), "--calibration", str(CALIBRATION), "-o", str(work / "run"), "--json"])
             summary = json.loads(t["stdout"])
             assert summary["probes"] == records, (summary["probes"], records)
-            print(f"| {records / 1e6:.2f} M | {copies * len(dumps)} | {mb:.0f} | {t['wall_s']:.1f} | {records / t['wall_s'] / 1e6:.3f} | "
-                  f"{t['cpu_pct']:.0f} | {t['peak_rss_bytes'] / 1e9:.2f} | {t['peak_rss_bytes'] / records:.0f} |", flush=True)
+            run_gb = sum(p.stat().st_size for p in (work / "run").rglob("*") if p.is_file()) / 1e9
+            print(f"| {records / 1e6:.2f} M | {copies * len(dumps)} | {gb:.2f} | {run_gb:.2f} | {t['wall_s']:.1f} | {records / t['wall_s'] / 1e6:.3f} | "
+                  f"{t['cpu_pct']:.0f} | {records / (t['user_s'] + t['sys_s']) / 1e6:.3f} | {t['peak_rss_bytes'] / 1e9:.2f} | {t['tree_rss_bytes'] / 1e9:.2f} | {os.getloadavg()[0]:.2f} |", flush=True)
         finally:
             if args.keep:
                 print(f"kept {work}")

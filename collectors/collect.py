@@ -215,7 +215,8 @@ def plan_run(inputs: list[str | Path], nsys: str | None = None, allow_overflow: 
         for n, t in tabs.items():
             tables[n].append(t)
         counts = tabs["probe_slices"].group_by(["rank", "dump"]).aggregate([("records_stored", "sum")]).to_pylist()
-        tasks += [DumpTask(len(tasks), c["rank"], c["dump"], run_dir, from_run=True, records=int(c["records_stored_sum"])) for c in counts]
+        tasks += [DumpTask(len(tasks) + i, c["rank"], c["dump"], run_dir, from_run=True, records=int(c["records_stored_sum"]))
+                  for i, c in enumerate(counts)]  # every task its own index: its parts' file names
     kernel_base = {}
     base = sum(t.num_rows for t in tables["kernels"])
     for e_i, (e, dev_rank) in enumerate(zip(exports, ranks)):

@@ -2,8 +2,8 @@
 table holds several ranks), zstd-compressed, plus manifest.json. Written to a temporary folder and
 renamed, so a reader never sees half a run. DuckDB reads it as is:
 ``SELECT * FROM read_parquet('RUN/kernels*.parquet')`` or ``'RUN/kernels/*/*.parquet'`` with
-``hive_partitioning = true``. The ``probes`` table of an analyzed run is one file per dump,
-``probes/rank=R/part-NNNNN.parquet`` (written while the dumps stream through ``analyze``).
+``hive_partitioning = true``. The ``probes``, ``tiles`` and ``bursts`` tables of an analyzed run are one file per dump,
+``NAME/rank=R/part-NNNNN.parquet`` (written while the dumps stream through ``analyze``).
 
 
 manifest.json records every file's sha256; reading a run checks them, so a file changed, swapped
@@ -53,16 +53,16 @@ def write_table(folder: Path, name: str, table: pa.Table) -> None:
         write_parquet(table, folder / f"{name}.parquet")
 
 
-def probe_part_path(folder: Path, rank: int, index: int) -> Path:
-    """Where a streaming analyze writes one dump's probe records: probes/rank=R/part-NNNNN.parquet."""
-    return Path(folder) / "probes" / f"rank={rank}" / f"part-{index:05d}.parquet"
+def table_part_path(folder: Path, name: str, rank: int, index: int) -> Path:
+    """Where a streaming analyze writes one dump's part of a table: NAME/rank=R/part-NNNNN.parquet."""
+    return Path(folder) / name / f"rank={rank}" / f"part-{index:05d}.parquet"
 
 
-def write_probe_part(folder: Path, rank: int, index: int, records: pa.Table) -> None:
-    """Write one dump's records as its own Parquet file of the ``probes`` table."""
-    path = probe_part_path(folder, rank, index)
+def write_table_part(folder: Path, name: str, rank: int, index: int, table: pa.Table) -> None:
+    """Write one dump's rows of table ``name`` (probes, tiles, bursts) as their own Parquet file."""
+    path = table_part_path(folder, name, rank, index)
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_parquet(conform("probes", records), path)
+    write_parquet(conform(name, table), path)
 
 
 def check_output_dir(run_dir: str | Path, force: bool = False) -> Path:

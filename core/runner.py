@@ -26,17 +26,18 @@ def _default_run_dir(first: Path) -> Path:
 def analyze_inputs(inputs: list[Path], output: Path | None, nsys=None, calibration=None, allow_overflow=False, progress=None,
                    rank_overrides: dict[str, int] | None = None, warmup_launches: int = 0, workers: int | None = None,
                    force: bool = False, scheduler: str | None = None, nvtx: str | None = None, nvtx_domain: str | None = None) -> dict:
-    """plan (exports, dump headers, pairing) → dumps streamed one at a time through the per-dump analyses
-    (probes written as they are produced) → whole-run analyses → run dataset (atomic) → summary dict.
+    """plan (exports, dump headers, pairing) → dumps streamed through the per-dump analyses (probes,
+    tiles and bursts written part by part as they are produced; core/stream.py) → Table 3 per
+    configuration → run dataset (atomic) → summary dict.
 
     The output folder is checked before any input is read: it must be new, or an earlier run folder
     with ``force``, and it must neither be, lie inside, nor hold an input."""
-    from xstage_trace.analyses import AnalysisContext, analyze_run
+    from xstage_trace.analyses import AnalysisContext
     from xstage_trace.calibration_io import load_platform
     from xstage_trace.collectors.collect import plan_run
     from xstage_trace.collectors.dataset import check_output_against_inputs, check_output_dir, write_run
     from xstage_trace.collectors.nvtx_filter import restrict_to_nvtx
-    from xstage_trace.stream import frames_of, run_tasks
+    from xstage_trace.stream import analyze_streaming
 
     run_dir = Path(output) if output else _default_run_dir(Path(inputs[0]))
     check_output_dir(run_dir, force)
@@ -49,17 +50,14 @@ def analyze_inputs(inputs: list[Path], output: Path | None, nsys=None, calibrati
 
     def fill(tmp: Path) -> dict[str, int]:
         tick = progress("analyzing probe dumps", len(plan.tasks)) if (progress and plan.tasks) else None
-        per_dump, warnings, n = run_tasks(plan.tasks, tmp, tables, ctx, workers, tick, scheduler)
-        state["results"] = analyze_run(per_dump, frames_of(tables), ctx)
-        state["warnings"] = plan.warnings + warnings
-        for name in ("bursts", "tiles"):  # the per-burst and per-tile results are all that is kept
-            frame = state["results"].get(name, pd.DataFrame())
-            tables[name] = pa.Table.from_pandas(frame, preserve_index=False) if len(frame) else None
-        points = state["results"].get("calibration_points", pd.DataFrame())
+        result = analyze_streaming(plan.tasks, tmp, tables, ctx, workers, tick, scheduler)
+        state["result"] = result
+        state["warnings"] = plan.warnings + result.warnings
+        points = result.calibration_points
         if len(points):
             points = points.sort_values(["dest", "mode", "K", "B", "gap_ns"]).reset_index(drop=True)
         state["points"] = points
-        return {"probes": n}
+        return result.counts
 
     def manifest() -> dict:
         return dict(plan.manifest, calibration=str(calibration) if calibration else None, warnings=state["warnings"],
@@ -67,16 +65,14 @@ def analyze_inputs(inputs: list[Path], output: Path | None, nsys=None, calibrati
 
     written = write_run(run_dir, tables, manifest,
                         extra_files=lambda: {"calibration_points.csv": state["points"].to_csv(index=False)} if len(state["points"]) else {},
-                        results=lambda: {"table3": state["results"]["table3"]} if len(state["results"].get("table3", [])) else {},
+                        results=lambda: {"table3": state["result"].table3} if len(state["result"].table3) else {},
                         fill=fill, force=force)
-    table3 = state["results"].get("table3", pd.DataFrame())
+    table3 = state["result"].table3
     gm = tables["gpu_metrics"]
     metric_counts = {}
     if gm.num_rows:
         vc = pc.value_counts(gm["metric"].cast(pa.string()))
         metric_counts = {d["values"]: int(d["counts"]) for d in vc.to_pylist()}
-    tiles = tables.get("tiles")
-    backpressured = int(pc.sum(tiles["backpressured"].cast(pa.int64())).as_py() or 0) if tiles is not None and tiles.num_rows else 0
     return {
         "run_dir": str(run_dir),
         "gpus": plan.manifest["gpus"],
@@ -85,9 +81,9 @@ def analyze_inputs(inputs: list[Path], output: Path | None, nsys=None, calibrati
         "gpu_metrics": metric_counts,
         "probes": written["probes"],
         "dumps": tables["dumps"].num_rows,
-        "bursts": tables["bursts"].num_rows if tables.get("bursts") is not None else 0,
-        "backpressured_tiles": backpressured,
-        "tiles": tiles.num_rows if tiles is not None else 0,
+        "bursts": written["bursts"],
+        "backpressured_tiles": state["result"].backpressured,
+        "tiles": written["tiles"],
         "calibration_points": int(len(state["points"])),
         "table3": table3.round(3).to_dict("records"),
         "alignment": plan.manifest["alignment"],

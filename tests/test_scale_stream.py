@@ -1,0 +1,130 @@
+"""The streaming analyze (tables written per dump, control statistics from a first pass, Table 3 per
+configuration) gives the run the whole-table path gives: every dump's records in one table, the
+analyses over all of it at once (``analyze_frames``), on the shipped samples."""
+
+from __future__ import annotations
+
+import shutil
+
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+import xstage_trace
+import xstage_trace.stream as stream
+from conftest import CALIB, FUSED, SAMPLES, SAMPLE_WARMUPS
+from xstage_trace.analyses import AnalysisContext, analyze_frames
+from xstage_trace.base.schema import conform
+from xstage_trace.calibration_io import load_platform
+from xstage_trace.collectors.collect import collect
+from xstage_trace.runner import analyze_inputs
+
+HOST_CAL = CALIB / "calibration_host.json"
+SAMPLE_RUNS = {  # name → (inputs, calibration, warm-up launches)
+    "fused_traced": ([FUSED / "traced" / "fused_reference.nsys-rep", FUSED / "traced"], HOST_CAL, SAMPLE_WARMUPS),
+    "fused_variants": ([FUSED / "variants"], HOST_CAL, 0),
+    "calibration_quick": ([CALIB / "quick" / "quick_sweep.nsys-rep", CALIB / "quick"], None, 0),
+    "peer_two_ranks": ([SAMPLES / "h200x2_peer" / "fused"], None, 0),
+}
+
+
+def _whole_table(inputs, calibration, warmups) -> dict[str, pd.DataFrame]:
+    """The reference: collect every record into one probes table and analyze it in one go."""
+    c = collect(inputs)
+    frames = {n: c.tables[n].to_pandas() for n in ("probes", "probe_slices", "dumps", "kernels")}
+    ctx = AnalysisContext(model=load_platform(calibration) if calibration else None, warmup_launches=warmups)
+    return analyze_frames(frames, ctx)
+
+
+def _as_stored(name: str, frame: pd.DataFrame) -> pd.DataFrame:
+    """A whole-table result as the run folder stores it (schema types, rows by rank as the folder orders them)."""
+    if frame.empty:
+        return frame
+    t = conform(name, pa.Table.from_pandas(frame, preserve_index=False)).to_pandas()
+    return t.sort_values("rank", kind="stable").reset_index(drop=True)
+
+
+@pytest.fixture(scope="module", params=sorted(SAMPLE_RUNS))
+def both(request, tmp_path_factory):
+    inputs, calibration, warmups = SAMPLE_RUNS[request.param]
+    out = tmp_path_factory.mktemp(request.param) / "run"
+    summary = analyze_inputs(inputs, out, calibration=calibration, warmup_launches=warmups, workers=1)
+    return request.param, summary, xstage_trace.open_run(out), _whole_table(inputs, calibration, warmups)
+
+
+def test_streamed_tiles_equal_the_whole_table_tiles(both):
+    name, summary, run, whole = both
+    want = _as_stored("tiles", whole.get("tiles", pd.DataFrame()))
+    got = run.tiles()
+    if want.empty:
+        assert got.empty and name in ("calibration_quick",)  # the calibration bench has no tiles
+        return
+    pd.testing.assert_frame_equal(got.reset_index(drop=True), want)
+    assert summary["backpressured_tiles"] == int(want["backpressured"].sum())
+
+
+def test_streamed_bursts_equal_the_whole_table_bursts(both):
+    _, _, run, whole = both
+    want = _as_stored("bursts", whole["bursts"])
+    assert len(want)  # every sample stores remotely
+    pd.testing.assert_frame_equal(run.bursts().reset_index(drop=True), want)
+
+
+def test_streamed_table3_equals_the_whole_table_table3(both):
+    name, _, run, whole = both
+    want = whole.get("table3", pd.DataFrame())
+    got = run.table3()
+    if want.empty:
+        assert got.empty
+        return
+    assert name.startswith("fused") or name.startswith("peer")
+    pd.testing.assert_frame_equal(got.reset_index(drop=True), want.reset_index(drop=True), check_dtype=False)
+
+
+def test_streamed_calibration_points_equal_the_whole_table_points(both):
+    name, summary, run, whole = both
+    want = whole.get("calibration_points", pd.DataFrame())
+    assert summary["calibration_points"] == len(want)
+    if name == "calibration_quick":
+        got = pd.read_csv(run.path / "calibration_points.csv")
+        cols = ["dest", "mode", "K", "B", "V", "gap_ns", "tiss_med_ns", "tiss_p90_ns", "period_med_ns"]
+        want = want.sort_values(["dest", "mode", "K", "B", "gap_ns"]).reset_index(drop=True)
+        pd.testing.assert_frame_equal(got[cols], want[cols], check_dtype=False)
+
+
+def test_tiles_and_bursts_are_written_one_part_per_dump(tmp_path, monkeypatch):
+    inputs = [FUSED / "traced" / "fused_reference.nsys-rep", FUSED / "traced"]
+    monkeypatch.setattr(stream, "PARALLEL_MIN_RECORDS", 0)  # the sample is small: force the pool of two
+    analyze_inputs(inputs, tmp_path / "run", calibration=HOST_CAL, warmup_launches=SAMPLE_WARMUPS, workers=2)
+    dumps = len(list((FUSED / "traced").glob("*.xsp*")))
+    for table in ("probes", "tiles", "bursts"):
+        parts = sorted(p.name for p in (tmp_path / "run" / table / "rank=0").iterdir())
+        assert parts == [f"part-{i:05d}.parquet" for i in range(dumps)], table
+    assert not (tmp_path / "run" / "tiles.parquet").exists()
+
+
+def test_a_run_analyzed_again_from_its_folder_keeps_every_dump(tmp_path):
+    inputs = [FUSED / "traced" / "fused_reference.nsys-rep", FUSED / "traced"]
+    analyze_inputs(inputs, tmp_path / "a", calibration=HOST_CAL, warmup_launches=SAMPLE_WARMUPS, workers=1)
+    analyze_inputs([tmp_path / "a"], tmp_path / "b", calibration=HOST_CAL, warmup_launches=SAMPLE_WARMUPS, workers=1)
+    a, b = xstage_trace.open_run(tmp_path / "a"), xstage_trace.open_run(tmp_path / "b")
+    keys = {"tiles": ["rank", "dump", "cta", "position"], "bursts": ["rank", "dump", "burst"], "probes": ["rank", "dump", "slice", "t_ns"]}
+    for name, by in keys.items():
+        x, y = (getattr(r, name)().sort_values(by, kind="stable").reset_index(drop=True) for r in (a, b))
+        assert x["dump"].nunique() == len(list((FUSED / "traced").glob("*.xsp*")))
+        pd.testing.assert_frame_equal(x, y, check_categorical=False)
+    pd.testing.assert_frame_equal(a.table3(), b.table3())
+
+
+def test_a_run_without_control_dumps_streams_like_the_whole_table(tmp_path):
+    """No control dump: the control pass has nothing to read, every tile gets the default floor and noise."""
+    chosen = tmp_path / "dumps"
+    chosen.mkdir()
+    for src in sorted((FUSED / "traced").glob("fused_host_S1_*.xsp*")):  # host S1 is not a control configuration
+        shutil.copyfile(src, chosen / src.name)
+    whole = _whole_table([chosen], None, 0)
+    assert len(whole["tiles"]) and not whole["tiles"]["wait_floor_ns"].any()  # spec default: floor 0 without a control
+    analyze_inputs([chosen], tmp_path / "run", workers=1)
+    run = xstage_trace.open_run(tmp_path / "run")
+    pd.testing.assert_frame_equal(run.tiles().reset_index(drop=True), _as_stored("tiles", whole["tiles"]))
+    pd.testing.assert_frame_equal(run.table3().reset_index(drop=True), whole["table3"].reset_index(drop=True), check_dtype=False)
