@@ -168,7 +168,9 @@ def finish_tiles(t: pd.DataFrame, dumps: pd.DataFrame, noise_ns: float | None = 
     # The wait as instrumented costs a fixed time even when the slot is free (begin probe, one
     # flag read, end probe): the control's median. The stall is what exceeds it.
     t["wait_floor_ns"] = floor_ns
-    t["measured_stall_ns"] = np.maximum(t["slot_wait_ns"] - floor_ns, 0.0)
+    # rounded to whole picoseconds: a wait and the floor converted on different SMs' clocks (ppm-level
+    # factors) differ by ~1e-7 ns where the cycle counts are equal; that is not a stall
+    t["measured_stall_ns"] = np.maximum(np.round(t["slot_wait_ns"] - floor_ns, 3), 0.0)
     t["noise_ns"] = noise_ns
     t["backpressured"] = (t["predicted_stall_ns"] > noise_ns) | (t["measured_stall_ns"].fillna(0) > noise_ns)
     t["control_mainloop_ns"] = t[CONTROL_KEYS].merge(control.mainloop_p99, on=CONTROL_KEYS, how="left")["ctrl"].set_axis(t.index)
