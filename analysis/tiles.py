@@ -45,7 +45,10 @@ def tile_spans(probes: pd.DataFrame, slots: int = STAGING_SLOTS) -> pd.DataFrame
 
     Spans are begin/end pairs per (rank, dump, cta, tile); every mainloop span gets its tile_info
     payload, slot wait, rs and ls span by key (pandas left-merge semantics: every match, in order),
-    then the tiles of each CTA are ordered by mainloop start."""
+    then the tiles of each CTA are ordered by mainloop start. Beside the spans it keeps the start
+    times of the tile's own slot wait and epilogue span (``wait_start_ns``, ``epilogue_start_ns``)
+    and the remote-store bytes (``rs_bytes``, the rs end payload) for the per-tile timeline of
+    ``analysis.tile_error``; ``finish_tiles`` does not keep them."""
     if probes.empty or not (probes["event"] == "mainloop").any():
         return pd.DataFrame()
     rows = np.flatnonzero(probes["event"].isin(TILE_EVENTS).to_numpy())
@@ -73,6 +76,9 @@ def tile_spans(probes: pd.DataFrame, slots: int = STAGING_SLOTS) -> pd.DataFrame
         mb, me = mb[li], me[li]
         cols = {c: v[li] for c, v in cols.items()}
         cols[value] = take_matched(t[e] - t[b], ri)
+        cols[value.replace("_ns", "_start_ns")] = take_matched(t[b], ri)
+        if name == "rs":
+            cols["rs_bytes"] = take_matched(p["payload"].to_numpy()[e].astype(np.float64), ri)
     start = t[mb]
     rank, dump, cta = (sort_codes(p[c]) for c in ("rank", "dump", "cta"))
     order = np.lexsort((start, cta[mb], dump[mb], rank[mb]))  # stable: ties keep the merge order
@@ -81,6 +87,7 @@ def tile_spans(probes: pd.DataFrame, slots: int = STAGING_SLOTS) -> pd.DataFrame
     mainloop = t[me[order]] - start
     payload = cols["payload"][order]
     wait, rs, ls = (cols[c][order] for c in ("wait_ns", "rs_ns", "ls_ns"))
+    wait_start, rs_start, ls_start = (cols[c][order] for c in ("wait_start_ns", "rs_start_ns", "ls_start_ns"))
     cover = sum(shift_back(mainloop, ids, j) for j in range(1, slots)) if slots > 1 else np.zeros(len(rows))
     epilogue = np.where(np.isnan(rs), ls, rs)
     return pd.DataFrame({
@@ -90,6 +97,7 @@ def tile_spans(probes: pd.DataFrame, slots: int = STAGING_SLOTS) -> pd.DataFrame
         "wait_ns": wait, "rs_ns": rs, "ls_ns": ls, "position": cumcount(ids), "cover_ns": cover,
         "slot_wait_ns": shift_back(wait, ids, slots), "epilogue_span_ns": epilogue,
         "predicted_stall_ns": predicted_stall_ns(epilogue, cover),
+        "wait_start_ns": wait_start, "epilogue_start_ns": np.where(np.isnan(rs), ls_start, rs_start), "rs_bytes": cols["rs_bytes"][order],
     })
 
 
