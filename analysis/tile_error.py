@@ -9,7 +9,8 @@ epilogue span of tile i (ep_e = ep_b + T_RS) and T_cover(i) = Σ mainloop(i+1 �
 
 - ``mma_idle_ns``   = ml_b(j) − ml_e(j−1): the whole time the MMA role runs no mainloop before tile j;
 - ``pre_wait_ns``   = w_b(j) − ml_e(j−1) and ``post_wait_ns`` = ml_b(j) − w_b(j) − wait(j): the idle
-  time outside the instrumented wait (probes, descriptor loads);
+  time outside the instrumented wait (probes, descriptor loads); ``late_wait``: the pre-wait exceeds
+  the control runs' median by more than the noise (the wait probe began late);
 - ``epilogue_lead_ns`` = ep_b(i) − ml_b(i+1): how much later tile i's store starts than the mainloop
   that covers it (the model takes 0);
 - ``inner_idle_ns`` = ml_e(j−1) − ml_b(i+1) − T_cover(i): idle between the covering mainloops (0 for S = 2);
@@ -82,9 +83,10 @@ def tile_timeline(spans: pd.DataFrame, tiles: pd.DataFrame, slots: int = STAGING
     out["drain_gbps"] = out["concurrent_rs"] * s["rs_bytes"].to_numpy(float) / s["rs_ns"].to_numpy(float)
     t = tiles.merge(out, on=KEYS, how="left", validate="one_to_one")
     t["handoff_ns"] = t["mma_idle_ns"] - (t["epilogue_span_ns"] - t["cover_ns"])
-    ctrl = t.loc[t["is_control"].astype(bool), "mma_idle_ns"].dropna()
-    floor = float(np.median(ctrl)) if len(ctrl) else 0.0
+    ctrl = t[t["is_control"].astype(bool)]
+    floor, pre_floor = (float(ctrl[c].median()) if ctrl[c].notna().any() else 0.0 for c in ("mma_idle_ns", "pre_wait_ns"))
     t["idle_floor_ns"] = floor
+    t["late_wait"] = (t["pre_wait_ns"] - pre_floor) > t["noise_ns"]
     t["idle_stall_ns"] = np.maximum(t["mma_idle_ns"] - floor, 0.0)
     t["error_ns"] = t["predicted_stall_ns"] - t["measured_stall_ns"]
     t["idle_error_ns"] = t["predicted_stall_ns"] - t["idle_stall_ns"]
@@ -150,7 +152,9 @@ def backpressured_configurations(timeline: pd.DataFrame) -> pd.DataFrame:
 def error_summary(timeline: pd.DataFrame) -> pd.DataFrame:
     """Per stall-bound configuration and pooled over them (``configuration`` = "all"): tiles, mean and
     median |predicted − measured| against the instrumented wait and against the MMA idle time (µs),
-    the Spearman rank correlation of each, and the share of |error| in the worst 5 % of tiles."""
+    the Spearman rank correlation of each, the share of |error| in the worst 5 % of tiles, and the
+    tiles whose wait began late (``late_wait``: the MMA idled longer than the control's median and the
+    noise between its mainloop's end and the wait probe) with their share of the |error| against the wait."""
     t = backpressured_configurations(timeline)
     rows = []
     groups = [(" ".join(map(str, k)), g) for k, g in t.groupby(CONFIG, sort=True)] + ([("all", t)] if len(t) else [])
@@ -162,5 +166,9 @@ def error_summary(timeline: pd.DataFrame) -> pd.DataFrame:
             row.update({f"tiles_{label}": len(both), f"mae_{label}_us": e.mean(), f"median_abs_{label}_us": e.median(),
                         f"spearman_{label}": spearmanr(both["predicted_stall_ns"], both[meas]).statistic if len(both) > 2 else np.nan,
                         f"tail5_share_{label}": tail_share(e)})
+        e = g["error_ns"].abs()
+        late = g["late_wait"].astype(bool)
+        row.update({"late_wait_tiles": int(late.sum()), "late_wait_tile_share": float(late.mean()),
+                    "late_wait_error_share": float(e[late].sum() / e.sum()) if e.sum() else np.nan})
         rows.append(row)
     return pd.DataFrame(rows)

@@ -75,6 +75,8 @@ def test_slot_cycle_terms_by_hand(timeline):
     assert (p0["epilogue_lead_ns"], p1["epilogue_lead_ns"], p2["epilogue_lead_ns"]) == (-50.0, -100.0, -200.0)
     assert (p0["wake_ns"], p1["wake_ns"], p2["wake_ns"]) == (900.0, 300.0, 200.0)
     assert p1["inner_idle_ns"] == 0.0  # S = 2: nothing between the covering mainloops
+    # the control's pre-wait is 50 ns: only p1's wait (2000 ns after its mainloop's end) began late beyond the 200 ns noise
+    assert timeline.loc["run", "late_wait"].tolist() == [False, True, False, False, False, False]
     assert np.isnan(timeline.loc[("run", 0, 3), "mma_idle_ns"])  # no tile reuses its slot
 
 
@@ -149,7 +151,7 @@ def test_summary_scores_only_stall_bound_configurations():
     # A: Linear-2 medians 1000 ns predicted / 900 measured (stall); B: 0 / 0 (covered)
     a = pd.DataFrame({**CFG, "tile_kind": "linear2", "rs_span_ns": 1.0, "noise_ns": 200.0,
                       "predicted_stall_ns": [1000.0, 2000.0, 0.0], "measured_stall_ns": [900.0, 1000.0, 0.0],
-                      "idle_stall_ns": [1000.0, 2000.0, 0.0]})
+                      "idle_stall_ns": [1000.0, 2000.0, 0.0], "late_wait": [False, True, False]})
     b = a.assign(shape="S3", predicted_stall_ns=0.0, measured_stall_ns=[0.0, 0.0, 300.0], idle_stall_ns=0.0)
     t = pd.concat([a, b], ignore_index=True)
     t = t.assign(error_ns=t["predicted_stall_ns"] - t["measured_stall_ns"], idle_error_ns=t["predicted_stall_ns"] - t["idle_stall_ns"])
@@ -157,6 +159,7 @@ def test_summary_scores_only_stall_bound_configurations():
     assert list(s.index) == ["host S1 wave v", "all"]
     assert s.loc["all", "tiles_wait"] == 3 and s.loc["all", "mae_wait_us"] == pytest.approx(1.1 / 3)
     assert s.loc["all", "mae_idle_us"] == 0.0 and s.loc["all", "spearman_idle"] == pytest.approx(1.0)
+    assert s.loc["all", "late_wait_tiles"] == 1 and s.loc["all", "late_wait_error_share"] == pytest.approx(1.0 / 1.1)
 
 
 @pytest.fixture(scope="module")
