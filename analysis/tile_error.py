@@ -59,8 +59,7 @@ def tile_timeline(spans: pd.DataFrame, tiles: pd.DataFrame, slots: int = STAGING
     ep_b, span = s["epilogue_start_ns"].to_numpy(float), s["epilogue_span_ns"].to_numpy(float)
     w_b, wait = s["wait_start_ns"].to_numpy(float), s["wait_ns"].to_numpy(float)
     ml_b_j, w_b_j, wait_j = (shift_back(v, ids, slots) for v in (ml_b, w_b, wait))
-    ml_e_prev = shift_back(ml_e, ids, slots - 1) if slots > 1 else ml_e
-    ml_b_next = shift_back(ml_b, ids, 1) if slots > 1 else ml_b_j
+    ml_e_prev, ml_b_next = shift_back(ml_e, ids, slots - 1), shift_back(ml_b, ids, 1)
     cover = s["cover_ns"].to_numpy(float)
     wave = s["wave"].to_numpy()
     wave_ids = run_ids(ids, wave)
@@ -75,7 +74,7 @@ def tile_timeline(spans: pd.DataFrame, tiles: pd.DataFrame, slots: int = STAGING
         "pre_wait_ns": w_b_j - ml_e_prev,
         "post_wait_ns": ml_b_j - w_b_j - wait_j,
         "epilogue_lead_ns": ep_b - ml_b_next,
-        "inner_idle_ns": (ml_e_prev - ml_b_next) - cover if slots > 1 else 0.0,
+        "inner_idle_ns": (ml_e_prev - ml_b_next) - cover,
         "wake_ns": ml_b_j - (ep_b + span),
         "concurrent_rs": concurrent_spans(s["dump"].to_numpy(), s["rank"].to_numpy(), ep_b,
                                           np.where(np.isnan(s["rs_ns"].to_numpy(float)), np.nan, span)),

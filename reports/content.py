@@ -69,6 +69,12 @@ def headline(verdicts: pd.DataFrame, trials: pd.DataFrame) -> list[str]:
             line += (f". Kernel time (nsys, median): {best.schedule} {best.kernel_ms:.3f} ms vs {worst.schedule} "
                      f"{worst.kernel_ms:.3f} ms ({100 * (best.kernel_ms / worst.kernel_ms - 1):+.1f} %)")
         lines.append(line)
+    if "inflated_share" in verdicts:  # Table 3 frames written before the diagnosis have no share
+        blind = verdicts[verdicts["inflated_share"].isna() & verdicts["measured_stall_us"].notna()]
+        names = sorted({" ".join(map(str, k)) for k in blind[keys].itertuples(index=False, name=None)})
+        if names:
+            lines.append(f"- mainloop inflation not judged for {', '.join(f'`{n}`' for n in names)}: no local-store control of the same "
+                         "shape and operand path in this run (analyze the control dumps together with these to see stalls the slot model cannot)")
     return lines
 
 

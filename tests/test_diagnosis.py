@@ -59,6 +59,7 @@ def test_table3_counts_inflated_mainloops_whatever_the_slot_wait(tiles):
     host = t3.loc[("host", "S1")]
     assert host["inflated_wave"] == 2 and host["inflated_share_wave"] == pytest.approx(0.5)  # B and D of four
     assert t3.loc[("local", "S1"), "inflated_wave"] == 0
+    assert np.isnan(t3.loc[("host", "S9"), "inflated_share_wave"])  # no control of that shape: not judged, not "0 %"
 
 
 def test_configuration_diagnosis_rule():
@@ -86,3 +87,13 @@ def test_configuration_verdicts_over_tiles_see_inflation():
     v = configuration_verdicts(t).set_index("dest")
     assert v.loc["host", "inflated_tiles"] == 2 and v.loc["host", "diagnosis"] == "mainloop_inflation"
     assert v.loc["host", "verdict"] == "stall" and v.loc["local", "verdict"] == "no stall"
+
+
+def test_report_says_where_inflation_was_not_judged():
+    from xstage_trace.reports.content import headline
+
+    t3 = pd.concat([_table3(0.7), _table3(np.nan).assign(variant="blind")], ignore_index=True)
+    lines = headline(config_verdicts(t3, 200.0), pd.DataFrame())
+    assert any(line.startswith("- `host S1 stg`: wave stall-bound by mainloop inflation") for line in lines)
+    blind = [line for line in lines if "not judged" in line]
+    assert len(blind) == 1 and "`host S1 blind`" in blind[0] and "`host S1 stg`" not in blind[0]
