@@ -47,7 +47,8 @@ def config_verdicts(table3: pd.DataFrame, noise_ns: float | None) -> pd.DataFram
     """Spec §5 verdict per (configuration, schedule) of Table 3: key columns, predicted and measured
     median stall (µs, probe clock per SM; predicted = the median of per-tile Δt), backpressured tiles,
     kernel time (ms, nsys), ``diagnosis`` (:func:`configuration_diagnosis`, from the median rule and Table 3's
-    ``inflated_share_<schedule>``, kept as ``inflated_share``: NaN where inflation was not judged), ``verdict`` (stall-bound where the diagnosis names a cause, covered
+    ``inflated_share_<schedule>``, kept as ``inflated_share``: NaN where inflation was not judged; absent for
+    a Table 3 without shares), ``verdict`` (stall-bound where the diagnosis names a cause, covered
     otherwise) and ``model_agrees`` (about the slot stall); a schedule with neither stall is left out.
     ``noise_ns`` None → MIN_NOISE_NS."""
     noise_us = (MIN_NOISE_NS if noise_ns is None else float(noise_ns)) / 1e3
@@ -70,8 +71,9 @@ def config_verdicts(table3: pd.DataFrame, noise_ns: float | None) -> pd.DataFram
         part["model_agrees"] = np.where(meas.isna().to_numpy(), None, pred_over == meas_over)
         part["noise_us"] = noise_us
         parts.append(part[pred.notna().to_numpy() | meas.notna().to_numpy()])  # a schedule this configuration did not run
+    judged = any(str(c).startswith("inflated_share_") for c in table3.columns)  # Table 3 frames before the diagnosis have no share
     cols = keys + ["schedule", "predicted_stall_us", "measured_stall_us", "backpressured_tiles", "kernel_ms", "verdict", "diagnosis",
-                   "inflated_share", "model_agrees", "noise_us"]
+                   *(["inflated_share"] if judged else []), "model_agrees", "noise_us"]
     if not parts:
         return pd.DataFrame(columns=cols)
     return pd.concat(parts, ignore_index=True)[cols]

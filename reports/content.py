@@ -69,7 +69,7 @@ def headline(verdicts: pd.DataFrame, trials: pd.DataFrame) -> list[str]:
             line += (f". Kernel time (nsys, median): {best.schedule} {best.kernel_ms:.3f} ms vs {worst.schedule} "
                      f"{worst.kernel_ms:.3f} ms ({100 * (best.kernel_ms / worst.kernel_ms - 1):+.1f} %)")
         lines.append(line)
-    if "inflated_share" in verdicts:  # Table 3 frames written before the diagnosis have no share
+    if "inflated_share" in verdicts:  # absent for a Table 3 written before the diagnosis
         blind = verdicts[verdicts["inflated_share"].isna() & verdicts["measured_stall_us"].notna()]
         names = sorted({" ".join(map(str, k)) for k in blind[keys].itertuples(index=False, name=None)})
         if names:

@@ -97,3 +97,11 @@ def test_report_says_where_inflation_was_not_judged():
     assert any(line.startswith("- `host S1 stg`: wave stall-bound by mainloop inflation") for line in lines)
     blind = [line for line in lines if "not judged" in line]
     assert len(blind) == 1 and "`host S1 blind`" in blind[0] and "`host S1 stg`" not in blind[0]
+
+
+def test_a_table3_without_shares_claims_nothing_about_inflation():
+    from xstage_trace.reports.content import headline
+
+    v = config_verdicts(_table3(0.7).drop(columns=["inflated_share_wave"]), 200.0)
+    assert "inflated_share" not in v and v["diagnosis"].tolist() == ["none"]
+    assert not any("not judged" in line for line in headline(v, pd.DataFrame()))
