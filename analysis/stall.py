@@ -58,10 +58,10 @@ def table3_from_tiles(tiles: pd.DataFrame) -> pd.DataFrame:
     the predicted Δt both ways — the paper's ``[median span − median T^mma]₊`` (``*_pred_medians_us``,
     wave covered by the Linear-2 mainloop, interleaved by the Linear-1 one) and the median of the per-tile
     ``[T_RS − T_cover]₊`` (``*_pred_tiles_us``) — the median measured stall, the per-tile median and mean
-    |predicted − measured|, the count of backpressured tiles, and the count and share of Linear-2 tiles
-    whose mainloop is inflated against the local control's (``analysis.tiles.mainloop_inflated``, whatever
-    their slot wait; the share is NaN where no control of that shape and operand path was traced: not
-    judged). Timing scope: probe clock64 converted to ns per SM."""
+    |predicted − measured|, the count of backpressured tiles, the count of Linear-2 tiles whose mainloop
+    is inflated against the local control's (``analysis.tiles.mainloop_inflated``, whatever their slot
+    wait) and of those that could be judged (``inflation_judged_*``: a control of that shape and operand
+    path was traced). Timing scope: probe clock64 converted to ns per SM."""
     from xstage_trace.analysis.tiles import mainloop_inflated
 
     t = tiles.dropna(subset=["schedule"])
@@ -86,7 +86,7 @@ def table3_from_tiles(tiles: pd.DataFrame) -> pd.DataFrame:
                 f"err_{sched}_mean_us": _us(err.mean()) if len(err) else np.nan,
                 f"backpressured_{sched}": int(w["backpressured"].sum()),
                 f"inflated_{sched}": int(inflated[w.index].sum()),
-                f"inflated_share_{sched}": float(inflated[w.index].mean()) if w["control_mainloop_ns"].notna().any() else np.nan,
+                f"inflation_judged_{sched}": int(w["control_mainloop_ns"].notna().sum()),
             })
             row["tiles_l2"] = max(row["tiles_l2"], int(len(w)))
         rows.append(row)

@@ -46,10 +46,11 @@ def table3_schedules(table3: pd.DataFrame) -> list[str]:
 def config_verdicts(table3: pd.DataFrame, noise_ns: float | None) -> pd.DataFrame:
     """Spec §5 verdict per (configuration, schedule) of Table 3: key columns, predicted and measured
     median stall (µs, probe clock per SM; predicted = the median of per-tile Δt), backpressured tiles,
-    kernel time (ms, nsys), ``diagnosis`` (:func:`configuration_diagnosis`, from the median rule and Table 3's
-    ``inflated_share_<schedule>``, kept as ``inflated_share``: NaN where inflation was not judged; absent for
-    a Table 3 without shares), ``verdict`` (stall-bound where the diagnosis names a cause, covered
-    otherwise) and ``model_agrees`` (about the slot stall); a schedule with neither stall is left out.
+    kernel time (ms, nsys), ``diagnosis`` (:func:`configuration_diagnosis`, from the median rule and the
+    share ``inflated_share`` = Table 3's ``inflated_<schedule>`` / ``inflation_judged_<schedule>``: NaN
+    where no tile could be judged; absent for a Table 3 written before the diagnosis), ``verdict``
+    (stall-bound where the diagnosis names a cause, covered otherwise) and ``model_agrees`` (about the
+    slot stall); a schedule with neither stall is left out.
     ``noise_ns`` None → MIN_NOISE_NS."""
     noise_us = (MIN_NOISE_NS if noise_ns is None else float(noise_ns)) / 1e3
     keys = [c for c in KEY_COLUMNS if c in table3.columns]
@@ -64,16 +65,17 @@ def config_verdicts(table3: pd.DataFrame, noise_ns: float | None) -> pd.DataFram
         part["backpressured_tiles"] = table3.get(f"backpressured_{sched}", pd.Series(np.nan, index=table3.index)).to_numpy()
         part["kernel_ms"] = table3.get(f"kernel_ms_{sched}", pd.Series(np.nan, index=table3.index)).astype(float).to_numpy()
         pred_over, meas_over = pred.to_numpy() > noise_us, meas.to_numpy() > noise_us
-        share = table3.get(f"inflated_share_{sched}", pd.Series(np.nan, index=table3.index)).astype(float)
+        judged = table3.get(f"inflation_judged_{sched}", pd.Series(0, index=table3.index)).astype(float)
+        share = table3.get(f"inflated_{sched}", pd.Series(0, index=table3.index)).astype(float) / judged.where(judged > 0)
         part["inflated_share"] = share.to_numpy()
         part["diagnosis"] = configuration_diagnosis(stall_verdict(meas.to_numpy(), pred.to_numpy(), noise_us), share.to_numpy())
         part["verdict"] = np.where(part["diagnosis"] != "none", "stall-bound", "covered")
         part["model_agrees"] = np.where(meas.isna().to_numpy(), None, pred_over == meas_over)
         part["noise_us"] = noise_us
         parts.append(part[pred.notna().to_numpy() | meas.notna().to_numpy()])  # a schedule this configuration did not run
-    judged = any(str(c).startswith("inflated_share_") for c in table3.columns)  # Table 3 frames before the diagnosis have no share
+    has_judged = any(str(c).startswith("inflation_judged_") for c in table3.columns)  # none in a Table 3 before the diagnosis
     cols = keys + ["schedule", "predicted_stall_us", "measured_stall_us", "backpressured_tiles", "kernel_ms", "verdict", "diagnosis",
-                   *(["inflated_share"] if judged else []), "model_agrees", "noise_us"]
+                   *(["inflated_share"] if has_judged else []), "model_agrees", "noise_us"]
     if not parts:
         return pd.DataFrame(columns=cols)
     return pd.concat(parts, ignore_index=True)[cols]

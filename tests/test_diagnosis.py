@@ -57,9 +57,9 @@ def test_one_tile_of_each_class(tiles):
 def test_table3_counts_inflated_mainloops_whatever_the_slot_wait(tiles):
     t3 = table3_from_tiles(tiles.reset_index()).set_index(["dest", "shape"])
     host = t3.loc[("host", "S1")]
-    assert host["inflated_wave"] == 2 and host["inflated_share_wave"] == pytest.approx(0.5)  # B and D of four
+    assert host["inflated_wave"] == 2 and host["inflation_judged_wave"] == 4  # B and D of four
     assert t3.loc[("local", "S1"), "inflated_wave"] == 0
-    assert np.isnan(t3.loc[("host", "S9"), "inflated_share_wave"])  # no control of that shape: not judged, not "0 %"
+    assert t3.loc[("host", "S9"), "inflation_judged_wave"] == 0  # no control of that shape: not judged, not "0 %"
 
 
 def test_configuration_diagnosis_rule():
@@ -67,16 +67,17 @@ def test_configuration_diagnosis_rule():
     assert got.tolist() == ["slot_backpressure", "mainloop_inflation", "none", "none", "mainloop_inflation"]
 
 
-def _table3(inflated_share):
+def _table3(inflated, judged=100):
     return pd.DataFrame({"dest": ["host"], "shape": ["S1"], "variant": ["stg"], "stall_wave_pred_tiles_us": [0.0],
-                         "stall_wave_meas_us": [0.0], "backpressured_wave": [10], "inflated_share_wave": [inflated_share]})
+                         "stall_wave_meas_us": [0.0], "backpressured_wave": [10], "inflated_wave": [inflated],
+                         "inflation_judged_wave": [judged]})
 
 
 def test_mainloop_inflation_is_not_reported_as_no_stall():
     """The st.global case: slot medians at zero, most Linear-2 mainloops inflated → stall-bound."""
-    v = config_verdicts(_table3(0.7), 200.0).iloc[0]
-    assert v["verdict"] == "stall-bound" and v["diagnosis"] == "mainloop_inflation"
-    v = config_verdicts(_table3(0.3), 200.0).iloc[0]
+    v = config_verdicts(_table3(70), 200.0).iloc[0]
+    assert v["verdict"] == "stall-bound" and v["diagnosis"] == "mainloop_inflation" and v["inflated_share"] == 0.7
+    v = config_verdicts(_table3(30), 200.0).iloc[0]
     assert v["verdict"] == "covered" and v["diagnosis"] == "none"
 
 
@@ -92,16 +93,16 @@ def test_configuration_verdicts_over_tiles_see_inflation():
 def test_report_says_where_inflation_was_not_judged():
     from xstage_trace.reports.content import headline
 
-    t3 = pd.concat([_table3(0.7), _table3(np.nan).assign(variant="blind")], ignore_index=True)
+    t3 = pd.concat([_table3(70), _table3(0, judged=0).assign(variant="blind")], ignore_index=True)
     lines = headline(config_verdicts(t3, 200.0), pd.DataFrame())
     assert any(line.startswith("- `host S1 stg`: wave stall-bound by mainloop inflation") for line in lines)
     blind = [line for line in lines if "not judged" in line]
     assert len(blind) == 1 and "`host S1 blind`" in blind[0] and "`host S1 stg`" not in blind[0]
 
 
-def test_a_table3_without_shares_claims_nothing_about_inflation():
+def test_a_table3_without_judged_counts_claims_nothing_about_inflation():
     from xstage_trace.reports.content import headline
 
-    v = config_verdicts(_table3(0.7).drop(columns=["inflated_share_wave"]), 200.0)
+    v = config_verdicts(_table3(70).drop(columns=["inflation_judged_wave"]), 200.0)
     assert "inflated_share" not in v and v["diagnosis"].tolist() == ["none"]
     assert not any("not judged" in line for line in headline(v, pd.DataFrame()))
