@@ -59,11 +59,16 @@ def table3_from_tiles(tiles: pd.DataFrame) -> pd.DataFrame:
     the predicted Δt both ways — the paper's ``[median span − median T^mma]₊`` (``*_pred_medians_us``,
     wave covered by the Linear-2 mainloop, interleaved by the Linear-1 one) and the median of the per-tile
     ``[T_RS − T_cover]₊`` (``*_pred_tiles_us``) — the median measured stall, the per-tile median and mean
-    |predicted − measured|, and counts of backpressured and mainloop-inflated tiles. Timing scope: probe
-    clock64 converted to ns per SM."""
+    |predicted − measured|, the count of backpressured tiles, the count of Linear-2 tiles whose mainloop
+    is inflated against the local control's (``analysis.tiles.mainloop_inflated``, whatever their slot
+    wait) and of those that could be judged (``inflation_judged_*``: a control of that shape and operand
+    path was traced). Timing scope: probe clock64 converted to ns per SM."""
+    from xstage_trace.analysis.tiles import mainloop_inflated
+
     t = tiles.dropna(subset=["schedule"])
     t = t.assign(variant=t["variant"].fillna("-"))
     l2 = t[t["tile_kind"] == "linear2"]
+    inflated = pd.Series(mainloop_inflated(l2), index=l2.index)
     rows = []
     for (dest, shape, variant), g in l2.groupby(CONFIG, sort=True):  # one row per configuration
         same = (t["dest"] == dest) & (t["shape"] == shape) & (t["variant"] == variant)
@@ -81,7 +86,8 @@ def table3_from_tiles(tiles: pd.DataFrame) -> pd.DataFrame:
                 f"err_{sched}_median_us": _us(err.median()) if len(err) else np.nan,
                 f"err_{sched}_mean_us": _us(err.mean()) if len(err) else np.nan,
                 f"backpressured_{sched}": int(w["backpressured"].sum()),
-                f"inflated_{sched}": int((w["diagnosis"] == "mainloop_inflation").sum()),
+                f"inflated_{sched}": int(inflated[w.index].sum()),
+                f"inflation_judged_{sched}": int(w["control_mainloop_ns"].notna().sum()),
             })
             row["tiles_l2"] = max(row["tiles_l2"], int(len(w)))
         rows.append(row)

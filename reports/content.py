@@ -54,12 +54,13 @@ def headline(verdicts: pd.DataFrame, trials: pd.DataFrame) -> list[str]:
     bound = verdicts[verdicts["verdict"] == "stall-bound"]
     agree = verdicts["model_agrees"].dropna()
     lines = [f"**{len(bound)} of {len(verdicts)}** configuration × schedule pairs are **stall-bound** (median predicted or "
-             f"measured MMA stall per Linear-2 tile above the {verdicts['noise_us'].iloc[0] * 1e3:.0f} ns noise floor; probe clock per SM); "
+             f"measured MMA stall per Linear-2 tile above the {verdicts['noise_us'].iloc[0] * 1e3:.0f} ns noise floor, or by mainloop inflation: "
+             f"most Linear-2 mainloops slower than the local control's while the slot wait stays at its floor; probe clock per SM); "
              f"prediction and measurement agree on {int(agree.sum())} of {len(agree)}."]
     keys = [c for c in ("dest", "shape", "variant", "kernel") if c in verdicts]
     for key, g in verdicts.groupby(keys, sort=True):  # one line per configuration
         key = key if isinstance(key, tuple) else (key,)
-        parts = [f"{r.schedule} {r.verdict} (Δt pred {r.predicted_stall_us:.2f} / meas {r.measured_stall_us:.2f} µs per tile, probe clock)"
+        parts = [f"{r.schedule} {r.verdict}{_cause(r)} (Δt pred {r.predicted_stall_us:.2f} / meas {r.measured_stall_us:.2f} µs per tile, probe clock)"
                  for r in g.itertuples()]
         line = f"- `{' '.join(map(str, key))}`: " + "; ".join(parts)
         ms = g.dropna(subset=["kernel_ms"])
@@ -68,13 +69,27 @@ def headline(verdicts: pd.DataFrame, trials: pd.DataFrame) -> list[str]:
             line += (f". Kernel time (nsys, median): {best.schedule} {best.kernel_ms:.3f} ms vs {worst.schedule} "
                      f"{worst.kernel_ms:.3f} ms ({100 * (best.kernel_ms / worst.kernel_ms - 1):+.1f} %)")
         lines.append(line)
+    if "inflated_share" in verdicts:  # absent for a Table 3 written before the diagnosis
+        blind = verdicts[verdicts["inflated_share"].isna() & verdicts["measured_stall_us"].notna()]
+        names = sorted({" ".join(map(str, k)) for k in blind[keys].itertuples(index=False, name=None)})
+        if names:
+            lines.append(f"- mainloop inflation not judged for {', '.join(f'`{n}`' for n in names)}: no local-store control of the same "
+                         "shape and operand path in this run (analyze the control dumps together with these to see stalls the slot model cannot)")
     return lines
+
+
+def _cause(row) -> str:
+    """The headline's note on a stall the slot model does not see (``analysis.verdict.configuration_diagnosis``)."""
+    if getattr(row, "diagnosis", "none") == "mainloop_inflation":
+        return " by mainloop inflation"
+    return ""
 
 
 def table3_display(table3: pd.DataFrame) -> pd.DataFrame:
     """Table 3 with headers that carry units and timing scope."""
     names = {"span_{s}_us": "T_RS {s} (µs, probe)", "stall_{s}_pred_us": "Δt {s} pred (µs, probe)",
-             "stall_{s}_meas_us": "Δt {s} meas (µs, probe)", "backpressured_{s}": "bp tiles {s}", "kernel_ms_{s}": "kernel {s} (ms, nsys)"}
+             "stall_{s}_meas_us": "Δt {s} meas (µs, probe)", "backpressured_{s}": "bp tiles {s}",
+             "inflated_{s}": "mainloop-inflated tiles {s}", "kernel_ms_{s}": "kernel {s} (ms, nsys)"}
     rename = {"mainloop_l2_us": "T_mma L2 (µs, probe)", "mainloop_l1_us": "T_mma L1 (µs, probe)", "tiles_l2": "L2 tiles"}
     for s in table3_schedules(table3):
         rename.update({k.format(s=s): v.format(s=s) for k, v in names.items()})
@@ -153,7 +168,9 @@ def build_sections(run, worst_n: int = WORST_TILES) -> list[Section]:
                     figures=["stall"] if len(verdicts) else [])]
     if len(table3):
         secs.append(Section("Table 3 (spec §5)", f"{SCOPE_PROBE}; kernel columns: {SCOPE_KERNEL}",
-                            ["Medians over the Linear-2 tiles of each dump; T_mma L1 is the Linear-1 mainloop that covers a Linear-2 tile after interleaving."],
+                            ["Medians over the Linear-2 tiles of each dump; T_mma L1 is the Linear-1 mainloop that covers a Linear-2 tile after interleaving. "
+                             "Mainloop-inflated tiles: Linear-2 mainloops slower than the local control's of the same shape (p99, beyond noise and 5 %), "
+                             "a stall the slot model cannot see; more than half of them make the schedule stall-bound by mainloop inflation."],
                             table3_display(table3)))
         shown = verdicts.rename(columns={"predicted_stall_us": "Δt pred (µs, probe)", "measured_stall_us": "Δt meas (µs, probe)",
                                          "backpressured_tiles": "bp tiles", "kernel_ms": "kernel (ms, nsys)", "noise_us": "noise (µs, probe)"})
