@@ -12,7 +12,7 @@ epilogue span of tile i (ep_e = ep_b + T_RS) and T_cover(i) = Σ mainloop(i+1 �
   time outside the instrumented wait (probes, descriptor loads); ``late_wait``: the pre-wait exceeds
   the control runs' median by more than the noise (the wait probe began late);
 - ``epilogue_lead_ns`` = ep_b(i) − ml_b(i+1): how much later tile i's store starts than the mainloop
-  that covers it (the model takes 0);
+  that covers it (spec §5 takes 0; the per-tile prediction of ``analysis.tiles`` adds it);
 - ``inner_idle_ns`` = ml_e(j−1) − ml_b(i+1) − T_cover(i): idle between the covering mainloops (0 for S = 2);
 - ``wake_ns`` = ml_b(j) − ep_e(i): from the slot's release to the reusing mainloop's start.
 
@@ -80,7 +80,7 @@ def tile_timeline(spans: pd.DataFrame, tiles: pd.DataFrame, slots: int = STAGING
                                           np.where(np.isnan(s["rs_ns"].to_numpy(float)), np.nan, span)),
     })
     out["drain_gbps"] = out["concurrent_rs"] * s["rs_bytes"].to_numpy(float) / s["rs_ns"].to_numpy(float)
-    t = tiles.merge(out, on=KEYS, how="left", validate="one_to_one")
+    t = tiles.drop(columns=["epilogue_lead_ns"], errors="ignore").merge(out, on=KEYS, how="left", validate="one_to_one")
     t["handoff_ns"] = t["mma_idle_ns"] - (t["epilogue_span_ns"] - t["cover_ns"])
     ctrl = t[t["is_control"].astype(bool)]
     floor, pre_floor = (float(ctrl[c].median()) if ctrl[c].notna().any() else 0.0 for c in ("mma_idle_ns", "pre_wait_ns"))

@@ -144,6 +144,9 @@ def tile_spans(probes: pd.DataFrame, slots: int | None = None, layout: StagingLa
     wait_start, rs_start, ls_start = (cols[c][order] for c in ("wait_start_ns", "rs_start_ns", "ls_start_ns"))
     cover = sum(shift_back(mainloop, ids, j) for j in range(1, cover_tiles + 1)) if cover_tiles else np.zeros(len(rows))
     epilogue = np.where(np.isnan(rs), ls, rs)
+    epilogue_start = np.where(np.isnan(rs), ls_start, rs_start)
+    # the store's start relative to the covering mainloop's (next tile's) start; 0 where either is missing
+    lead = np.nan_to_num(epilogue_start - shift_back(start, ids, 1), nan=0.0)
     if lay.tile_kind is None:  # the fused kernels' tile_info: kind | expert << 1 | wave << 16
         is_l2, expert, wave = (payload & 1).astype(bool), (payload >> 1) & 0x7FFF, payload >> 16
     else:  # one kind of tile; the info payload is the group index; no expert waves (wave 0)
@@ -154,8 +157,8 @@ def tile_spans(probes: pd.DataFrame, slots: int | None = None, layout: StagingLa
         "is_l2": is_l2, "expert": expert, "wave": wave,
         "wait_ns": wait, "rs_ns": rs, "ls_ns": ls, "position": cumcount(ids), "cover_ns": cover,
         "slot_wait_ns": shift_back(wait, ids, slots), "epilogue_span_ns": epilogue,
-        "predicted_stall_ns": predicted_stall_ns(epilogue, cover),
-        "wait_start_ns": wait_start, "epilogue_start_ns": np.where(np.isnan(rs), ls_start, rs_start), "rs_bytes": cols["rs_bytes"][order] if "rs_bytes" in cols else np.full(len(rows), np.nan),
+        "epilogue_lead_ns": lead, "predicted_stall_ns": predicted_stall_ns(epilogue, cover, lead),
+        "wait_start_ns": wait_start, "epilogue_start_ns": epilogue_start, "rs_bytes": cols["rs_bytes"][order] if "rs_bytes" in cols else np.full(len(rows), np.nan),
     })
     if lay.tile_kind is not None:
         out["tile_kind"] = lay.tile_kind
@@ -170,6 +173,8 @@ def finish_tiles(t: pd.DataFrame, dumps: pd.DataFrame, noise_ns: float | None = 
     if t.empty:
         return pd.DataFrame()
     t = with_dump_config(t, dumps)
+    if "epilogue_lead_ns" not in t:  # spans from elsewhere than tile_spans: the spec's lead, 0
+        t["epilogue_lead_ns"] = 0.0
     control = control_stats(t) if control is None else control
     floor_ns = control.floor_ns
     noise_ns = control.noise_ns if noise_ns is None else noise_ns
@@ -186,7 +191,7 @@ def finish_tiles(t: pd.DataFrame, dumps: pd.DataFrame, noise_ns: float | None = 
     t["diagnosis"] = np.select([slot, mainloop_inflated(t)], ["slot_backpressure", "mainloop_inflation"], "none")
     t = t.rename(columns={"rs_ns": "rs_span_ns"})
     return t[["rank", "dump", "dest", "shape", "schedule", "variant", "cta", "position", "tile", "tile_kind", "expert", "wave", "mainloop_ns", "rs_span_ns",
-              "epilogue_span_ns", "cover_ns", "predicted_stall_ns", "slot_wait_ns", "wait_floor_ns", "measured_stall_ns",
+              "epilogue_span_ns", "cover_ns", "epilogue_lead_ns", "predicted_stall_ns", "slot_wait_ns", "wait_floor_ns", "measured_stall_ns",
               "noise_ns", "backpressured", "control_mainloop_ns", "diagnosis"]]
 
 

@@ -175,6 +175,7 @@ TILES = pa.schema(
         ("rs_span_ns", pa.float64()),
         ("epilogue_span_ns", pa.float64()),
         ("cover_ns", pa.float64()),
+        ("epilogue_lead_ns", pa.float64()),
         ("predicted_stall_ns", pa.float64()),
         ("slot_wait_ns", pa.float64()),
         ("wait_floor_ns", pa.float64()),

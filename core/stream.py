@@ -39,7 +39,7 @@ from xstage_trace.collectors.dataset import table_part_path, write_table_part
 PARALLEL_MIN_RECORDS = 2_000_000  # below this, starting worker processes costs more than it saves
 CONTROL_COLUMNS = ["shape", "tile_kind", "operands", "is_control", "mainloop_ns", "slot_wait_ns"]  # what control_stats reads
 TABLE3_COLUMNS = ["dest", "shape", "variant", "schedule", "tile_kind", "mainloop_ns", "rs_span_ns", "predicted_stall_ns",
-                  "measured_stall_ns", "backpressured", "diagnosis"]  # what table3_from_tiles reads
+                  "measured_stall_ns", "backpressured", "noise_ns", "control_mainloop_ns", "diagnosis"]  # what table3_from_tiles reads
 TABLE3_CATEGORIES = ["dest", "shape", "schedule", "tile_kind", "diagnosis"]  # read as categoricals (a few values each: ~1 B a row, not ~10)
 
 

@@ -110,9 +110,12 @@ def test_stg_epilogue_stalls_show_as_mainloop_inflation(tmp_path):
     import xstage_trace
 
     analyze_inputs([FUSED / "traced", FUSED / "variants"], tmp_path / "run")
-    t3 = xstage_trace.open_run(tmp_path / "run").table3().set_index(["dest", "shape", "variant"])
+    run = xstage_trace.open_run(tmp_path / "run")
+    t3 = run.table3().set_index(["dest", "shape", "variant"])
+    noise_us = float(run.tiles()["noise_ns"].iloc[0]) / 1e3
     stg = t3.loc[("host", "S1", "split/smem/stg")]
-    assert stg["stall_wave_meas_us"] == 0.0 and stg["inflated_wave"] > 0.25 * stg["tiles_l2"]
+    # the slot wait at its floor: the median measured stall is below the noise the run derives
+    assert stg["stall_wave_meas_us"] < noise_us and stg["inflated_wave"] > 0.25 * stg["tiles_l2"]
     assert stg["mainloop_l2_us"] > t3.loc[("local", "S1", "split/smem/tma"), "mainloop_l2_us"]
     for cfg in [("host", "S1", "split/smem/tma"), ("local", "S1", "split/smem/tma"), ("host", "S3", "split/smem/tma")]:
         assert t3.loc[cfg, "inflated_wave"] == 0 and t3.loc[cfg, "inflated_interleaved"] == 0
