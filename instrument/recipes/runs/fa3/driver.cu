@@ -279,8 +279,9 @@ int bench(const std::string& out, int trials, const std::vector<Case>& cases, in
     xstage::HostBuffer tb(num_sm, flash::xstage_fa3::kNumRoles, 4 * per_cta * 4 + 16);  // 4 records per tile; dynamic scheduling is uneven
     char label[256];
     std::snprintf(label, sizeof(label),
-                  "kernel=fa3 dest=%s shape=b%dh%ds%d%s tiles=%d ctas=%d block_m=%d block_n=%d head_dim=%d out_bytes=%d causal=%d",
-                  c.dest.c_str(), c.batch, c.heads, c.seqlen, c.causal ? "c" : "n", tiles, num_sm, bm, bn, kHeadDim, kOutBytes, (int)c.causal);
+                  "kernel=fa3 dest=%s shape=b%dh%ds%d%s tiles=%d ctas=%d batch=%d heads=%d seqlen=%d causal=%d block_m=%d block_n=%d head_dim=%d out_bytes=%d",
+                  c.dest.c_str(), c.batch, c.heads, c.seqlen, c.causal ? "c" : "n", tiles, num_sm, c.batch, c.heads, c.seqlen, (int)c.causal,
+                  bm, bn, kHeadDim, kOutBytes);
     const Build order[3] = {Build::kPlain, Build::kTraced, Build::kCleared};
     int last_traced = -1;
     for (int tr = -3; tr < trials; ++tr) {  // three warm-up rounds
