@@ -4,9 +4,9 @@
 #   OUT=... bash run.sh [TRIALS]   results: $OUT/results.tar.gz (res/: check.csv, times.csv, *.xsp, device.txt,
 #   logs) and $OUT/summary.txt
 # Cases: 16 heads and 16 K tokens per launch (2048 Q tiles: 15.5 per CTA on 132 SMs) at sequence
-# lengths 1 K, 4 K and 16 K, non-causal and causal, O in HBM (local) and in host-mapped memory (host).
+# lengths 1 K, 2 K, 4 K, 8 K and 16 K, non-causal and causal, O in HBM (local) and in host-mapped memory (host).
 set -uo pipefail
-trials=${1:-60}
+trials=${1:-100}
 W=$(mktemp -d); R=$W/res; mkdir -p "$R"
 trap 'tar -czf "$OUT/results.tar.gz" -C "$W" res' EXIT
 ts() { echo "[$(date -u +%H:%M:%S)] $*"; }
@@ -19,7 +19,7 @@ ts "check rc=$rc"
 cases=""
 for dest in local host; do
   for causal in 0 1; do
-    cases="$cases 16,16,1024,$causal,$dest 4,16,4096,$causal,$dest 1,16,16384,$causal,$dest"
+    for s in 1024 2048 4096 8192 16384; do cases="$cases $((16384 / s)),16,$s,$causal,$dest"; done
   done
 done
 timeout 400 ./fa3_driver bench "$R" "$trials" $cases 2>&1 | tee "$R/bench.log"; rc=${PIPESTATUS[0]}
