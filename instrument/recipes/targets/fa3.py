@@ -14,7 +14,8 @@ _E = "hopper/epilogue_fwd.hpp"
 _NS = "flash::xstage_fa3"
 _CONSUMER = r"warpgroup_reg_alloc<\s*MmaRegisterRequirement\s*>\(\);"
 _TILE = f"{_NS}::tile_id(block_coord)"
-_BUF = "params.epilogue.xstage_buf, MmaThreadOffset"  # the buffer and the writer thread (the first consumer thread)
+# the buffer, the writer thread (the first consumer thread) and the record count (a field of ours in shared storage)
+_BUF = "params.epilogue.xstage_buf, MmaThreadOffset, shared_storage.pipelines.xstage_record_count"
 
 RECIPE = Recipe(
     name="fa3",
@@ -30,8 +31,10 @@ RECIPE = Recipe(
     ),
     anchors=(
         Anchor("kernel.include", _K, r'^#include\s*"softmax\.h"\n', "after", '#include "xstage_fa3.h"', '#include "softmax.h"'),
+        Anchor("kernel.smem_count", _K, r"^[ \t]*alignas\(16\) typename TileScheduler::SharedStorage smem_scheduler;\n(?=[ \t]*\} pipelines;)",
+               "after", "XSTAGE_FA3_SMEM_FIELD", "alignas(16) typename TileScheduler::SharedStorage smem_scheduler;\n} pipelines;"),
         Anchor("kernel.consumer_open", _K, rf"^[ \t]*cutlass::arch::{_CONSUMER}\n", "after",
-               "XSTAGE_FA3_OPEN(params.epilogue.xstage_buf, MmaThreadOffset);",
+               f"XSTAGE_FA3_OPEN({_BUF});",
                "cutlass::arch::warpgroup_reg_alloc<MmaRegisterRequirement>();"),
         Anchor("kernel.mainloop_begin", _K, r"^[ \t]*if constexpr \(!LargeHeadDimV\) \{\n[ \t]*tile_valid = mainloop\.mma\(", "before",
                f"XSTAGE_FA3_BEGIN({_BUF}, {_NS}::kEvMainloop, {_TILE});",
@@ -46,7 +49,7 @@ RECIPE = Recipe(
         Anchor("kernel.epilogue_end", _K, r"^[ \t]*epilogue\.store_zero\([^;]*\);\n[ \t]*\}\n", "after",
                f"XSTAGE_FA3_END({_BUF}, {_NS}::kEvEpilogue, {_TILE});",
                "epilogue.store_zero(params.epilogue, threadIdx.x - MmaThreadOffset, block_coord);\n}", after=_CONSUMER),
-        Anchor("kernel.consumer_close", _K, r"^[ \t]*epilogue\.store_tail\(\);\n", "after", "XSTAGE_FA3_CLOSE(params.epilogue.xstage_buf, MmaThreadOffset);",
+        Anchor("kernel.consumer_close", _K, r"^[ \t]*epilogue\.store_tail\(\);\n", "after", f"XSTAGE_FA3_CLOSE({_BUF});",
                "epilogue.store_tail();", after=_CONSUMER),
         Anchor("epilogue.include", _E, r'^#include\s*"utils\.h"\n', "after", '#include "xstage_fa3.h"', '#include "utils.h"'),
         Anchor("epilogue.field", _E, r"^[ \t]*int const\* seqused = nullptr;\n(?=[ \t]*\};)", "after",

@@ -7,8 +7,10 @@
 // probe.cuh's Probe handle (its record count live in a register across the Q-loop) ptxas scheduled
 // the 240-register consumer's softmax and GEMMs differently and the kernel ran 1.5-3.6 % slower.
 // Here the writer is the consumer thread whose %tid.x is writer_tid (re-read at each record), the
-// record count lives in shared memory and the buffer is the kernel parameter's (constant bank); the
-// records and slice metadata are probe.cuh's (docs/probe-format.md).
+// record count is a field of FA3's SharedStorage (XSTAGE_FA3_SMEM_FIELD, in its pipeline storage: a
+// static __shared__ variable would shift the dynamic shared memory off the alignment FA3's TMA
+// tiles need) and the buffer is the kernel parameter's (constant bank); records and slice metadata
+// are probe.cuh's (docs/probe-format.md).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -40,17 +42,18 @@ __device__ __forceinline__ ::xstage::u32 tile_id(BlockCoord const& block_coord) 
 }
 #endif
 
+// The record count's home in FA3's SharedStorage::PipelineStorage (16 bytes; none without probes).
+#ifdef XSTAGE_TRACE
+#define XSTAGE_FA3_SMEM_FIELD alignas(16) ::xstage::u32 xstage_record_count;
+#else
+#define XSTAGE_FA3_SMEM_FIELD
+#endif
+
 #if defined(__CUDACC__) && defined(XSTAGE_TRACE)
 __device__ __forceinline__ ::xstage::u32 tid_x() {
     ::xstage::u32 t;
     asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
     return t;
-}
-
-// Records attempted by this CTA's writer (the slice's count); one per CTA: FA3 has one probe role.
-__device__ __forceinline__ ::xstage::u32& record_count() {
-    __shared__ ::xstage::u32 count;
-    return count;
 }
 
 __device__ __forceinline__ ::xstage::u32 slice_of(::xstage::DeviceBuffer const& b) {
@@ -61,7 +64,7 @@ __device__ __forceinline__ bool is_writer(::xstage::DeviceBuffer const& b, ::xst
     return tid_x() == writer_tid && b.meta != nullptr && slice_of(b) < b.num_slices;
 }
 
-__device__ __forceinline__ void probe_open(::xstage::DeviceBuffer const& b, ::xstage::u32 writer_tid) {
+__device__ __forceinline__ void probe_open(::xstage::DeviceBuffer const& b, ::xstage::u32 writer_tid, volatile ::xstage::u32& count) {
     if (!is_writer(b, writer_tid)) return;
     const ::xstage::u64 g = ::xstage::globaltimer_ns();
     const ::xstage::u64 c = ::xstage::clock_cycles();
@@ -69,22 +72,22 @@ __device__ __forceinline__ void probe_open(::xstage::DeviceBuffer const& b, ::xs
     m->smid_open = ::xstage::smid();
     m->gt_open = g;
     m->clk_open = c;
-    record_count() = 0;
+    count = 0;
 }
 
-__device__ __forceinline__ void probe_put(::xstage::DeviceBuffer const& b, ::xstage::u32 writer_tid, ::xstage::u32 event,
-                                          ::xstage::u32 kind, ::xstage::u32 tile) {
+__device__ __forceinline__ void probe_put(::xstage::DeviceBuffer const& b, ::xstage::u32 writer_tid, volatile ::xstage::u32& count,
+                                          ::xstage::u32 event, ::xstage::u32 kind, ::xstage::u32 tile) {
     if (!is_writer(b, writer_tid)) return;
     const ::xstage::u64 c = ::xstage::clock_cycles();
-    const ::xstage::u32 i = record_count();
+    const ::xstage::u32 i = count;
     if (i < b.capacity) {
         const ::xstage::u64 ts_ev = (c & 0xFFFFFFFFFFFFull) | ((::xstage::u64)(event & 0xFF) << 48) | ((::xstage::u64)(kind & 0x3) << 56);
         ::xstage::store_record_cs(b.records + (::xstage::u64)slice_of(b) * b.capacity + i, ts_ev, tile, 0u);
     }
-    record_count() = i + 1;
+    count = i + 1;
 }
 
-__device__ __forceinline__ void probe_close(::xstage::DeviceBuffer const& b, ::xstage::u32 writer_tid) {
+__device__ __forceinline__ void probe_close(::xstage::DeviceBuffer const& b, ::xstage::u32 writer_tid, volatile ::xstage::u32 const& count) {
     if (!is_writer(b, writer_tid)) return;
     const ::xstage::u64 g = ::xstage::globaltimer_ns();
     const ::xstage::u64 c = ::xstage::clock_cycles();
@@ -92,21 +95,23 @@ __device__ __forceinline__ void probe_close(::xstage::DeviceBuffer const& b, ::x
     m->smid_close = ::xstage::smid();
     m->gt_close = g;
     m->clk_close = c;
-    m->count = record_count();
+    m->count = count;
     m->closed = 1;
 }
 
-#define XSTAGE_FA3_OPEN(buf, writer_tid) ::flash::xstage_fa3::probe_open((buf), (writer_tid))
-#define XSTAGE_FA3_BEGIN(buf, writer_tid, event, tile) \
-    ::flash::xstage_fa3::probe_put((buf), (writer_tid), (event), ::xstage::kKindBegin, (tile))
-#define XSTAGE_FA3_END(buf, writer_tid, event, tile) \
-    ::flash::xstage_fa3::probe_put((buf), (writer_tid), (event), ::xstage::kKindEnd, (tile))
-#define XSTAGE_FA3_CLOSE(buf, writer_tid) ::flash::xstage_fa3::probe_close((buf), (writer_tid))
+// buf: the DeviceBuffer (kernel parameter), writer_tid: the writer's %tid.x, count: XSTAGE_FA3_SMEM_FIELD's field
+// (volatile: read and written in shared memory at each record, never held in a register across the loop)
+#define XSTAGE_FA3_OPEN(buf, writer_tid, count) ::flash::xstage_fa3::probe_open((buf), (writer_tid), (count))
+#define XSTAGE_FA3_BEGIN(buf, writer_tid, count, event, tile) \
+    ::flash::xstage_fa3::probe_put((buf), (writer_tid), (count), (event), ::xstage::kKindBegin, (tile))
+#define XSTAGE_FA3_END(buf, writer_tid, count, event, tile) \
+    ::flash::xstage_fa3::probe_put((buf), (writer_tid), (count), (event), ::xstage::kKindEnd, (tile))
+#define XSTAGE_FA3_CLOSE(buf, writer_tid, count) ::flash::xstage_fa3::probe_close((buf), (writer_tid), (count))
 #else  // probes compiled out: no code, arguments not evaluated
-#define XSTAGE_FA3_OPEN(buf, writer_tid) do {} while (0)
-#define XSTAGE_FA3_BEGIN(buf, writer_tid, event, tile) do {} while (0)
-#define XSTAGE_FA3_END(buf, writer_tid, event, tile) do {} while (0)
-#define XSTAGE_FA3_CLOSE(buf, writer_tid) do {} while (0)
+#define XSTAGE_FA3_OPEN(buf, writer_tid, count) do {} while (0)
+#define XSTAGE_FA3_BEGIN(buf, writer_tid, count, event, tile) do {} while (0)
+#define XSTAGE_FA3_END(buf, writer_tid, count, event, tile) do {} while (0)
+#define XSTAGE_FA3_CLOSE(buf, writer_tid, count) do {} while (0)
 #endif
 
 }  // namespace flash::xstage_fa3
