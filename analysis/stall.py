@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 
 from xstage_trace.analysis.burst_gap import pos
+from xstage_trace.analysis.platform import PlatformModel
 
 
 def predicted_stall_ns(span_ns, cover_ns):
@@ -128,3 +129,103 @@ def attach_kernel_times(table3: pd.DataFrame, trials: pd.DataFrame) -> pd.DataFr
         out[f"trials_{sched}"] = m["trials"].reindex(idx).to_numpy()
         out[f"ranks_{sched}"] = m["ranks"].reindex(idx).to_numpy()
     return out
+
+
+def store_stall_predictions(bursts: pd.DataFrame, gap_ns: float, model: PlatformModel) -> tuple[np.ndarray, float]:
+    """Predicted issue stall per burst of one launch (rows in burst order), beyond the floor, and the
+    drain rate R used (R(K, B) of the full round): with a calibrated capacity the spec §4 stalled
+    trajectory (T_iss,n − T_iss,n^0, issue stretched to respect Q), else Eq. 1's
+    ΔT_iss = [V/R − G − T_iss^0]₊. ``gap_ns`` is the offered compute between bursts (the
+    uncontended mainloop); the last burst's gap is unbounded."""
+    from xstage_trace.analysis.burst_gap import issue_overhead_ns
+    from xstage_trace.analysis.calibration_fit import rates_of
+    from xstage_trace.analysis.recurrence import stalled_trajectory
+
+    k = bursts["producers"].to_numpy(np.float64)
+    v = bursts["volume_bytes"].to_numpy(np.float64)
+    b = v / np.maximum(k, 1)
+    floor = model.floor_ns(k, b)
+    gap = np.full(len(v), float(gap_ns))
+    gap[-1:] = np.inf
+    top = int(np.argmax(k))
+    rate = float(rates_of(model, k[top:top + 1], b[top:top + 1])[0])  # the full round's R(K, B)
+    cap = model.capacity(k[top:top + 1])
+    if cap is None:
+        return issue_overhead_ns(gap, v, rate, floor), rate
+    return stalled_trajectory(v, gap, floor, rate, float(cap[0]), model.loop_overhead_ns)["issue_overhead_ns"].to_numpy(), rate
+
+
+STORE_CASE = ["dest", "shape"]
+
+
+def store_wait_vs_model(tiles: pd.DataFrame, bursts: pd.DataFrame, models: dict[str, PlatformModel]) -> pd.DataFrame:
+    """Per tile of a kernel whose tiles store through one staging buffer (DeepGEMM sm_90): the stall
+    the calibrated path predicts for the tile's store round vs what the tile measured.
+
+    Burst n of a launch is the n-th store of every CTA (``bursts``), i.e. the tiles at position n.
+    Its offered gap G is the median mainloop of the control tiles of the same shape (``is_control``;
+    the run's ``tiles()`` carry no such column, then the local-store destination, as RunConfig has it):
+    the mainloop as it runs without backpressure (the measured one is not offered compute once the
+    path stalls it). ``models`` maps a destination (``dest``) to its calibrated platform; tiles of
+    another destination are left out. Per tile: ``predicted_stall_ns`` (store_stall_predictions),
+    ``store_wait_stall_ns`` (the measured wait for the staging buffer before the next tile's
+    epilogue, beyond the control's floor: ``measured_stall_ns``) and ``mainloop_excess_ns`` (the next
+    tile's mainloop beyond G: where a stall shows when the store holds up the next tile's operand
+    loads instead of its epilogue). Timing scope: probe clock per SM."""
+    cols = [*STORE_CASE, "dump", "cta", "position", "tile", "gap_ns", "rate_gbps", "predicted_stall_ns", "store_wait_stall_ns", "mainloop_excess_ns"]
+    control = tiles["is_control"].astype(bool) if "is_control" in tiles else tiles["dest"] == "local"  # RunConfig.is_control
+    gap_of = tiles[control].groupby("shape")["mainloop_ns"].median()
+    frames = []
+    for (rank, dest, dump), b in bursts.groupby(["rank", "dest", "dump"], sort=True):  # one burst sequence per launch
+        t = tiles[(tiles["rank"] == rank) & (tiles["dump"] == dump)]
+        shape = t["shape"].iloc[0] if len(t) else None
+        if dest not in models or shape not in gap_of.index:
+            continue
+        b = b.sort_values("burst")
+        stall, rate = store_stall_predictions(b, float(gap_of[shape]), models[dest])
+        pred = pd.Series(stall, index=b["burst"].to_numpy())
+        frames.append(pd.DataFrame({
+            "dest": dest, "shape": shape, "dump": dump, "cta": t["cta"].to_numpy(), "position": t["position"].to_numpy(),
+            "tile": t["tile"].to_numpy(), "gap_ns": float(gap_of[shape]), "rate_gbps": rate,
+            "predicted_stall_ns": pred.reindex(t["position"].to_numpy()).to_numpy(),
+            "store_wait_stall_ns": t["measured_stall_ns"].to_numpy(),
+            "mainloop_excess_ns": t["cover_ns"].to_numpy() - float(gap_of[shape]),
+        }))
+    return pd.concat(frames, ignore_index=True)[cols] if frames else pd.DataFrame(columns=cols)
+
+
+def round_rate_gbps(bursts: pd.DataFrame) -> pd.Series:
+    """Per launch (rank, dump), the rate the store rounds actually went at: the bytes of every round
+    but the last over the time from the first round's start to the last one's (GB/s = bytes/ns)."""
+    b = bursts.sort_values(["rank", "dump", "burst"], kind="stable")
+    g = b.groupby(["rank", "dump"], sort=True)
+    span = g["start_ns"].last() - g["start_ns"].first()
+    volume = g["volume_bytes"].sum() - g["volume_bytes"].last()
+    return (volume / span).where(span > 0)
+
+
+def store_wait_summary(per_tile: pd.DataFrame, bursts: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Per case (dest, shape): tiles compared, the drain rate R the model used and (given ``bursts``)
+    the median round rate the launches achieved (round_rate_gbps), median and p90 of predicted stall,
+    measured store-wait stall and mainloop excess (µs), and for each measurement its Spearman ρ with
+    the prediction and the mean absolute error |predicted − measured| (µs). Tiles without a successor
+    (no measurement) are left out; ρ is NaN where either side is constant (e.g. a prediction of 0
+    everywhere)."""
+    from scipy.stats import spearmanr
+
+    rates = round_rate_gbps(bursts) if bursts is not None and len(bursts) else pd.Series(dtype=float)
+    rows = []
+    for (dest, shape), g in per_tile.groupby(STORE_CASE, sort=True):
+        g = g.dropna(subset=["predicted_stall_ns", "store_wait_stall_ns", "mainloop_excess_ns"])
+        launches = rates[rates.index.get_level_values("dump").isin(g["dump"].unique())] if len(rates) else rates
+        row = {"dest": dest, "shape": shape, "tiles": len(g), "launches": g["dump"].nunique(),
+               "rate_model_gbps": float(g["rate_gbps"].median()), "rate_rounds_gbps": float(launches.median()) if len(launches) else np.nan}
+        for col, name in (("predicted_stall_ns", "pred"), ("store_wait_stall_ns", "wait"), ("mainloop_excess_ns", "excess")):
+            row[f"{name}_median_us"] = _us(g[col].median())
+            row[f"{name}_p90_us"] = _us(g[col].quantile(0.9))
+        for col, name in (("store_wait_stall_ns", "wait"), ("mainloop_excess_ns", "excess")):
+            constant = g[col].nunique() < 2 or g["predicted_stall_ns"].nunique() < 2
+            row[f"{name}_spearman"] = np.nan if constant else float(spearmanr(g["predicted_stall_ns"], g[col]).statistic)
+            row[f"{name}_mae_us"] = _us((g["predicted_stall_ns"] - g[col]).abs().mean())
+        rows.append(row)
+    return pd.DataFrame(rows)

@@ -12,6 +12,15 @@ mainloops in between cover the epilogue of tile i. With S = 2 that is the succes
 T_cover(i) = mainloop(i+1), predicted Δt(i) = [T_RS(i) − T_cover(i)]₊, measured Δt(i) = the slot
 wait before tile i+2, less the wait's own instrumented cost (the control run's median wait).
 
+DeepGEMM's sm_90 GEMMs (recipe ``deepgemm-sm90``: the math role records the tile spans) have another layout
+(``DEEPGEMM_SM90``): one staging buffer (shared-memory D) per CTA, and the wait for it
+(``store_wait``: ``tma_store_wait<0>`` on the previous tile's TMA store) comes *after* the next
+tile's mainloop, just before that tile's epilogue writes D. So S = 1, T_cover(i) = mainloop(i+1)
+again, and tile i's measured wait is the ``store_wait`` recorded on tile i+1. ``epilogue`` (STSM and
+the TMA store issued; end payload = the tile's bytes) is the tile's store span, ``schedule`` (the
+TMA-load warp's mark, payload = group index) names the tile's group (``expert``; 0 for a plain GEMM).
+The layout is told by the wait event the dump holds.
+
 Diagnosis per tile (beyond the paper; the slot model cannot see every stall):
 - ``slot_backpressure``: the measured slot wait exceeds its floor by more than the noise;
 - ``mainloop_inflation``: the tile's mainloop exceeds the control run's mainloops of the same shape,
@@ -22,6 +31,8 @@ Diagnosis per tile (beyond the paper; the slot model cannot see every stall):
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -36,19 +47,62 @@ INFLATION_FRACTION = 0.05  # a mainloop is inflated beyond 5 % (or the noise) ov
 
 
 TILE_KEYS = ["rank", "dump", "cta", "tile"]
-TILE_EVENTS = ["mainloop", "slot_wait", "rs", "ls", "tile_info"]
 
 
-def tile_spans(probes: pd.DataFrame, slots: int = STAGING_SLOTS) -> pd.DataFrame:
+@dataclass(frozen=True)
+class StagingLayout:
+    """Which probe events of a kernel hold the staging-slot wait, the store spans and the tile's info,
+    and where the wait sits (spec §5): tile i's slot is reused by tile i + ``slots``; its measured
+    wait is that tile's, and T_cover(i) sums the mainloops of tiles i+1 … i+slots−1, plus tile
+    i+slots's own when the wait comes after that tile's mainloop (``wait_after_mainloop``)."""
+
+    name: str
+    wait_event: str
+    remote_store_event: str
+    local_store_event: str | None
+    info_event: str
+    slots: int
+    wait_after_mainloop: bool
+    tile_kind: str | None  # None: from the info payload (bit 0: Linear-2); else every tile's kind
+
+    @property
+    def events(self) -> list[str]:
+        """The probe events the tile table reads under this layout."""
+        return [e for e in ("mainloop", self.wait_event, self.remote_store_event, self.local_store_event, self.info_event) if e]
+
+
+FUSED = StagingLayout("fused", "slot_wait", "rs", "ls", "tile_info", STAGING_SLOTS, False, None)
+DEEPGEMM_SM90 = StagingLayout("deepgemm-sm90", "store_wait", "epilogue", None, "schedule", 1, True, "gemm")
+LAYOUTS = (FUSED, DEEPGEMM_SM90)
+
+
+def staging_layout(probes: pd.DataFrame) -> StagingLayout:
+    """The layout whose wait event the records hold (FUSED when they hold none of them)."""
+    present = set(pd.unique(probes["event"].astype(str)))
+    return next((lay for lay in LAYOUTS if lay.wait_event in present), FUSED)
+
+
+def store_events(probes: pd.DataFrame) -> tuple[str, ...]:
+    """The remote-store span events of the records' layout beyond the burst events every kernel may use
+    (DeepGEMM: ``epilogue``, the tile's TMA store)."""
+    lay = staging_layout(probes)
+    return () if lay is FUSED else (lay.remote_store_event,)
+
+
+def tile_spans(probes: pd.DataFrame, slots: int | None = None, layout: StagingLayout | None = None) -> pd.DataFrame:
     """The part of the tile table that one dump's records decide on their own: per tile its mainloop,
     slot wait, epilogue span, T_cover and predicted Δt = [T_RS − T_cover]₊ (spec §5).
 
-    Spans are begin/end pairs per (rank, dump, cta, tile); every mainloop span gets its tile_info
-    payload, slot wait, rs and ls span by key (pandas left-merge semantics: every match, in order),
-    then the tiles of each CTA are ordered by mainloop start."""
+    Spans are begin/end pairs per (rank, dump, cta, tile); every mainloop span gets its info
+    payload, slot wait, remote- and local-store span by key (pandas left-merge semantics: every match,
+    in order), then the tiles of each CTA are ordered by mainloop start. ``layout`` defaults to
+    ``staging_layout(probes)``, ``slots`` to the layout's."""
     if probes.empty or not (probes["event"] == "mainloop").any():
         return pd.DataFrame()
-    rows = np.flatnonzero(probes["event"].isin(TILE_EVENTS).to_numpy())
+    lay = layout or staging_layout(probes)
+    slots = lay.slots if slots is None else slots
+    cover_tiles = slots - 1 + int(lay.wait_after_mainloop)
+    rows = np.flatnonzero(probes["event"].isin(lay.events).to_numpy())
     p = probes[[*TILE_KEYS, "event", "kind", "payload", "t_ns"]].iloc[rows]
     code = key_codes(p, TILE_KEYS)
     event, kind = p["event"], p["kind"]
@@ -62,13 +116,13 @@ def tile_spans(probes: pd.DataFrame, slots: int = STAGING_SLOTS) -> pd.DataFrame
         return b[li], e[ri]
 
     mb, me = spans("mainloop")
-    info = np.flatnonzero((event == "tile_info").to_numpy())
+    info = np.flatnonzero((event == lay.info_event).to_numpy())
     li, ri = join_rows(code[mb], code[info], how="left")
     mb, me = mb[li], me[li]
     payload = take_matched(p["payload"].to_numpy()[info], ri, 0).astype(np.int64)
     cols = {"payload": payload}
-    for name, value in (("slot_wait", "wait_ns"), ("rs", "rs_ns"), ("ls", "ls_ns")):
-        b, e = spans(name)
+    for name, value in ((lay.wait_event, "wait_ns"), (lay.remote_store_event, "rs_ns"), (lay.local_store_event, "ls_ns")):
+        b, e = spans(name) if name else (np.zeros(0, np.intp), np.zeros(0, np.intp))
         li, ri = join_rows(code[mb], code[b], how="left")
         mb, me = mb[li], me[li]
         cols = {c: v[li] for c, v in cols.items()}
@@ -81,16 +135,23 @@ def tile_spans(probes: pd.DataFrame, slots: int = STAGING_SLOTS) -> pd.DataFrame
     mainloop = t[me[order]] - start
     payload = cols["payload"][order]
     wait, rs, ls = (cols[c][order] for c in ("wait_ns", "rs_ns", "ls_ns"))
-    cover = sum(shift_back(mainloop, ids, j) for j in range(1, slots)) if slots > 1 else np.zeros(len(rows))
+    cover = sum(shift_back(mainloop, ids, j) for j in range(1, cover_tiles + 1)) if cover_tiles else np.zeros(len(rows))
     epilogue = np.where(np.isnan(rs), ls, rs)
-    return pd.DataFrame({
+    if lay.tile_kind is None:  # the fused kernels' tile_info: kind | expert << 1 | wave << 16
+        is_l2, expert, wave = (payload & 1).astype(bool), (payload >> 1) & 0x7FFF, payload >> 16
+    else:  # one kind of tile; the info payload is the group index; no expert waves (wave 0)
+        is_l2, expert, wave = np.zeros(len(rows), bool), payload, np.zeros(len(rows), np.int64)
+    out = pd.DataFrame({
         "rank": p["rank"].to_numpy()[rows], "dump": as_text(p["dump"].iloc[rows]).array, "cta": p["cta"].to_numpy()[rows],
         "tile": p["tile"].to_numpy()[rows], "mainloop_start_ns": start, "mainloop_end_ns": t[me[order]], "mainloop_ns": mainloop,
-        "is_l2": (payload & 1).astype(bool), "expert": (payload >> 1) & 0x7FFF, "wave": payload >> 16,
+        "is_l2": is_l2, "expert": expert, "wave": wave,
         "wait_ns": wait, "rs_ns": rs, "ls_ns": ls, "position": cumcount(ids), "cover_ns": cover,
         "slot_wait_ns": shift_back(wait, ids, slots), "epilogue_span_ns": epilogue,
         "predicted_stall_ns": predicted_stall_ns(epilogue, cover),
     })
+    if lay.tile_kind is not None:
+        out["tile_kind"] = lay.tile_kind
+    return out
 
 
 def finish_tiles(t: pd.DataFrame, dumps: pd.DataFrame, noise_ns: float | None = None) -> pd.DataFrame:
@@ -109,7 +170,8 @@ def finish_tiles(t: pd.DataFrame, dumps: pd.DataFrame, noise_ns: float | None = 
     t["measured_stall_ns"] = np.maximum(t["slot_wait_ns"] - floor_ns, 0.0)
     t["noise_ns"] = noise_ns
     t["backpressured"] = (t["predicted_stall_ns"] > noise_ns) | (t["measured_stall_ns"].fillna(0) > noise_ns)
-    t["tile_kind"] = np.where(t["is_l2"], "linear2", "linear1")
+    kind = np.where(t["is_l2"], "linear2", "linear1")
+    t["tile_kind"] = t["tile_kind"].fillna(pd.Series(kind, index=t.index)) if "tile_kind" in t else kind
     t["control_mainloop_ns"] = control_mainloop_p99(t)
     slot = t["measured_stall_ns"].fillna(0) > noise_ns
     excess = t["mainloop_ns"] - t["control_mainloop_ns"]

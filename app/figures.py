@@ -26,6 +26,12 @@ def _bars(df: pd.DataFrame, y, name: str, color: str, origin_ns: float, text=Non
                   showlegend=True)
 
 
+def nvtx_labels(nvtx: pd.DataFrame) -> pd.Series:
+    """Each NVTX range's name, with its domain when it has one (not the default domain)."""
+    domain = nvtx["domain"] if "domain" in nvtx else pd.Series(None, index=nvtx.index, dtype=object)
+    return nvtx["name"].astype(str) + np.where(domain.notna(), " (domain " + domain.astype(str) + ")", "")
+
+
 def timeline_figure(kernels: pd.DataFrame, nvtx: pd.DataFrame, metrics: pd.DataFrame, spans: pd.DataFrame | None,
                     heat: tuple[np.ndarray, np.ndarray, np.ndarray] | None, heat_label: str, origin_ns: float,
                     start_ns: float, end_ns: float, highlight: pd.DataFrame | None = None) -> go.Figure:
@@ -41,7 +47,7 @@ def timeline_figure(kernels: pd.DataFrame, nvtx: pd.DataFrame, metrics: pd.DataF
         fig.add_trace(_bars(kernels, ["kernels"] * len(kernels), "kernel", COLORS["kernel"], origin_ns,
                             kernels.get("short_name", kernels.get("name"))), row=1, col=1)
     if len(nvtx):
-        fig.add_trace(_bars(nvtx, ["NVTX"] * len(nvtx), "NVTX", COLORS["NVTX"], origin_ns, nvtx["name"]), row=1, col=1)
+        fig.add_trace(_bars(nvtx, ["NVTX"] * len(nvtx), "NVTX", COLORS["NVTX"], origin_ns, nvtx_labels(nvtx)), row=1, col=1)
     for name, g in metrics.groupby("metric", sort=True):
         fig.add_trace(go.Scatter(x=(g["t_ns"] - origin_ns) / 1e3, y=g["value"], mode="lines", name=name), row=2, col=1)
     if heat is not None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 KERNELS = pa.schema(
     [
@@ -29,6 +29,9 @@ KERNELS = pa.schema(
         ("block_y", pa.int32()),
         ("block_z", pa.int32()),
         ("nvtx_range", pa.string()),
+        ("nvtx_domain", pa.string()),
+        ("launch_ns", pa.int64()),
+        ("launch_global_tid", pa.int64()),
     ]
 )
 
@@ -36,6 +39,7 @@ NVTX = pa.schema(
     [
         ("rank", pa.int32()),
         ("name", pa.string()),
+        ("domain", pa.string()),
         ("start_ns", pa.int64()),
         ("end_ns", pa.int64()),
         ("start_utc_ns", pa.int64()),

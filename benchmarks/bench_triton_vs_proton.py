@@ -4,16 +4,23 @@ The kernel is the persistent bf16 GEMM of ``xstage_trace.instrument.triton_gemm`
 (a) ``gemm_plain`` (no probes), (b) ``gemm_instrumented`` compiled inside a Proton instrumentation
 session (its two ``enter_scope``/``exit_scope`` pairs per tile become Proton records; the xstage
 switch is off), (c) ``gemm_instrumented`` with the xstage probes on (two begin/end pairs per tile
-at the same points, Proton off). Equal probe density: Proton samples warp 0 only
-(``sampling_strategy="selective"``), xstage writes from thread 0 of each program. Beside them, the
-cost breakdown of the xstage probes: ``gemm_breakdown`` with the anchors only and with the counted
-form at two placements (``triton_gemm.BREAKDOWN``).
+at the same points, Proton off; clock reads at the points, the tile's four records stored together
+after its output store). Equal probe density: four probe points per tile at the same
+source points (Proton: an enter and an exit record per scope, two scopes; xstage: a begin and an
+end record per span, two spans); Proton samples warp 0 only (``sampling_strategy="selective"``),
+xstage writes from thread 0 of each program. Beside them, the cost breakdown of the xstage probes:
+``gemm_breakdown`` with the anchors only, the counted form at two placements, the stamped form with
+one store per record (after the tile's output store), the four clock reads alone, and the
+persistent-loop form storing each record at its point (``triton_gemm.BREAKDOWN``). The noise
+floor: ``plain_aa``, the probe-free kernel launched a second time in every trial, in the same
+random order as the others (an A/A comparison).
 
 SASS: for every variant the K loop's instruction count, R2UR moves and whether its instruction mix
 is the probe-free kernel's (``xstage_trace.instrument.triton_sass``), from the cubins this run
 launched.
 
-Timing: every trial runs the variants in a rotating order; each launch is preceded by a
+Timing: every trial runs the variants in a fresh random order (seeded), so no variant always follows
+the same one (a fixed rotation did: the A/A pair then differed by 0.1 %); each launch is preceded by a
 ~1 ms ``torch.cuda._sleep`` so that the host's work (Proton synchronises the stream and parses its
 buffer after every launch) never shows in the device time, and CUDA events are recorded from
 Triton launch hooks placed innermost (right around the driver launch). Medians over the trials.
@@ -22,7 +29,10 @@ Fidelity: each tool's longest per-program span (first to last record of one prog
 own ns) against the CUDA-event time of the same launch. xstage converts clock64 per slice from its
 (%globaltimer, clock64) anchors; Proton converts cycles with its own clock assumption.
 
-    python benchmarks/bench_triton_vs_proton.py --out OUT_DIR [--trials 30]
+Confidence: for every overhead (and the ratio xstage / Proton) a 95 % interval from a paired
+bootstrap of the trials (resampling whole trials, the ratio of the medians each time).
+
+    python benchmarks/bench_triton_vs_proton.py --out OUT_DIR [--trials 100]
 
 Writes OUT_DIR/triton_vs_proton.json, OUT_DIR/xstage_gemm.xsp, OUT_DIR/proton_trace_head.json.
 """
@@ -34,6 +44,7 @@ import glob
 import json
 import statistics
 import sys
+import tempfile
 import time
 import traceback
 from pathlib import Path
@@ -53,6 +64,7 @@ from xstage_trace.instrument.triton_sass import kernel_mma_loop
 BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M = 128, 128, 64, 8
 NUM_WARPS, NUM_STAGES = 8, 3
 SLEEP_CYCLES = 2_000_000  # ~1 ms at 2 GHz: keeps the GPU busy while the host enqueues a launch
+BOOTSTRAP_RESAMPLES = 10_000
 
 
 class LaunchTimer:
@@ -116,6 +128,23 @@ def mma_loop_summary(kernels: dict) -> dict:
                    "same_mix_as_plain": lp.mix == base} for name, lp in loops.items()}
 
 
+def overhead_ci95(times: dict[str, list[float]], base: str = "plain", seed: int = 0) -> dict:
+    """95 % interval (percent) of each variant's overhead over ``base``, median(variant) / median(base) − 1,
+    from a paired bootstrap of the trials (every resample draws whole trials, so both medians come from
+    the same launches' neighbourhood); also the ratio of xstage's overhead to Proton's."""
+    names = [k for k, v in times.items() if v and len(v) == len(times[base])]
+    t = np.array([times[k] for k in names])  # variants × trials
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, t.shape[1], size=(BOOTSTRAP_RESAMPLES, t.shape[1]))
+    med = np.median(t[:, idx], axis=2)  # variants × resamples
+    over = 100.0 * (med / med[names.index(base)] - 1.0)
+    out = {k: np.percentile(over[i], [2.5, 97.5]).tolist() for i, k in enumerate(names) if k != base}
+    if "xstage" in names and "proton" in names:
+        ratio = over[names.index("xstage")] / over[names.index("proton")]
+        out["ratio_xstage_to_proton"] = np.percentile(ratio, [2.5, 97.5]).tolist()
+    return out
+
+
 def xstage_fidelity(dump: Path) -> dict:
     """Longest per-slice span (first → last record, ns, per-SM conversion), records, drops, clocks."""
     d = decode_probe_dump(dump, allow_overflow=True)
@@ -164,7 +193,7 @@ def proton_fidelity(trace_path: Path, head_path: Path) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--trials", type=int, default=30)
+    ap.add_argument("--trials", type=int, default=100)
     ap.add_argument("--m", type=int, default=4096)
     ap.add_argument("--n", type=int, default=4096)
     ap.add_argument("--k", type=int, default=8192)
@@ -189,8 +218,9 @@ def main() -> int:
 
     launch_plain = lambda: g.gemm_plain[(programs,)](*_args(a, b, c_plain), **meta)  # noqa: E731
     launch_x = lambda: g.gemm_instrumented[(programs,)](*_args(a, b, c_x), **buf.kernel_args(), **meta)  # noqa: E731
-    buf2 = xp.TraceBuffer(programs, capacity)
-    breakdown = {name: (lambda form=form: g.gemm_breakdown[(programs,)](*_args(a, b, c_x), **buf2.kernel_args(), FORM=form, **meta))
+    bufs = {name: xp.TraceBuffer(programs, capacity) for name in g.BREAKDOWN}
+    breakdown = {name: (lambda form=form, bb=bufs[name]: g.gemm_breakdown[(programs,)](*_args(a, b, c_x), **bb.kernel_args(),
+                                                                                      FORM=form, **meta))
                  for name, form in g.BREAKDOWN.items()}
     launch_p = lambda: g.gemm_instrumented[(programs,)](*_args(a, b, c_p), **xp.off_args(), **meta)  # noqa: E731
     compiled = {name: launch() for name, launch in  # compile outside any Proton session
@@ -204,7 +234,7 @@ def main() -> int:
     mode = proton.mode.Default(sampling_strategy="selective", sampling_options="0")
     timer = LaunchTimer()
     timer.install()
-    times: dict[str, list[float]] = {"plain": [], "proton": [], "xstage": [], **{k: [] for k in breakdown}}
+    times: dict[str, list[float]] = {"plain": [], "plain_aa": [], "proton": [], "xstage": [], **{k: [] for k in breakdown}}
     try:
         session = proton.start(str(args.out / "proton_timing"), data="tree", backend="instrumentation", mode=mode)
         timer.install()
@@ -214,16 +244,18 @@ def main() -> int:
         result["proton_profile_scratch_bytes_per_program"] = int(kernel_p.metadata.profile_scratch_size)
         compiled["proton"] = kernel_p
         proton.deactivate(session)
-        order = [("plain", launch_plain), ("proton", launch_p), ("xstage", launch_x), *breakdown.items()]
+        order = [("plain", launch_plain), ("proton", launch_p), ("xstage", launch_x), ("plain_aa", launch_plain),
+                 *breakdown.items()]
         idx: dict[str, list[int]] = {k: [] for k in times}
         t0 = time.time()
+        rng = np.random.default_rng(0)
         for trial in range(args.trials):
-            r = trial % len(order)
-            for name, launch in order[r:] + order[:r]:
+            for i in rng.permutation(len(order)):
+                name, launch = order[i]
                 if name == "xstage":
                     buf.reset()
                 if name in breakdown:
-                    buf2.reset()
+                    bufs[name].reset()
                 if name == "proton":
                     proton.activate(session)
                     idx[name].append(timer.timed(launch))
@@ -240,9 +272,12 @@ def main() -> int:
         torch.cuda.synchronize()
     if not times["plain"]:  # Proton failed before the trials: time (a) and (c) alone
         for trial in range(args.trials):
-            for name, launch in (("plain", launch_plain), ("xstage", launch_x), *breakdown.items())[::1 if trial % 2 == 0 else -1]:
+            for name, launch in (("plain", launch_plain), ("xstage", launch_x), ("plain_aa", launch_plain),
+                                 *breakdown.items())[::1 if trial % 2 == 0 else -1]:
                 if name == "xstage":
                     buf.reset()
+                if name in breakdown:
+                    bufs[name].reset()
                 times[name].append(timer.ms(timer.timed(launch)))
         torch.cuda.synchronize()
     try:
@@ -257,6 +292,10 @@ def main() -> int:
         m = result["kernel_ms_median"][k]
         if k != "plain":
             result[f"overhead_{k}_pct"] = None if m is None else 100.0 * (m - base) / base
+    result["overhead_ci95_pct"] = overhead_ci95(times)
+    result["noise_floor_pct"] = result["overhead_plain_aa_pct"]
+    if result.get("overhead_proton_pct"):
+        result["ratio_xstage_to_proton"] = result["overhead_xstage_pct"] / result["overhead_proton_pct"]
 
     # xstage: the last timed launch's dump (its buffer was reset before it)
     try:
@@ -270,6 +309,18 @@ def main() -> int:
         result["span_err_xstage_pct"] = 100.0 * (fx["longest_span_ns"] / (t_x_ms * 1e6) - 1.0)
     except Exception:
         result["errors"]["xstage_fidelity"] = traceback.format_exc(limit=4)
+
+    # the breakdown variants' dumps of their last timed launch: records, drops, span (not kept)
+    result["breakdown_fidelity"] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, bb in bufs.items():
+            try:
+                fb = xstage_fidelity(bb.dump(Path(tmp) / f"{name}.xsp", g.EVENT_NAMES))
+                span = fb["longest_span_ns"] / (times[name][-1] * 1e6) - 1.0 if fb["records"] else float("nan")
+                result["breakdown_fidelity"][name] = {"records": fb["records"], "dropped": fb["dropped"],
+                                                      "span_err_pct": 100.0 * span}
+            except Exception:
+                result["errors"][f"fidelity_{name}"] = traceback.format_exc(limit=4)
 
     # Proton fidelity: a fresh session with exactly one launch, written as a chrome trace
     try:

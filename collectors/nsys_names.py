@@ -23,6 +23,8 @@ EXPORT_META_TABLE = "META_DATA_EXPORT"
 NVTX_PUSH_POP = 59
 NVTX_START_END = 60
 NVTX_RANGE_TYPES = (NVTX_PUSH_POP, NVTX_START_END)
+NVTX_DOMAIN_CREATE = 75  # nvtxDomainCreate: the domain's name (text or textId) for its domainId, per process
+NVTX_DEFAULT_DOMAIN_ID = 0  # ranges pushed without a domain handle
 
 # Kernel columns every supported export has; the rest are optional.
 KERNEL_CORE_COLUMNS = ("start", "end", "deviceId", "streamId", "shortName", "demangledName")

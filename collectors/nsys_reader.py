@@ -106,9 +106,39 @@ def _gpus(src, kernel_devices: np.ndarray, warnings: list[str]) -> list[dict]:
     return [{"device_id": int(d), "name": "unknown", "sm_count": None, "clock_hz": None} for d in np.unique(kernel_devices)]
 
 
+NVTX_COLUMNS = ["rank", "name", "domain", "start_ns", "end_ns", "start_utc_ns", "event_type", "global_tid", "domain_id"]
+
+
+def _domain_names(rows: pd.DataFrame, names: pd.Series, ranges: np.ndarray, warnings: list[str]) -> np.ndarray:
+    """Domain name of each range row (``ranges`` selects them in ``rows``): the name its process gave
+    ``domainId`` in an NvtxDomainCreate event (domain ids are per process, as nsys assigns them);
+    None for the default domain (id 0) and for ids no create event names (warned)."""
+    out = np.full(int(ranges.sum()), None, dtype=object)
+    if "domainId" not in rows:
+        return out
+    pid = N.pid_of_tid(rows["globalTid"].fillna(-1).astype(np.int64)) if "globalTid" in rows else pd.Series(0, index=rows.index)
+    keyed = pd.DataFrame({"pid": pid.to_numpy(), "domain_id": rows["domainId"].to_numpy(), "name": names.to_numpy()})
+    created = keyed[(rows["eventType"] == N.NVTX_DOMAIN_CREATE).to_numpy()].dropna(subset=["domain_id", "name"])
+    created = created.drop_duplicates(["pid", "domain_id"]).rename(columns={"name": "domain"})
+    own = keyed[ranges].reset_index(drop=True)
+    named = own["domain_id"].notna().to_numpy() & (own["domain_id"] != N.NVTX_DEFAULT_DOMAIN_ID).to_numpy()
+    if not named.any():
+        return out
+    found = own.merge(created, on=["pid", "domain_id"], how="left")["domain"].to_numpy(dtype=object)  # left merge keeps row order
+    out[named] = found[named]
+    unnamed = named & pd.isna(out)
+    if unnamed.any():
+        ids = sorted({int(i) for i in own["domain_id"][unnamed]})
+        warnings.append(f"{int(unnamed.sum())} NVTX ranges are in domain ids {ids[:5]} that no NvtxDomainCreate event of their process "
+                        "names (domain created before the capture began?): their domain is null, domain_id keeps the id")
+    return out
+
+
 def _nvtx(src, strings: pd.Series, rank: int, to_utc, shift: int, warnings: list[str]) -> pd.DataFrame:
+    """NVTX push/pop and start/end ranges with their names (inline ``text`` or registered ``textId``)
+    and domain names (None = the default domain)."""
     cols_have = src.columns(N.NVTX_TABLE)
-    empty = pd.DataFrame(columns=["rank", "name", "start_ns", "end_ns", "start_utc_ns", "event_type", "global_tid", "domain_id"])
+    empty = pd.DataFrame(columns=NVTX_COLUMNS)
     if not cols_have:
         warnings.append("no NVTX ranges in this export (capture with -t cuda,nvtx to attribute kernels to ranges)")
         return empty
@@ -117,23 +147,27 @@ def _nvtx(src, strings: pd.Series, rank: int, to_utc, shift: int, warnings: list
         warnings.append(f"{N.NVTX_TABLE} lacks {', '.join(lacking)} (another nsys version?): NVTX ranges not read")
         return empty
     want = [c for c in ("start", "end", "eventType", "text", "textId", "globalTid", "domainId") if c in cols_have]
-    t = _read(src, N.NVTX_TABLE, want).to_pandas()
-    t = t[t["eventType"].isin(N.NVTX_RANGE_TYPES) & t["start"].notna() & t["end"].notna()]
-    name = t["text"] if "text" in t else pd.Series(None, index=t.index, dtype=object)
-    if "textId" in t:
-        name = name.where(name.notna(), t["textId"].map(strings))
+    rows = _read(src, N.NVTX_TABLE, want).to_pandas()
+    names = rows["text"] if "text" in rows else pd.Series(None, index=rows.index, dtype=object)
+    if "textId" in rows:
+        names = names.where(names.notna(), rows["textId"].map(strings))
+    ranges = (rows["eventType"].isin(N.NVTX_RANGE_TYPES) & rows["start"].notna() & rows["end"].notna()).to_numpy()
+    domain = _domain_names(rows, names, ranges, warnings)
+    t = rows[ranges]
     start = t["start"].astype(np.int64) - shift
     return pd.DataFrame(
         {
             "rank": rank,
-            "name": name.values,
+            "name": names[ranges].values,
+            "domain": domain,
             "start_ns": start.values,
             "end_ns": t["end"].astype(np.int64).values - shift,
             "start_utc_ns": to_utc(start.values),
             "event_type": t["eventType"].astype(np.int32).values,
             "global_tid": t["globalTid"].values if "globalTid" in t else None,
             "domain_id": t["domainId"].values if "domainId" in t else None,
-        }
+        },
+        columns=NVTX_COLUMNS,
     ).sort_values("start_ns", kind="stable")
 
 
@@ -202,9 +236,9 @@ def _kernels(src, strings: pd.Series, rank: int, to_utc, shift: int, nvtx: pd.Da
                          ("blockX", "block_x"), ("blockY", "block_y"), ("blockZ", "block_z")):
         if c_src in k:
             df[c_dst] = k[c_src].values
-    df["nvtx_range"] = None
+    df["nvtx_range"] = df["nvtx_domain"] = None
     runtime_ok = N.RUNTIME_TABLE in src.tables() and {"correlationId", "start", "globalTid"} <= set(src.columns(N.RUNTIME_TABLE))
-    if len(nvtx) and "correlation_id" in df and runtime_ok:
+    if "correlation_id" in df and runtime_ok:
         rt = _read(src, N.RUNTIME_TABLE, ["correlationId", "start", "globalTid"]).to_pandas()
         # correlationId restarts in every process: join on (process, correlationId).
         use_pid = "globalPid" in k
@@ -216,12 +250,16 @@ def _kernels(src, strings: pd.Series, rank: int, to_utc, shift: int, nvtx: pd.Da
             launch["pid"] = k["globalPid"].astype(np.int64).to_numpy()
         launch = launch.merge(rt, on=keys, how="left")
         launch_t, launch_tid = launch["start"] - shift, launch["globalTid"]
+        df["launch_ns"] = launch_t.astype("Int64").array  # the CUDA runtime call that launched the kernel
+        df["launch_global_tid"] = launch_tid.astype("Int64").array
         ok = launch_t.notna().to_numpy()
-        ranges = nvtx.reset_index(drop=True)
-        where = np.full(len(df), -1)
-        where[ok] = _innermost_range(ranges, launch_tid[ok].astype(np.int64).to_numpy(), launch_t[ok].astype(np.int64).to_numpy())
-        names = ranges["name"].to_numpy(dtype=object)
-        df["nvtx_range"] = np.where(where >= 0, names[np.maximum(where, 0)], None)
+        if len(nvtx):
+            ranges = nvtx.reset_index(drop=True)
+            where = np.full(len(df), -1)
+            where[ok] = _innermost_range(ranges, launch_tid[ok].astype(np.int64).to_numpy(), launch_t[ok].astype(np.int64).to_numpy())
+            for col, src_col in (("nvtx_range", "name"), ("nvtx_domain", "domain")):
+                values = ranges[src_col].to_numpy(dtype=object)
+                df[col] = np.where(where >= 0, values[np.maximum(where, 0)], None)
     elif len(nvtx):
         warnings.append(f"{N.RUNTIME_TABLE} missing or without correlationId/start/globalTid: kernels not attributed to NVTX ranges")
     return df.sort_values("start_ns", kind="stable")

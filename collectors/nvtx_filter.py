@@ -1,17 +1,18 @@
-"""``analyze --nvtx NAME``: restrict collected tables to the kernels launched under matching NVTX
-ranges (the region of interest of a real model run).
+"""``analyze --nvtx PATTERN [--nvtx-domain DOMAIN]``: restrict collected tables to the kernels
+launched under matching NVTX ranges (the region of interest of a real model run).
 
-A kernel is *under* a range R when the innermost range it was launched from (``nvtx_range``,
-attributed by the nsys reader through the CUDA runtime call) is R or lies inside R on the same
-thread. NAME matches a range name exactly, or as a glob when it holds ``*``, ``?`` or ``[``.
-Probe dumps are kept when the kernel they lie in (pairing) is kept; GPU-metric samples when they
-fall inside a kept kernel's interval; NVTX ranges when they are under a matching range.
+A range matches when its name matches PATTERN and, with ``--nvtx-domain``, its domain matches
+DOMAIN (without it, ranges of every domain, the default one included, take part; with only
+``--nvtx-domain``, every range of that domain matches). Both are an exact name, or a glob when
+they hold ``*``, ``?`` or ``[``. The domain is a separate option rather than a ``DOMAIN::NAME``
+prefix because range names such as ``aten::mm`` already hold ``::``.
 
-The kernels table holds the name of the innermost launch range but not the launch time or
-thread, so the range *instance* is taken as the latest range of that name that began before the
-kernel started. When the host runs far ahead of the GPU, that can be a later instance of the same
-name; it only matters when such instances sit under differently named outer ranges. A launch-time
-column in the kernels table would make the lookup exact.
+A kernel is *under* a matching range when the CUDA runtime call that launched it (the kernels
+table's ``launch_ns`` on thread ``launch_global_tid``) lies inside that range on the same thread:
+exact for nested ranges of any domain, and for ranges of different domains that overlap without
+nesting. Probe dumps are kept when the kernel they lie in (pairing) is kept; GPU-metric samples
+when they fall inside a kept kernel's interval; NVTX ranges when they lie inside a matching range
+on the same thread.
 """
 
 from __future__ import annotations
@@ -36,37 +37,65 @@ def name_matches(names: pd.Series, pattern: str) -> np.ndarray:
     return names.isin(hit).fillna(False).to_numpy(bool)
 
 
-def under_matching(ranges: pd.DataFrame, matched: np.ndarray) -> np.ndarray:
-    """For every NVTX range: is it inside (or equal to) a matched range of the same rank and thread?
-    Per thread, a range is covered when the running maximum end of the matched ranges starting at
-    or before it reaches its end (the range achieving that maximum contains it)."""
-    r = ranges.reset_index(drop=True).assign(_row=np.arange(len(ranges)))
-    m = r[matched].sort_values("start_ns")
-    if m.empty:
-        return np.zeros(len(r), bool)
+def _covered(query: pd.DataFrame, matched: pd.DataFrame) -> np.ndarray:
+    """For every row of ``query`` (rank, global_tid, start_ns, end_ns): does one ``matched`` range of
+    the same rank and thread contain [start_ns, end_ns]? Per thread, it does when the running
+    maximum end of the matched ranges starting at or before start_ns reaches end_ns (the range
+    achieving that maximum contains it)."""
+    out = np.zeros(len(query), bool)
+    cols = ["rank", "global_tid", "start_ns", "end_ns"]
+    q = query.reset_index(drop=True).assign(_row=np.arange(len(query))).dropna(subset=cols)
+    m = matched.dropna(subset=cols)
+    if m.empty or q.empty:
+        return out
+    keys = {"rank": np.int64, "global_tid": np.int64, "start_ns": np.int64}
+    m = m.astype(keys).sort_values("start_ns")
     m = m.assign(cover_end=m.groupby(["rank", "global_tid"])["end_ns"].cummax())[["rank", "global_tid", "start_ns", "cover_end"]]
-    q = r[["rank", "global_tid", "start_ns", "end_ns", "_row"]].sort_values("start_ns")
+    q = q.astype(keys)[["rank", "global_tid", "start_ns", "end_ns", "_row"]].sort_values("start_ns")
     j = pd.merge_asof(q, m, on="start_ns", by=["rank", "global_tid"], direction="backward")
-    out = np.zeros(len(r), bool)
     out[j["_row"].to_numpy()] = (j["cover_end"] >= j["end_ns"]).fillna(False).to_numpy(bool)
     return out
 
 
-def kernel_instances(kernels: pd.DataFrame, ranges: pd.DataFrame) -> np.ndarray:
-    """Row in ``ranges`` of each kernel's innermost launch range: the latest range of that name (and
-    rank) that began before the kernel started (a launch precedes its kernel); −1 if none."""
-    r = ranges.reset_index(drop=True).assign(_row=np.arange(len(ranges)))[["rank", "name", "start_ns", "_row"]]
-    k = kernels.reset_index(drop=True).assign(_k=np.arange(len(kernels)))
-    k = k.dropna(subset=["nvtx_range"])[["rank", "nvtx_range", "start_ns", "_k"]].rename(columns={"nvtx_range": "name"})
-    out = np.full(len(kernels), -1)
-    if k.empty or r.empty:
-        return out
-    r = r.assign(name=r["name"].astype(str)).sort_values("start_ns")
-    k = k.assign(name=k["name"].astype(str)).sort_values("start_ns")
-    j = pd.merge_asof(k, r, on="start_ns", by=["rank", "name"], direction="backward")
-    ok = j["_row"].notna().to_numpy()
-    out[j["_k"].to_numpy()[ok]] = j["_row"].to_numpy()[ok].astype(int)
-    return out
+def under_matching(ranges: pd.DataFrame, matched: np.ndarray) -> np.ndarray:
+    """For every NVTX range: is it inside (or equal to) a matched range of the same rank and thread?"""
+    return _covered(ranges, ranges[matched])
+
+
+def launched_under(kernels: pd.DataFrame, ranges: pd.DataFrame, matched: np.ndarray) -> np.ndarray:
+    """For every kernel: did its launch call (``launch_ns`` on ``launch_global_tid``) lie inside a
+    matched range of the same rank and thread? False for kernels whose launch is unknown."""
+    launches = pd.DataFrame({"rank": kernels["rank"].to_numpy(), "global_tid": kernels["launch_global_tid"].to_numpy(),
+                             "start_ns": kernels["launch_ns"].to_numpy(), "end_ns": kernels["launch_ns"].to_numpy()})
+    return _covered(launches, ranges[matched])
+
+
+def matching_ranges(ranges: pd.DataFrame, pattern: str | None, domain: str | None) -> np.ndarray:
+    """Ranges whose name matches ``pattern`` (any name when None) and whose domain matches ``domain``
+    (any domain, the default one included, when None); no matching range → InputError naming a few
+    of the names and domains that exist."""
+    if not len(ranges):
+        raise InputError(None, f"no NVTX range matches {_selector(pattern, domain)}: the run holds no NVTX ranges (no nsys export, or one captured without nvtx)",
+                         "capture with nsys profile -t cuda,nvtx, and mark the region of interest with NVTX ranges")
+    in_domain = name_matches(ranges["domain"], domain) if domain is not None else np.ones(len(ranges), bool)
+    matched = in_domain & (name_matches(ranges["name"], pattern) if pattern is not None else True)
+    if matched.any():
+        return matched
+    named = sorted(ranges["domain"].dropna().astype(str).unique())
+    domains = ", ".join((["default"] if ranges["domain"].isna().any() else []) + [repr(d) for d in named[:5]])
+    if not in_domain.any():
+        raise InputError(None, f"no NVTX domain matches --nvtx-domain {domain!r} (the capture's domains: {domains})",
+                         "give a domain name exactly or a glob; leave out --nvtx-domain to match ranges of every domain")
+    distinct = sorted(ranges["name"][in_domain].dropna().astype(str).unique())
+    some = "; ".join(repr(n[:60]) for n in distinct[:3]) or "none"
+    where = f"in domain {domain!r}" if domain is not None else f"in domains: {domains}"
+    raise InputError(None, f"no NVTX range matches {_selector(pattern, domain)} ({len(distinct)} range names {where}; e.g. {some})",
+                     "give a range name exactly or a glob such as '*schedule=wave*'")
+
+
+def _selector(pattern: str | None, domain: str | None) -> str:
+    """The options as the user gave them, for messages."""
+    return " ".join(([f"--nvtx {pattern!r}"] if pattern is not None else []) + ([f"--nvtx-domain {domain!r}"] if domain is not None else []))
 
 
 def _inside(t: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
@@ -77,24 +106,20 @@ def _inside(t: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     return (i >= 0) & (t <= e[np.maximum(i, 0)])
 
 
-def restrict_to_nvtx(plan, pattern: str):
-    """The run ``Plan`` kept to the kernels under NVTX ranges matching ``pattern`` (module docstring):
-    its kernels, ranges, metric samples, and the dumps (with their tasks) that lie in a kept kernel;
-    the manifest records the filter. No matching range, or no kernel under one → InputError."""
+def restrict_to_nvtx(plan, pattern: str | None, domain: str | None = None):
+    """The run ``Plan`` kept to the kernels launched under NVTX ranges matching ``pattern`` and
+    ``domain`` (module docstring): its kernels, ranges, metric samples, and the dumps (with their
+    tasks) that lie in a kept kernel; the manifest records the filter. No matching range, or no
+    kernel under one → InputError."""
     t = plan.tables
     ranges = t["nvtx"].to_pandas()
-    matched = name_matches(ranges["name"], pattern) if len(ranges) else np.zeros(0, bool)
-    if not matched.any():
-        distinct = sorted(ranges["name"].dropna().astype(str).unique()) if len(ranges) else []
-        some = "; ".join(repr(n[:60]) for n in distinct[:3]) or "none"
-        raise InputError(None, f"no NVTX range matches --nvtx {pattern!r} ({len(distinct)} range names, e.g. {some})",
-                         "give a range name exactly or a glob such as '*schedule=wave*'")
+    matched = matching_ranges(ranges, pattern, domain)
     covered = under_matching(ranges, matched)
     kernels = t["kernels"].to_pandas()
-    inst = kernel_instances(kernels, ranges)
-    keep_k = (inst >= 0) & covered[np.maximum(inst, 0)]
+    keep_k = launched_under(kernels, ranges, matched)
     if not keep_k.any():
-        raise InputError(None, f"no kernel was launched under an NVTX range matching {pattern!r}", "check the range name (nsys stats --report nvtx_sum lists them)")
+        raise InputError(None, f"no kernel was launched under an NVTX range matching {_selector(pattern, domain)}",
+                         "check the range name (nsys stats --report nvtx_sum lists them)")
     k = kernels[keep_k]
     starts, ends = k["start_ns"].to_numpy(np.float64), k["end_ns"].to_numpy(np.float64)
     out = dict(t, kernels=pa.Table.from_pandas(k, preserve_index=False), nvtx=pa.Table.from_pandas(ranges[covered], preserve_index=False))
@@ -114,9 +139,9 @@ def restrict_to_nvtx(plan, pattern: str):
         out["probe_slices"] = pa.Table.from_pandas(sl[pd.MultiIndex.from_arrays([sl["rank"], sl["dump"].astype(str)]).isin(list(keys))], preserve_index=False)
         plan.tasks = [task for task in plan.tasks if (task.rank, task.dump) in keys]
         if dumps["is_control"].any() and not kept["is_control"].any():
-            plan.warnings.append(f"--nvtx {pattern!r} left out every control dump (dest=local / control=1): the slot-wait floor and "
+            plan.warnings.append(f"{_selector(pattern, domain)} left out every control dump (dest=local / control=1): the slot-wait floor and "
                                  "backpressure noise fall back to defaults; include a control range to keep them")
     plan.tables = {n: conform(n, tab) for n, tab in out.items()}
-    plan.manifest = dict(plan.manifest, nvtx_filter={"pattern": pattern, "ranges_matched": int(matched.sum()), "kernels_kept": int(keep_k.sum()),
+    plan.manifest = dict(plan.manifest, nvtx_filter={"pattern": pattern, "domain": domain, "ranges_matched": int(matched.sum()), "kernels_kept": int(keep_k.sum()),
                                                      "kernels_total": len(kernels)})
     return plan

@@ -62,9 +62,11 @@ def _calibration_points(probes: pd.DataFrame, slices: pd.DataFrame, dump: pd.Dat
 
 
 def _bursts(probes: pd.DataFrame, slices: pd.DataFrame, dump: pd.DataFrame, ctx: AnalysisContext, done: dict) -> pd.DataFrame:
-    from xstage_trace.analysis.bursts import audit_bursts, reconstruct_bursts, remote_store_spans
+    from xstage_trace.analysis.bursts import REMOTE_STORE_EVENTS, audit_bursts, reconstruct_bursts, remote_store_spans
+    from xstage_trace.analysis.tiles import store_events
 
-    bursts = reconstruct_bursts(remote_store_spans(probes), done.get("tile_spans"))
+    spans = remote_store_spans(probes, REMOTE_STORE_EVENTS + store_events(probes))
+    bursts = reconstruct_bursts(spans, done.get("tile_spans"))
     return _with_config(audit_bursts(bursts, ctx.model if _calibrated_for(ctx.model, dump) else None), dump)
 
 

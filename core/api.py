@@ -60,7 +60,7 @@ class Run:
         return self._frame("kernels")
 
     def nvtx(self) -> pd.DataFrame:
-        """NVTX ranges from the nsys export."""
+        """NVTX ranges from the nsys export: name, domain (None for the default domain), times, thread."""
         return self._frame("nvtx")
 
     def gpu_metrics(self) -> pd.DataFrame:

@@ -25,7 +25,7 @@ def _default_run_dir(first: Path) -> Path:
 
 def analyze_inputs(inputs: list[Path], output: Path | None, nsys=None, calibration=None, allow_overflow=False, progress=None,
                    rank_overrides: dict[str, int] | None = None, warmup_launches: int = 0, workers: int | None = None,
-                   force: bool = False, scheduler: str | None = None, nvtx: str | None = None) -> dict:
+                   force: bool = False, scheduler: str | None = None, nvtx: str | None = None, nvtx_domain: str | None = None) -> dict:
     """plan (exports, dump headers, pairing) → dumps streamed one at a time through the per-dump analyses
     (probes written as they are produced) → whole-run analyses → run dataset (atomic) → summary dict.
 
@@ -43,7 +43,7 @@ def analyze_inputs(inputs: list[Path], output: Path | None, nsys=None, calibrati
     check_output_against_inputs(run_dir, [*inputs, calibration] if calibration else inputs)
     ctx = AnalysisContext(model=load_platform(calibration) if calibration else None, warmup_launches=warmup_launches)
     plan = plan_run(inputs, nsys=nsys, allow_overflow=allow_overflow, rank_overrides=rank_overrides)
-    plan = restrict_to_nvtx(plan, nvtx) if nvtx else plan
+    plan = restrict_to_nvtx(plan, nvtx, nvtx_domain) if (nvtx, nvtx_domain) != (None, None) else plan
     tables = plan.tables
     state: dict = {}
 

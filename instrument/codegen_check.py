@@ -7,7 +7,8 @@ generated code) attributes it to ``<xstage/probe.cuh>``, or to a line of the ker
 kernel's own code: the check compares its register count and its instruction sequence, with register
 numbers, branch labels and operand-reuse flags taken out (a different register assignment alone is not
 a different kernel; a different instruction, order or loop structure is), per region of the source and
-for the whole function.
+for the whole function; and each Tensor Core (HMMA) loop of both builds instruction for instruction
+with its scheduling bits (stall cycles, yield, scoreboards) from the encoding, which the text omits.
 
     python -m xstage_trace.instrument.codegen_check instrument/examples/fused_moe.cu \\
         --function fused_moe_kernel --region mainloop='void mainloop(' ...
@@ -33,7 +34,8 @@ from xstage_trace.instrument import include_dir
 
 SM90A = "-gencode=arch=compute_90a,code=sm_90a"
 _FRAME = re.compile(r'"([^"]+)", line (\d+)')
-_INSTR = re.compile(r"^\s*/\*([0-9a-f]+)\*/\s+(.*?)\s*;")
+_INSTR = re.compile(r"^\s*/\*([0-9a-f]+)\*/\s+(.*?)\s*;(?:\s*/\* 0x[0-9a-f]{16} \*/)?\s*$")
+_HI_WORD = re.compile(r"^\s*/\* 0x([0-9a-f]{16}) \*/\s*$")
 _SECTION = re.compile(r"^//-+ \.text\.(\S+) -+")
 _REGS = re.compile(r"Compiling entry function '(\S+)'.*?Used (\d+) registers", re.S)
 
@@ -67,6 +69,23 @@ def find_toolchain() -> Toolchain | None:
 
 
 @dataclass(frozen=True)
+class Control:
+    """The scheduling bits ptxas puts in the top of an sm_70+ instruction word: stall cycles, yield,
+    the scoreboards it sets (write, read) and those it waits on. Same text, different control = a
+    different schedule."""
+
+    stall: int
+    yield_flag: int
+    write_barrier: int
+    read_barrier: int
+    wait_mask: int
+
+    @classmethod
+    def from_high_word(cls, hi: int) -> "Control":
+        return cls((hi >> 41) & 0xF, (hi >> 45) & 1, (hi >> 46) & 7, (hi >> 49) & 7, (hi >> 52) & 0x3F)
+
+
+@dataclass(frozen=True)
 class Instr:
     """One SASS instruction with its inlining chain (innermost frame first) as (file name, line)."""
 
@@ -74,10 +93,16 @@ class Instr:
     text: str
     frames: tuple[tuple[str, int], ...]
     target: int | None = None  # offset a branch jumps to
+    control: Control | None = None  # from the encoding (nvdisasm -hex)
 
     @property
     def opcode(self) -> str:
         return re.sub(r"^@!?U?P\w+\s+", "", self.text).split()[0]
+
+    @property
+    def scheduled(self) -> tuple[str, "Control | None"]:
+        """The normalized instruction with its control bits: equal when the schedule is the same."""
+        return self.normalized, self.control
 
     @property
     def normalized(self) -> str:
@@ -121,14 +146,15 @@ def compile_and_disassemble(tools: Toolchain, src: Path, function: str, defines:
     mangled = [n for n in regs if function in n]
     if len(mangled) != 1:
         raise RuntimeError(f"{src}: no single kernel matching {function!r} among {sorted(regs)}")
-    d = subprocess.run([tools.nvdisasm, "-c", "-g", "-gi", str(cubin)], capture_output=True, text=True, timeout=300)
+    d = subprocess.run([tools.nvdisasm, "-c", "-g", "-gi", "-hex", str(cubin)], capture_output=True, text=True, timeout=300)
     if d.returncode != 0:
         raise RuntimeError(f"nvdisasm failed on {cubin}: {d.stderr}")
     return Build(regs[mangled[0]], parse_nvdisasm(d.stdout, mangled[0]))
 
 
 def parse_nvdisasm(text: str, mangled: str) -> list[Instr]:
-    """The instructions of one function in ``nvdisasm -c -g -gi`` output, each with its line frames."""
+    """The instructions of one function in ``nvdisasm -c -g -gi [-hex]`` output, each with its line frames
+    (and, with ``-hex``, its control bits from the encoding's high word, printed on the next line)."""
     out: list[Instr] = []
     labels: dict[str, int] = {}
     pending: list[str] = []
@@ -158,10 +184,14 @@ def parse_nvdisasm(text: str, mangled: str) -> list[Instr]:
             pending = []
             out.append(Instr(offset, m.group(2), tuple(frames)))
             fresh = False
+            continue
+        hi = _HI_WORD.match(line)
+        if hi and out and out[-1].control is None:
+            out[-1] = Instr(out[-1].offset, out[-1].text, out[-1].frames, None, Control.from_high_word(int(hi.group(1), 16)))
     def target(ins: Instr) -> int | None:
         m = re.search(r"`\((\.L_x_\d+)\)", ins.text)
         return labels.get(m.group(1)) if m else None
-    return [Instr(i.offset, i.text, i.frames, target(i)) for i in out]
+    return [Instr(i.offset, i.text, i.frames, target(i), i.control) for i in out]
 
 
 @dataclass(frozen=True)
@@ -222,6 +252,7 @@ class Comparison:
     probe_instructions: int
     regions: list[RegionDiff]
     diff: list[str]  # unified diff of the whole non-probe sequence (normalized)
+    hot_loops_same: list[bool] = field(default_factory=list)  # per HMMA loop: same instructions and schedule
 
     @property
     def identical(self) -> bool:
@@ -247,7 +278,10 @@ def compare(plain: Build, traced: Build, cls: Classifier) -> Comparison:
     a = [i.normalized for i in kernel_plain]
     b = [i.normalized for i in kernel_traced]
     diff = list(difflib.unified_diff(a, b, "plain", "traced", n=2, lineterm=""))
-    return Comparison(plain.registers, traced.registers, len(traced.instrs) - len(kernel_traced), regions, diff)
+    loops_plain, loops_traced = plain.hot_loops(), traced.hot_loops()
+    same = [[i.scheduled for i in lp] == [i.scheduled for i in lt] for lp, lt in zip(loops_plain, loops_traced)]
+    same += [False] * abs(len(loops_plain) - len(loops_traced))
+    return Comparison(plain.registers, traced.registers, len(traced.instrs) - len(kernel_traced), regions, diff, same)
 
 
 def check_source(src: Path, function: str, regions: list[tuple[str, str, str]], tools: Toolchain,
@@ -268,6 +302,7 @@ def format_report(c: Comparison) -> str:
     rows = [f"registers: plain {c.registers_plain}, traced {c.registers_traced}; probe instructions: {c.probe_instructions}",
             f"{'region':<16} {'plain':>6} {'traced':>7} {'changed':>8}  same"]
     rows += [f"{r.name:<16} {r.plain:>6} {r.traced:>7} {r.changed:>8}  {'yes' if r.identical else 'NO'}" for r in c.regions]
+    rows.append("HMMA loops, same instructions and schedule: " + (", ".join("yes" if x else "NO" for x in c.hot_loops_same) or "none"))
     rows.append("verdict: " + ("identical outside the probes" if c.identical else "the probes change the kernel"))
     return "\n".join(rows)
 

@@ -17,17 +17,22 @@ A persistent kernel (program p handles tiles p, p + P, …) can use the persiste
 which carries no record count through its tile loop: ``xp.begin_tile(probe, EV, tile, K, PER_TILE,
 P, TRACE_CAP, XSTAGE)`` / ``end_tile`` put record K of the tile's PER_TILE records in a slot derived
 from the tile id, and ``xp.probe_close_tiles(probe, num_tiles, PER_TILE, P, XSTAGE)`` closes.
+``t = xp.stamp(XSTAGE)`` reads the clock alone at a probe point; ``xp.put_stamped_tile`` (one
+record) or ``xp.put_spans_tile`` (the four records of two spans) store records from such stamps
+later, e.g. after the tile's output store.
 
 One slice per program (``roles_per_cta = 1``, slice = linear program id). Thread 0 of the program
-(lane 0 of warp 0) is the elected writer: every thread runs the inline PTX (clock64 read, address),
+(lane 0 of warp 0) is the elected writer: every thread runs the inline PTX (clock64 read, tag),
 only thread 0 stores. A record is one ``st.global.cs.v4.u32`` of 16 bytes in the layout of
-docs/probe-format.md, at an address computed inside the probe from %ctaid, so the kernel keeps no
-trace pointer live; the slice's open/close anchors pair ``%globaltimer`` with ``clock64`` so the
-decoder converts cycles to ns per SM. Records past the capacity are counted and written to the
-slice's spare slot (a slice has ``capacity + SPARE_SLOTS`` slots on the device; the dump leaves the
-spare out): overflow is reported, never silent. The store's predicate is "thread 0" alone, never a
-test of the slot: a per-thread predicate that changes from tile to tile makes ptxas move a
-persistent GEMM's HGMMA descriptor arithmetic off the uniform datapath (docs/triton-probes.md).
+docs/probe-format.md, at a slot address computed in Triton code around the PTX (the slice's first
+slot once at open, from the program ids; the record's slot, clamped, per record), where the
+compiler strength-reduces and schedules it; the slice's open/close anchors pair ``%globaltimer``
+with ``clock64`` so the decoder converts cycles to ns per SM. Records past the capacity are
+counted and written to the slice's spare slots (a slice has ``capacity + SPARE_SLOTS`` slots on
+the device; the dump leaves the spare out): overflow is reported, never silent. The store's
+predicate is "thread 0" alone, never a test of the slot: a per-thread predicate that changes from
+tile to tile makes ptxas move a persistent GEMM's HGMMA descriptor arithmetic off the uniform
+datapath (docs/triton-probes.md).
 
 Host side: :class:`TraceBuffer` allocates the two arrays with torch, gives the kernel arguments
 (``buf.kernel_args()``, or :func:`off_args` for the probe-free build: the trace pointers become
@@ -54,7 +59,7 @@ KIND_BEGIN = 1
 KIND_END = 2
 META_WORDS = SLICE_DTYPE.itemsize // 8  # SliceMeta in int64 words (6)
 RECORD_WORDS = RECORD_DTYPE.itemsize // 8  # one record in int64 words (2)
-SPARE_SLOTS = 1  # device slots per slice past the capacity: where the records past it land
+SPARE_SLOTS = 4  # device slots per slice past the capacity, where the records past it land (a span-pair block writes 4)
 
 # Slice-meta byte offsets (docs/probe-format.md, SliceMeta).
 _OFF_COUNT, _OFF_SMID_OPEN, _OFF_SMID_CLOSE, _OFF_OPEN, _OFF_CLOSE = 0, 8, 12, 16, 32
@@ -90,37 +95,52 @@ def _anchor_asm(smid_off: int, pair_off: int, count: bool, per_tile: int = 0, nu
     )
 
 
-def _record_asm(event: int, kind: int, capacity: int, per_tile: int = 0, k: int = 0, num_programs: int = 0) -> str:
+def _record_asm(event: int, kind: int, stamped: bool = False) -> str:
     """PTX for one record: clock64's low 48 bits with the event id (bits 48..55) and kind (56..57)
-    or-ed into the high word, stored by thread 0 at its slice's slot ($1 = records base; a slice
-    has capacity + SPARE_SLOTS slots). The slot is $2 (the carried count), or, in the
-    persistent-loop form (``per_tile`` > 0), (tile $2 / num_programs) · per_tile + k; a slot past
-    the capacity is clamped to the spare slot, so the store's predicate is thread 0 alone (see the
-    module docstring). Addresses are computed here, from %ctaid, so the kernel keeps no trace
-    pointer live."""
+    or-ed into the high word, then tile and payload, stored by thread 0 as one 16-byte store at $1,
+    the record's slot address. The clock is read here, or (``stamped``) is $2, a clock64 value an
+    earlier :func:`stamp` read; tile and payload follow. The slot address is computed in Triton
+    around the call (:func:`_slot_ptr`), where the compiler strength-reduces, hoists and schedules
+    it: the block itself is the clock read, two logic ops and the store. The store's predicate is
+    thread 0 alone (see the module docstring)."""
     if not 0 <= event < 256 or kind not in (KIND_MARK, KIND_BEGIN, KIND_END):
         raise ValueError(f"xstage probe: event id {event} must be 0..255 and kind 0, 1 or 2")
-    if per_tile and not (0 <= k < per_tile and num_programs > 0):
-        raise ValueError(f"xstage probe: record {k} of {per_tile} per tile needs 0 <= K < PER_TILE and NUM_PROGRAMS > 0")
     tag = ((kind << 8) | event) << (CLOCK_BITS - 32)
-    slot = (f"div.u32 xp_i, $2, {num_programs};\nmad.lo.u32 xp_i, xp_i, {per_tile}, {k};\n") if per_tile else "mov.u32 xp_i, $2;\n"
+    clock, tile, payload = ("$2", "$3", "$4") if stamped else ("%clock64", "$2", "$3")
     return (
-        "{\n.reg .pred xp_p;\n.reg .u32 xp_t, xp_a, xp_b, xp_s, xp_i, xp_lo, xp_hi;\n.reg .u64 xp_c, xp_r;\n"
-        + slot +
-        f"mov.u32 xp_t, %tid.x;\nsetp.eq.u32 xp_p, xp_t, 0;\nmin.u32 xp_i, xp_i, {capacity};\n"
-        + _SLICE_PTX +
-        f"mad.lo.u32 xp_s, xp_s, {capacity + SPARE_SLOTS}, xp_i;\nmul.wide.u32 xp_r, xp_s, {RECORD_DTYPE.itemsize};\nadd.s64 xp_r, $1, xp_r;\n"
-        "mov.u64 xp_c, %clock64;\nmov.b64 {xp_lo, xp_hi}, xp_c;\n"
+        "{\n.reg .pred xp_p;\n.reg .u32 xp_t, xp_lo, xp_hi;\n.reg .u64 xp_c;\n"
+        "mov.u32 xp_t, %tid.x;\nsetp.eq.u32 xp_p, xp_t, 0;\n"
+        f"mov.u64 xp_c, {clock};\nmov.b64 {{xp_lo, xp_hi}}, xp_c;\n"
         f"and.b32 xp_hi, xp_hi, 65535;\nor.b32 xp_hi, xp_hi, {tag};\n"
-        "@xp_p st.global.cs.v4.u32 [xp_r], {xp_lo, xp_hi, $3, $4};\nmov.u32 $0, 0;\n}"
+        f"@xp_p st.global.cs.v4.u32 [$1], {{xp_lo, xp_hi, {tile}, {payload}}};\nmov.u32 $0, 0;\n}}"
     )
+
+
+def _span_pair_asm(events: tuple[int, int]) -> str:
+    """PTX for the four records of two spans of one tile, written together by thread 0 from clock64
+    values read earlier (:func:`stamp`): begin and end of ``events[0]`` ($2, $3), begin and end of
+    ``events[1]`` ($4, $5), tile $6, payloads $7 (end of the first span) and $8 (end of the second),
+    begin records with payload 0; four 16-byte stores at $1, $1 + 16, $1 + 32, $1 + 48 (four
+    consecutive slots), one thread-0 predicate for all four."""
+    out = "{\n.reg .pred xp_p;\n.reg .u32 xp_t, xp_lo, xp_hi;\nmov.u32 xp_t, %tid.x;\nsetp.eq.u32 xp_p, xp_t, 0;\n"
+    for j, (event, kind, payload) in enumerate([(events[0], KIND_BEGIN, "0"), (events[0], KIND_END, "$7"),
+                                                (events[1], KIND_BEGIN, "0"), (events[1], KIND_END, "$8")]):
+        if not 0 <= event < 256:
+            raise ValueError(f"xstage probe: event id {event} must be 0..255")
+        tag = ((kind << 8) | event) << (CLOCK_BITS - 32)
+        out += (f"mov.b64 {{xp_lo, xp_hi}}, ${2 + j};\nand.b32 xp_hi, xp_hi, 65535;\nor.b32 xp_hi, xp_hi, {tag};\n"
+                f"@xp_p st.global.cs.v4.u32 [$1+{16 * j}], {{xp_lo, xp_hi, $6, {payload}}};\n")
+    return out + "mov.u32 $0, 0;\n}"
+
+
+_STAMP_ASM = "mov.u64 $0, %clock64;"
 
 
 # Triton's cache key covers the source of @triton.jit functions and the constexpr globals they
 # read, not the builtins below that emit the PTX. Every probe passes this digest of the PTX the
 # templates give into its asm block (as a PTX comment), so changed templates recompile the kernel.
 PTX_KEY = tl.constexpr(hashlib.sha256("".join(
-    [_record_asm(1, 2, 8), _record_asm(1, 2, 8, 4, 1, 3)]
+    [_record_asm(1, 2), _record_asm(1, 2, True), _span_pair_asm((1, 2)), _STAMP_ASM]
     + [_anchor_asm(_OFF_SMID_CLOSE, _OFF_CLOSE, True, t, 3) for t in (0, 4)]).encode()).hexdigest()[:16])
 
 
@@ -137,23 +157,63 @@ def _anchor(meta, count, is_close: tl.constexpr, per_tile: tl.constexpr = 0, num
 
 
 @tl.core.builtin
-def _record(records, seq, tile, payload, event: tl.constexpr, kind: tl.constexpr, capacity: tl.constexpr,
-            per_tile: tl.constexpr = 0, k: tl.constexpr = 0, num_programs: tl.constexpr = 0, key: tl.constexpr = "",
-            _semantic=None):
+def _record(slot_ptr, tile, payload, event: tl.constexpr, kind: tl.constexpr, key: tl.constexpr = "", _semantic=None):
     u = tl.core._unwrap_if_constexpr
-    asm = f"// xstage probe {u(key)}\n" + _record_asm(int(u(event)), int(u(kind)), int(u(capacity)), int(u(per_tile)),
-                                                       int(u(k)), int(u(num_programs)))
-    return tl.inline_asm_elementwise(asm, "=r,l,r,r,r", [records, seq, tile, payload], dtype=tl.int32,
+    asm = f"// xstage probe {u(key)}\n" + _record_asm(int(u(event)), int(u(kind)))
+    return tl.inline_asm_elementwise(asm, "=r,l,r,r", [slot_ptr, tile, payload], dtype=tl.int32, is_pure=False, pack=1,
+                                     _semantic=_semantic)
+
+
+@tl.core.builtin
+def _stamped_record(slot_ptr, stamp, tile, payload, event: tl.constexpr, kind: tl.constexpr, key: tl.constexpr = "",
+                    _semantic=None):
+    u = tl.core._unwrap_if_constexpr
+    asm = f"// xstage probe {u(key)}\n" + _record_asm(int(u(event)), int(u(kind)), stamped=True)
+    return tl.inline_asm_elementwise(asm, "=r,l,l,r,r", [slot_ptr, stamp, tile, payload], dtype=tl.int32,
                                      is_pure=False, pack=1, _semantic=_semantic)
+
+
+@tl.core.builtin
+def _span_pair(slot_ptr, t0, t1, t2, t3, tile, payload0, payload1, event0: tl.constexpr, event1: tl.constexpr,
+               key: tl.constexpr = "", _semantic=None):
+    u = tl.core._unwrap_if_constexpr
+    asm = f"// xstage probe {u(key)}\n" + _span_pair_asm((int(u(event0)), int(u(event1))))
+    return tl.inline_asm_elementwise(asm, "=r,l,l,l,l,l,r,r,r", [slot_ptr, t0, t1, t2, t3, tile, payload0, payload1],
+                                     dtype=tl.int32, is_pure=False, pack=1, _semantic=_semantic)
+
+
+@tl.core.builtin
+def _clock(anchor, key: tl.constexpr = "", _semantic=None):
+    u = tl.core._unwrap_if_constexpr
+    return tl.inline_asm_elementwise(f"// xstage probe {u(key)}\n" + _STAMP_ASM, "=l,r", [anchor], dtype=tl.int64,
+                                     is_pure=False, pack=1, _semantic=_semantic)
+
+
+_SLICE_WORDS = tl.constexpr(RECORD_WORDS)
+_SPARE = tl.constexpr(SPARE_SLOTS)
+
+
+@triton.jit
+def _slice_records(trace_records, TRACE_CAP: tl.constexpr):
+    """This program's first record slot: slice = linear program id (as the anchors' %ctaid
+    arithmetic), TRACE_CAP + SPARE_SLOTS slots per slice."""
+    s = tl.program_id(0) + tl.num_programs(0) * (tl.program_id(1) + tl.num_programs(1) * tl.program_id(2))
+    return trace_records + s.to(tl.int64) * ((TRACE_CAP + _SPARE) * _SLICE_WORDS)
+
+
+@triton.jit
+def _slot_ptr(slice_records, slot, TRACE_CAP: tl.constexpr):
+    """Address of record slot ``slot`` of the slice, clamped to the first spare slot (index TRACE_CAP)."""
+    return slice_records + tl.minimum(slot, TRACE_CAP) * _SLICE_WORDS
 
 
 @triton.jit
 def probe_open(trace_meta, trace_records, TRACE_CAP: tl.constexpr, XSTAGE: tl.constexpr):
-    """Open this program's slice (anchor at open); returns the probe handle (the two trace pointers
-    as passed, and the record count)."""
+    """Open this program's slice (anchor at open); returns the probe handle (the slice table
+    pointer, this slice's first record slot, and the record count)."""
     if XSTAGE:
         _anchor(trace_meta, 0, False, key=PTX_KEY)
-        probe = (trace_meta, trace_records, tl.cast(0, tl.int32))
+        probe = (trace_meta, _slice_records(trace_records, TRACE_CAP), tl.cast(0, tl.int32))
     else:
         probe = (0, 0, 0)
     return probe
@@ -164,7 +224,8 @@ def put(probe, EVENT: tl.constexpr, KIND: tl.constexpr, tile, payload, TRACE_CAP
     """Write one record (event id, kind, tile, payload) at clock64 now; returns the advanced handle."""
     if XSTAGE:
         meta, records, n = probe
-        _record(records, n, tl.cast(tile, tl.int32), tl.cast(payload, tl.int32), EVENT, KIND, TRACE_CAP, key=PTX_KEY)
+        _record(_slot_ptr(records, n, TRACE_CAP), tl.cast(tile, tl.int32), tl.cast(payload, tl.int32), EVENT, KIND,
+                key=PTX_KEY)
         probe = (meta, records, n + 1)
     return probe
 
@@ -203,8 +264,10 @@ def put_tile(probe, EVENT: tl.constexpr, KIND: tl.constexpr, tile, payload, K: t
     computed inside the probe, so no count is carried through the loop (docs/triton-probes.md)."""
     if XSTAGE:
         meta, records, n = probe
-        _record(records, tl.cast(tile, tl.int32), tl.cast(tile, tl.int32), tl.cast(payload, tl.int32), EVENT, KIND,
-                TRACE_CAP, PER_TILE, K, NUM_PROGRAMS, key=PTX_KEY)
+        tl.static_assert(K < PER_TILE, "xstage probe: record K of a tile needs 0 <= K < PER_TILE")
+        slot = (tl.cast(tile, tl.uint32) // NUM_PROGRAMS).to(tl.int32) * PER_TILE + K
+        _record(_slot_ptr(records, slot, TRACE_CAP), tl.cast(tile, tl.int32), tl.cast(payload, tl.int32), EVENT, KIND,
+                key=PTX_KEY)
 
 
 @triton.jit
@@ -219,6 +282,46 @@ def end_tile(probe, EVENT: tl.constexpr, tile, payload, K: tl.constexpr, PER_TIL
              NUM_PROGRAMS: tl.constexpr, TRACE_CAP: tl.constexpr, XSTAGE: tl.constexpr):
     """End record with payload, persistent-loop form (see :func:`put_tile`)."""
     put_tile(probe, EVENT, 2, tile, payload, K, PER_TILE, NUM_PROGRAMS, TRACE_CAP, XSTAGE)
+
+
+@triton.jit
+def stamp(XSTAGE: tl.constexpr):
+    """clock64 now (0 when XSTAGE is off), for a record written later with :func:`put_stamped_tile`:
+    the probe point costs the clock read alone, the record's store moves to where the kernel
+    writes its stamps out (e.g. after the tile's output store)."""
+    if XSTAGE:
+        t = _clock(0, key=PTX_KEY)
+    else:
+        t = tl.cast(0, tl.int64)
+    return t
+
+
+@triton.jit
+def put_stamped_tile(probe, EVENT: tl.constexpr, KIND: tl.constexpr, tile, payload, t, K: tl.constexpr,
+                     PER_TILE: tl.constexpr, NUM_PROGRAMS: tl.constexpr, TRACE_CAP: tl.constexpr, XSTAGE: tl.constexpr):
+    """:func:`put_tile` with the clock64 value ``t`` that :func:`stamp` read at the probe point."""
+    if XSTAGE:
+        meta, records, n = probe
+        tl.static_assert(K < PER_TILE, "xstage probe: record K of a tile needs 0 <= K < PER_TILE")
+        slot = (tl.cast(tile, tl.uint32) // NUM_PROGRAMS).to(tl.int32) * PER_TILE + K
+        _stamped_record(_slot_ptr(records, slot, TRACE_CAP), t, tl.cast(tile, tl.int32), tl.cast(payload, tl.int32),
+                        EVENT, KIND, key=PTX_KEY)
+
+
+@triton.jit
+def put_spans_tile(probe, tile, EVENT0: tl.constexpr, t0, t1, payload0, EVENT1: tl.constexpr, t2, t3, payload1,
+                   K: tl.constexpr, PER_TILE: tl.constexpr, NUM_PROGRAMS: tl.constexpr, TRACE_CAP: tl.constexpr,
+                   XSTAGE: tl.constexpr):
+    """Records K..K+3 of ``tile`` (persistent-loop form) for two spans at once: ``EVENT0`` from
+    stamp ``t0`` to ``t1`` (end payload ``payload0``), ``EVENT1`` from ``t2`` to ``t3`` (``payload1``),
+    from :func:`stamp` values read at the probe points. One address and one thread-0 predicate for
+    the four stores; a tile past the capacity writes its four records to the slice's spare slots."""
+    if XSTAGE:
+        meta, records, n = probe
+        tl.static_assert(K + 4 <= PER_TILE, "xstage probe: records K..K+3 of a tile need K + 4 <= PER_TILE")
+        slot = (tl.cast(tile, tl.uint32) // NUM_PROGRAMS).to(tl.int32) * PER_TILE + K
+        _span_pair(_slot_ptr(records, slot, TRACE_CAP), t0, t1, t2, t3, tl.cast(tile, tl.int32),
+                   tl.cast(payload0, tl.int32), tl.cast(payload1, tl.int32), EVENT0, EVENT1, key=PTX_KEY)
 
 
 @triton.jit
@@ -276,7 +379,7 @@ class TraceBuffer:
 
 def stored_records(device_words: np.ndarray, num_slices: int, capacity: int) -> np.ndarray:
     """The dump's record words from the device array the probes fill: each slice's first
-    ``capacity`` slots, without its spare slot (which holds the last record past the capacity)."""
+    ``capacity`` slots, without its spare slots (which hold the last records past the capacity)."""
     slots = np.asarray(device_words, dtype=np.int64).reshape(num_slices, capacity + SPARE_SLOTS, RECORD_WORDS)
     return np.ascontiguousarray(slots[:, :capacity]).reshape(-1)
 

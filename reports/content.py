@@ -193,6 +193,7 @@ def build_sections(run, worst_n: int = WORST_TILES) -> list[Section]:
                  f"- inputs: {len(inputs)} ({sum(i.get('kind') == 'probe' for i in inputs)} probe dumps)"]
     if man.get("nvtx_filter"):
         f = man["nvtx_filter"]
-        run_lines.append(f"- NVTX filter: `{f['pattern']}` kept {f['kernels_kept']} of {f['kernels_total']} kernels")
+        selector = " ".join(([f"`{f['pattern']}`"] if f.get("pattern") is not None else []) + ([f"in domain `{f['domain']}`"] if f.get("domain") else []))
+        run_lines.append(f"- NVTX filter: {selector} kept {f['kernels_kept']} of {f['kernels_total']} kernels")
     secs.append(Section("Run", "", run_lines + [f"- xstage-trace {man.get('tool_version', '?')}"]))
     return secs

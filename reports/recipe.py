@@ -29,11 +29,12 @@ def probe_dumps_for(report: Path, dumps: str | Path | None) -> Path:
 
 
 def map_report(report: str | Path, work_dir: str | Path, dumps=None, calibration=None, nvtx: str | None = None,
-               warmup_launches: int = 0) -> pd.DataFrame:
+               warmup_launches: int = 0, nvtx_domain: str | None = None) -> pd.DataFrame:
     """Mapper: analyze one report + its dumps into ``work_dir/<report>.xstage-run``, write its
     report.md/html beside, and return its verdicts (one row per configuration × schedule) with
     ``report`` and ``run_dir`` columns. ``warmup_launches`` is ``analyze --warmup-launches``: the
-    first launches of each configuration, left out of its kernel-time trials."""
+    first launches of each configuration, left out of its kernel-time trials; ``nvtx`` and
+    ``nvtx_domain`` are ``analyze --nvtx`` / ``--nvtx-domain``."""
     from xstage_trace import open_run
     from xstage_trace.analysis.verdict import config_verdicts
     from xstage_trace.reports.content import run_noise_ns
@@ -43,7 +44,7 @@ def map_report(report: str | Path, work_dir: str | Path, dumps=None, calibration
     report = Path(report)
     run_dir = Path(work_dir) / f"{report.name.split('.')[0]}.xstage-run"
     analyze_inputs([report, probe_dumps_for(report, dumps)], run_dir, calibration=calibration, nvtx=nvtx,
-                   warmup_launches=warmup_launches)
+                   nvtx_domain=nvtx_domain, warmup_launches=warmup_launches)
     run = open_run(run_dir)
     write_run_report(run, run_dir.with_name(run_dir.name + ".report"))
     v = config_verdicts(run.table3(), run_noise_ns(run.tiles()))

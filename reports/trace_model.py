@@ -85,9 +85,14 @@ class _Tracks:
 
 
 def _epoch(kernels: pd.DataFrame) -> int | None:
+    """UTC minus session time (ns) of the kernels whose UTC start is known; None when none is
+    (an export without the session's start time has no wall-clock epoch)."""
     if kernels.empty or "start_utc_ns" not in kernels:
         return None
-    return int(np.median(kernels["start_utc_ns"].to_numpy(np.int64) - kernels["start_ns"].to_numpy(np.int64)))
+    known = kernels.dropna(subset=["start_utc_ns", "start_ns"])
+    if known.empty:
+        return None
+    return int(np.median(known["start_utc_ns"].to_numpy(np.int64) - known["start_ns"].to_numpy(np.int64)))
 
 
 def tile_spans(probes: pd.DataFrame, tiles: pd.DataFrame) -> pd.DataFrame:
@@ -121,7 +126,7 @@ def build_timeline(run, dump_pattern: str | None = None, metrics: list[str] | No
         tid = np.array([T.get(gpu(r) + (f"kernels · stream {s}",), "slice", 0) for r, s in zip(kernels["rank"], kernels["stream_id"])])
         parts.append(pd.DataFrame({"track_id": tid, "name": kernels["short_name"].fillna(kernels["name"]).astype(str),
                                    "start_ns": kernels["start_ns"].astype(float), "end_ns": kernels["end_ns"].astype(float),
-                                   "nvtx_range": kernels["nvtx_range"], "grid": kernels["grid_x"].astype(str) + "×" + kernels["grid_y"].astype(str) + "×" + kernels["grid_z"].astype(str),
+                                   "nvtx_range": kernels["nvtx_range"], "nvtx_domain": kernels.get("nvtx_domain"), "grid": kernels["grid_x"].astype(str) + "×" + kernels["grid_y"].astype(str) + "×" + kernels["grid_z"].astype(str),
                                    "block": kernels["block_x"].astype(str) + "×" + kernels["block_y"].astype(str) + "×" + kernels["block_z"].astype(str),
                                    "correlation_id": kernels["correlation_id"]}))
     if len(nvtx):
@@ -130,8 +135,10 @@ def build_timeline(run, dump_pattern: str | None = None, metrics: list[str] | No
         se = (n["event_type"] == NVTX_START_END).to_numpy()
         lane = np.zeros(len(n), dtype=np.int64)
         lane[se] = pack_lanes(n["rank"].to_numpy(np.int64)[se], n["start_ns"].to_numpy(float)[se], n["end_ns"].to_numpy(float)[se])
-        names_ = [f"NVTX · start/end ranges · lane {ln}" if is_se else f"NVTX · thread {t & 0xFFFFFF}"
-                  for is_se, ln, t in zip(se.tolist(), lane.tolist(), n["global_tid"].tolist())]  # one name per range row
+        # push/pop ranges nest per thread and domain, not across domains: one track per (thread, domain)
+        domains = n["domain"].tolist() if "domain" in n else [None] * len(n)
+        names_ = [f"NVTX · start/end ranges · lane {ln}" if is_se else f"NVTX · thread {t & 0xFFFFFF}" + (f" · {d}" if pd.notna(d) else "")
+                  for is_se, ln, t, d in zip(se.tolist(), lane.tolist(), n["global_tid"].tolist(), domains)]  # one name per range row
         tid = np.array([T.get(gpu(r) + (nm,), "slice", 1) for r, nm in zip(n["rank"], names_)])
         parts.append(pd.DataFrame({"track_id": tid, "name": n["name"].astype(str), "start_ns": n["start_ns"].astype(float), "end_ns": n["end_ns"].astype(float)}))
     slices = run.probe_slices()

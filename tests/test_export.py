@@ -167,3 +167,14 @@ def test_overlapping_start_end_nvtx_ranges_get_lanes():
     got = {n: names[t] for n, t in zip(tl.spans["name"], tl.spans["track_id"])}
     # a and b overlap partially (start/end ranges): two lanes; c is a push/pop range on its thread
     assert got == {"a": "NVTX · start/end ranges · lane 0", "b": "NVTX · start/end ranges · lane 1", "c": "NVTX · thread 7"}
+
+
+def test_epoch_is_unknown_without_utc_starts_and_ignores_missing_ones():
+    """An export without the session's UTC start has no epoch (None, not a cast of NaN); rows
+    without a UTC start do not enter the median of the others."""
+    import pandas as pd
+    from xstage_trace.reports.trace_model import _epoch
+    none_known = pd.DataFrame({"start_ns": [10, 20], "start_utc_ns": pd.array([None, None], dtype="Int64")})
+    assert _epoch(none_known) is None
+    some = pd.DataFrame({"start_ns": [10, 20, 30], "start_utc_ns": pd.array([1_010, None, 1_030], dtype="Int64")})
+    assert _epoch(some) == 1_000

@@ -319,7 +319,9 @@ def test_flux_recipe_on_fixture_patches_only_the_scatter_visitor(tmp_path: Path)
     assert snapshot(root) == before
 
 
-def test_megamoe_recipe_on_fixture_brackets_mma_epilogue_and_nvlink_barrier(tmp_path: Path):
+@pytest.fixture
+def mm_tree(tmp_path: Path) -> Path:
+    """A DeepGEMM-shaped tree for the sm_100 Mega MoE recipe: its fixture kernel, the sm_90 launcher shape."""
     root = tmp_path / "deepgemm"
     kernel = (FIX / "deepgemm_megamoe" / "kernel.cuh.in").read_text()
     launcher = (FIX / "deepgemm_sm90" / "launcher.hpp.in").read_text()
@@ -331,6 +333,11 @@ def test_megamoe_recipe_on_fixture_brackets_mma_epilogue_and_nvlink_barrier(tmp_
         la.parent.mkdir(parents=True, exist_ok=True)
         la.write_text(launcher.replace("KERNEL", stem))
     shutil.copy(FIX / "deepgemm_sm90" / "python_api.cpp", root / "csrc" / "python_api.cpp")
+    return root
+
+
+def test_megamoe_recipe_on_fixture_brackets_mma_epilogue_and_nvlink_barrier(mm_tree: Path):
+    root = mm_tree
     before = snapshot(root)
     results = engine.locate(get("deepgemm-megamoe"), root)
     assert [r.describe() for r in results if isinstance(r, Drift)] == []
@@ -348,3 +355,23 @@ def test_megamoe_recipe_on_fixture_brackets_mma_epilogue_and_nvlink_barrier(tmp_
     assert order == sorted(order)
     engine.revert(get("deepgemm-megamoe"), root)
     assert snapshot(root) == before
+
+
+REPO = Path(__file__).resolve().parents[1]
+PROBE_HEADER = "instrument/include/xstage/probe.cuh"
+
+
+@pytest.mark.parametrize("target, tree", [("deepgemm-sm90", "dg_tree"), ("deepgemm-megamoe", "mm_tree")])
+def test_inserted_probe_header_is_the_one_at_head(target: str, tree: str, request):
+    """The probe.cuh copy a recipe puts into deep_gemm/include is byte for byte the project's header,
+    in the working tree and (in a git checkout, as CI's clean clone) at HEAD."""
+    root = request.getfixturevalue(tree)
+    recipe = get(target)
+    copies = [f.dest for f in recipe.added if f.source == engine.PROBE_SOURCE]
+    assert len(copies) == 1
+    assert cli("instrument", "apply", "--target", target, "--src", str(root)).returncode == 0
+    inserted = (root / copies[0]).read_bytes()
+    assert inserted == (REPO / PROBE_HEADER).read_bytes()
+    head = subprocess.run(["git", "-C", str(REPO), "show", f"HEAD:{PROBE_HEADER}"], capture_output=True)
+    if head.returncode == 0:  # a checkout with history (not an installed copy of the tests)
+        assert inserted == head.stdout, f"{PROBE_HEADER} differs from HEAD: commit it before staging a recipe run"

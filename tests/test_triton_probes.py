@@ -30,9 +30,9 @@ from xstage_trace.instrument.recipes import flux_triton as recipe  # noqa: E402
 TARGET = GPUTarget("cuda", 90, 32)
 
 
-def _tag(event: int, kind: int, capacity: int = 8) -> int:
+def _tag(event: int, kind: int) -> int:
     """The immediate the record PTX or-s into the high word of clock64."""
-    (imm,) = re.findall(r"or\.b32 xp_hi, xp_hi, (\d+);", xp._record_asm(event, kind, capacity))
+    (imm,) = re.findall(r"or\.b32 xp_hi, xp_hi, (\d+);", xp._record_asm(event, kind))
     return int(imm)
 
 
@@ -50,6 +50,17 @@ def test_record_tag_puts_event_in_bits_48_to_55_and_kind_in_56_57():
         assert _tag(event, kind) << 32 == (event << 48) | (kind << 56)
 
 
+def test_span_pair_block_writes_begin_end_of_each_event_in_consecutive_slots():
+    asm = xp._span_pair_asm((5, 9))
+    tags = [int(t) for t in re.findall(r"or\.b32 xp_hi, xp_hi, (\d+);", asm)]
+    assert [t << 32 for t in tags] == [(5 << 48) | (1 << 56), (5 << 48) | (2 << 56), (9 << 48) | (1 << 56), (9 << 48) | (2 << 56)]
+    stores = re.findall(r"st\.global\.cs\.v4\.u32 \[\$1\+(\d+)\], \{xp_lo, xp_hi, \$6, (\S+)\}", asm)
+    # 16-byte records in consecutive slots; begin records carry payload 0, the ends $7 and $8
+    assert stores == [("0", "0"), ("16", "$7"), ("32", "0"), ("48", "$8")]
+    clocks = re.findall(r"mov\.b64 \{xp_lo, xp_hi\}, \$(\d);", asm)
+    assert clocks == ["2", "3", "4", "5"]
+
+
 def test_anchor_stores_land_on_the_slice_meta_fields_of_the_format():
     f = SLICE_DTYPE.fields
     assert _anchor_offsets(False) == {"smid": f["smid_open"][1], "pair": f["gt_open"][1]}
@@ -58,54 +69,32 @@ def test_anchor_stores_land_on_the_slice_meta_fields_of_the_format():
     assert f["closed"][1] == f["count"][1] + 4 and f["clk_close"][1] == f["gt_close"][1] + 8
 
 
+def test_stamped_record_takes_its_clock_from_the_stamp_read_at_the_probe_point():
+    # operands of the stamped record: $1 slot address, $2 the stamp, $3 tile, $4 payload
+    asm = xp._record_asm(3, 2, stamped=True)
+    assert "%clock64" not in asm and "mov.u64 xp_c, $2;" in asm
+    assert "st.global.cs.v4.u32 [$1], {xp_lo, xp_hi, $3, $4};" in asm
+    assert xp._STAMP_ASM == "mov.u64 $0, %clock64;"  # the stamp: clock64 into the builtin's 64-bit result
+    immediate = xp._record_asm(3, 2)
+    assert "mov.u64 xp_c, %clock64;" in immediate and "st.global.cs.v4.u32 [$1], {xp_lo, xp_hi, $2, $3};" in immediate
+
+
 def test_probe_rejects_event_ids_and_kinds_outside_the_format():
     with pytest.raises(ValueError):
-        xp._record_asm(256, 1, 8)
+        xp._record_asm(256, 1)
     with pytest.raises(ValueError):
-        xp._record_asm(0, 3, 8)
+        xp._record_asm(0, 3)
     with pytest.raises(ValueError):
-        xp._record_asm(0, 1, 8, per_tile=4, k=4, num_programs=132)
-
-
-def _slot_arithmetic(capacity: int) -> tuple[int, int]:
-    """(clamp, slots per slice) as the record PTX computes its slot: min(slot, clamp), then
-    slice · (slots per slice) + slot."""
-    asm = xp._record_asm(0, 1, capacity)
-    (clamp,) = re.findall(r"min\.u32 xp_i, xp_i, (\d+);", asm)
-    (stride,) = re.findall(r"mad\.lo\.u32 xp_s, xp_s, (\d+), xp_i;", asm)
-    return int(clamp), int(stride)
+        xp._span_pair_asm((0, 256))
 
 
 def test_record_store_is_predicated_on_thread_0_alone():
     # a slot test in the store's predicate changes the K loop of a persistent GEMM (docs/triton-probes.md)
-    for asm in (xp._record_asm(0, 1, 8), xp._record_asm(0, 1, 8, per_tile=4, k=1, num_programs=132)):
+    for asm in (xp._record_asm(0, 1), xp._record_asm(0, 1, stamped=True), xp._span_pair_asm((0, 1))):
         stores = [line for line in asm.splitlines() if "st.global" in line]
-        assert stores == ["@xp_p st.global.cs.v4.u32 [xp_r], {xp_lo, xp_hi, $3, $4};"]
+        assert stores and all(line.startswith("@xp_p st.global.cs.v4.u32 [$1") for line in stores)
         assert re.findall(r"(?:setp|and\.pred|or\.pred|selp)\S* xp_p\b.*", asm) == ["setp.eq.u32 xp_p, xp_t, 0;"]
         assert "mov.u32 xp_t, %tid.x;" in asm
-
-
-def test_records_past_the_capacity_go_to_a_spare_slot_the_dump_leaves_out(tmp_path):
-    capacity, n_slices = 4, 3
-    clamp, stride = _slot_arithmetic(capacity)
-    assert clamp == capacity and stride == capacity + xp.SPARE_SLOTS
-    device = np.zeros((n_slices * stride, 2), np.int64)  # the device array, as TraceBuffer allocates it
-    counts = [6, 4, 1]  # slice 0 overflows by 2, slice 1 is exactly full
-    for s, n in enumerate(counts):
-        for i in range(n):  # the record PTX's address arithmetic, then its 16-byte store
-            device[s * stride + min(i, clamp)] = [(_tag(0, 1) << 32) | (1000 + 10 * i), (100 * s + i) | (i << 32)]
-    meta = np.zeros((n_slices, 6), np.int64)
-    meta[:, 0] = np.array(counts) | (1 << 32)
-    meta[:, 2:6] = [10**9, 1000, 10**9 + 100_000, 1000 + 173_000]
-    words = xp.stored_records(device.reshape(-1), n_slices, capacity)
-    assert words.size == n_slices * capacity * 2
-    path = xp.write_dump(tmp_path / "s.xsp", meta.reshape(-1), words, capacity, ["mainloop"], gpu_name="g", sm_count=3,
-                         sm_clock_khz=1_980_000)
-    d = decode_probe_dump(path, allow_overflow=True)
-    r = d.records.to_pandas()
-    assert list(r["tile"]) == [0, 1, 2, 3, 100, 101, 102, 103, 200]  # the first `capacity` records of each slice, in order
-    assert list(r["payload"]) == [0, 1, 2, 3, 0, 1, 2, 3, 0]
-    assert d.slices.to_pandas()["records_dropped"].tolist() == [2, 0, 0]
 
 
 def _words(records_per_slice, capacity, gt_open, clk_open, span_ns, span_cyc, smid):
@@ -252,6 +241,41 @@ def test_probes_switched_on_emit_one_store_per_record_and_two_anchors(gemm_build
     assert ptx.count("st.global.cs.v4.u32") == 4
     assert ptx.count("%globaltimer") == 2
     assert ptx.count("%clock64") == 6
+
+
+def test_tiles_past_the_capacity_go_to_spare_slots_the_dump_leaves_out(gemm_builds, tmp_path):
+    ptx = gemm_builds[2].asm["ptx"]  # gemm_instrumented, TRACE_CAP = 32: one span-pair block of 4 records per tile
+    # the slot arithmetic as compiled: slice base = records + slice · stride (bytes); the tile's first
+    # slot (tile / P) · 4 clamped to the capacity; the block's stores at +0, +16, +32, +48
+    # (the GEMM's own mad.wide multiply by the 2-byte element size)
+    (stride_bytes,) = {int(x) for x in re.findall(r"mad\.wide\.s32\s+%rd\d+, %r\d+, (\d+), %rd\d+;", ptx)} - {2}
+    (clamp,) = {int(x) for x in re.findall(r"min\.u32\s+%r\d+, %r\d+, (\d+);", ptx)}
+    offsets = [int(x) for x in re.findall(r"st\.global\.cs\.v4\.u32 \[%rd\d+\+(\d+)\]", ptx)]
+    capacity = 32
+    assert clamp == capacity and stride_bytes == (capacity + xp.SPARE_SLOTS) * 16 and offsets == [0, 16, 32, 48]
+    stride = stride_bytes // 16
+    n_slices, tiles_per_slice = 3, [9, 8, 1]  # slice 0 overflows by one tile, slice 1 is exactly full
+    device = np.zeros((n_slices * stride, 2), np.int64)  # the device array, as TraceBuffer allocates it
+    for s, n in enumerate(tiles_per_slice):
+        for i in range(n):
+            first = min(4 * i, clamp)
+            for j, off in enumerate(offsets):
+                device[s * stride + first + off // 16] = [(_tag(j // 2, 1 + j % 2) << 32) | (1000 + 10 * i + j),
+                                                         (100 * s + i) | (j << 32)]
+    meta = np.zeros((n_slices, 6), np.int64)
+    meta[:, 0] = 4 * np.array(tiles_per_slice) | (1 << 32)  # probe_close_tiles' count: tiles × 4
+    meta[:, 2:6] = [10**9, 1000, 10**9 + 100_000, 1000 + 173_000]
+    words = xp.stored_records(device.reshape(-1), n_slices, capacity)
+    assert words.size == n_slices * capacity * 2
+    path = xp.write_dump(tmp_path / "s.xsp", meta.reshape(-1), words, capacity, g.EVENT_NAMES, gpu_name="g", sm_count=3,
+                         sm_clock_khz=1_980_000)
+    d = decode_probe_dump(path, allow_overflow=True)
+    r = d.records.to_pandas()
+    # the first `capacity` records of each slice, in order: tiles 0..7 of slice 0, 100..107, then 200
+    assert list(r["tile"]) == [t for t in range(8) for _ in range(4)] + [100 + t for t in range(8) for _ in range(4)] + [200] * 4
+    assert list(r["event"].astype(str))[:4] == ["mainloop", "mainloop", "store", "store"]
+    assert list(r["kind"].astype(str))[:4] == ["begin", "end", "begin", "end"]
+    assert d.slices.to_pandas()["records_dropped"].tolist() == [4, 0, 0]
 
 
 def _mini_checkout(tmp_path):

@@ -39,7 +39,8 @@ def analyze(
     warmup_launches: int = typer.Option(0, "--warmup-launches", min=0, help="leave out the first N launches of each configuration from kernel times (for captures whose NVTX labels carry no trial=N)"),
     scheduler: Optional[str] = typer.Option(None, "--scheduler", help="run the per-dump work on Dask: local:N (N worker processes) or a scheduler address (docs/scale.md)"),
     force: bool = typer.Option(False, "--force", help="replace RUN_DIR when it is an earlier xstage-trace run folder (never anything else)"),
-    nvtx: Optional[str] = typer.Option(None, "--nvtx", help="keep only the kernels launched under NVTX ranges of this name (or glob, e.g. '*schedule=wave*')"),
+    nvtx: Optional[str] = typer.Option(None, "--nvtx", help="keep only the kernels launched under NVTX ranges of this name (or glob, e.g. '*schedule=wave*'), in any domain unless --nvtx-domain names one"),
+    nvtx_domain: Optional[str] = typer.Option(None, "--nvtx-domain", help="only NVTX ranges of this domain (name or glob, e.g. xstage) count for --nvtx; alone: kernels under any range of the domain"),
 ):
     """Collect, align and analyze; write the run dataset and print a summary."""
     from xstage_trace.collectors.pairing import parse_rank_overrides
@@ -53,7 +54,7 @@ def analyze(
     try:
         summary = analyze_inputs(inputs, output, nsys=nsys, calibration=calibration, allow_overflow=allow_overflow, progress=start,
                                  rank_overrides=overrides, warmup_launches=warmup_launches, force=force,
-                                 scheduler=scheduler, nvtx=nvtx)
+                                 scheduler=scheduler, nvtx=nvtx, nvtx_domain=nvtx_domain)
     finally:
         if prog:
             prog.stop()

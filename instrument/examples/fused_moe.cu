@@ -11,9 +11,13 @@
 // Tiles come from a host-built global order (expert-wave or interleaved, docs/xstage-model.md §6);
 // CTA c takes global tiles c, c+P, c+2P, ... as a persistent scheduler does.
 //
-// Probes (<xstage/probe.cuh>): role 0 = MMA warp 0, role 1 = epilogue warp 4.
-//   slot_wait B/E, tile_info mark (kind | expert << 1 | wave << 16), mainloop B/E,
-//   rs B/E (remote-store span, payload bytes) or ls B/E (local store) per tile.
+// Probes (<xstage/probe.cuh>): role 0 = the MMA role (warp 0's slot wait and mainloop), role 1 = the
+// epilogue (its warp 0). Per tile: slot_wait B/E, tile_info mark (kind | expert << 1 | wave << 16),
+// mainloop B/E in role 0; rs B/E (remote-store span, payload bytes) or ls B/E (local store) in role 1.
+// The MMA warps only take timestamps (XSTAGE_STAMP into a shared-memory ring, no load and no global
+// store on their path: their operand loads keep the SM's memory pipeline full, so any load of theirs
+// waits behind it); the epilogue's writer lane writes both roles' records, the MMA role's after it has
+// released the tile's slot.
 //
 //   fused_moe --dest host|local|peer --shape S1|S2|S3|all --out DIR [--trials N] [--layout split|shared] [--no-dumps]
 //
@@ -48,8 +52,27 @@ constexpr int KMAX = 8192;        // deepest K of any tile
 constexpr int OPERAND_SETS = 4;   // distinct A/W operand sets (experts reuse them; L2-resident)
 constexpr int TILE_ELEMS = TILE_M * TILE_N;
 constexpr uint32_t TILE_OUT_BYTES = TILE_ELEMS * 2;  // bf16 output tile
-#if defined(XSTAGE_TRACE) && defined(FUSED_MMA_SMEM_PROBES)
-constexpr uint32_t MMA_TRACE_RECORDS = 256;  // staging area of the shared-memory-probe experiment
+#ifdef XSTAGE_TRACE
+// MMA-side timestamps per tile (ring entry i % STAMP_RING): the MMA role writes tile i's entry from the
+// start of tile i; the epilogue reads it after releasing tile i's slot and before releasing tile i+1's.
+// The MMA role cannot start tile i + STAMP_RING before the epilogue has released tile
+// i + STAMP_RING - 1 - SLOTS, so the entry is not overwritten while read when STAMP_RING >= SLOTS + 2.
+enum Stamp { ST_SLOT_WAIT_B = 0, ST_SLOT_WAIT_E = 1, ST_MAINLOOP_B = 2, ST_MAINLOOP_E = 3, ST_COUNT = 4 };
+constexpr int STAMP_RING = 4;
+static_assert(STAMP_RING >= SLOTS + 2, "an MMA stamp entry must outlive the epilogue's read of it");
+// The MMA role's five records of tile d from its stamps (st), written by the epilogue's writer lane.
+#define FUSED_XSTAGE_MMA_RECORDS(probe, st, d)                                                                 \
+  do {                                                                                                   \
+    XSTAGE_BEGIN_AT(probe, (st)[ST_SLOT_WAIT_B], EV_SLOT_WAIT, (d).id);                                  \
+    XSTAGE_END_AT(probe, (st)[ST_SLOT_WAIT_E], EV_SLOT_WAIT, (d).id);                                    \
+    XSTAGE_MARK_AT(probe, (st)[ST_SLOT_WAIT_E], EV_TILE_INFO, (d).id, (d).kind | ((d).expert << 1) | ((d).wave << 16)); \
+    XSTAGE_BEGIN_AT(probe, (st)[ST_MAINLOOP_B], EV_MAINLOOP, (d).id);                                    \
+    XSTAGE_END_AT(probe, (st)[ST_MAINLOOP_E], EV_MAINLOOP, (d).id);                                      \
+  } while (0)
+#else
+#define FUSED_XSTAGE_MMA_RECORDS(probe, st, d) \
+  do {                                   \
+  } while (0)
 #endif
 constexpr int OPK = 64, OPK_LD = OPK + 8;  // shared-memory operand block: K extent and padded row
 constexpr int SMEM_BYTES_GLOBAL_OPS = SLOTS * TILE_ELEMS * 4;
@@ -86,20 +109,6 @@ __device__ __forceinline__ void mainloop(Acc (&acc)[2][8], const __nv_bfloat16* 
     }
   }
 }
-
-#ifdef XSTAGE_TRACE
-// Field at byte offset `off` of descriptor t, read again at a probe site: the address is formed inside
-// the asm, so the traced build keeps neither tile fields nor a descriptor address live across the
-// mainloop just for its records (which would change the kernel's register allocation and schedule).
-#define PROBE_TILE_FIELD(tiles, t, field) probe_tile_field<offsetof(TileDesc, field)>((tiles), (t))
-template <int OFF>
-__device__ __forceinline__ uint32_t probe_tile_field(const TileDesc* tiles, int t) {
-  uint32_t v;
-  asm volatile("{\n.reg .u64 a;\nmad.wide.s32 a, %1, %3, %2;\nld.global.nc.u32 %0, [a+%4];\n}"
-               : "=r"(v) : "r"(t), "l"(tiles), "n"((int)sizeof(TileDesc)), "n"(OFF));
-  return v;
-}
-#endif
 
 __device__ __forceinline__ void named_barrier(int id, int count) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory");
@@ -147,8 +156,8 @@ __global__ void __launch_bounds__(THREADS, 1)
   __nv_bfloat16* Ws = As + TILE_M * OPK_LD;                                            // 128 x OPK (+pad): B col-major
   __shared__ int full_seq[SLOTS];
   __shared__ int empty_seq[SLOTS];
-#if defined(XSTAGE_TRACE) && defined(FUSED_MMA_SMEM_PROBES)
-  __shared__ xstage::Record mma_trace[MMA_TRACE_RECORDS];
+#ifdef XSTAGE_TRACE
+  __shared__ xstage::u32 mma_stamps[STAMP_RING][ST_COUNT];  // 64 bytes: fits the 128-byte static area as before
 #endif
   // Warp w runs on SM sub-partition w % 4. Layout "shared": MMA = warps 0-3, epilogue = 4-7 (each
   // sub-partition hosts one of each). Layout "split": MMA = warps {0,1,4,5}, epilogue = {2,3,6,7}
@@ -171,25 +180,18 @@ __global__ void __launch_bounds__(THREADS, 1)
   __syncthreads();
 
   if (is_mma) {
-#if defined(FUSED_MMA_SMEM_PROBES)   // overhead experiment: MMA records staged in shared memory (+2 % measured)
-    XSTAGE_PROBE_OPEN_SMEM(buf, 0, warp == 0, mma_trace, MMA_TRACE_RECORDS);
-#elif defined(FUSED_NO_MMA_PROBES)   // overhead experiment: no MMA-side records at all
-    XSTAGE_PROBE_OPEN_IF(buf, 0, false);
-#else  // default: streamed (evict-first) records; with the bulk-copy epilogue nothing congests them
-    XSTAGE_PROBE_OPEN_IF(buf, 0, warp == 0);
-#endif
+    XSTAGE_PROBE_OPEN_IF(buf, 0, warp == 0);  // the open anchor only: the epilogue's writer writes this slice
     int i = 0;
     TileDesc next = tiles[blockIdx.x < num_tiles ? blockIdx.x : 0];
     for (int t = blockIdx.x; t < num_tiles; t += gridDim.x, ++i) {
       const TileDesc d = next;  // prefetched during the previous mainloop: the wait below is only the wait
       if (t + (int)gridDim.x < num_tiles) next = tiles[t + gridDim.x];
       const int slot = i % SLOTS, use = i / SLOTS;
-      if (warp == 0) XSTAGE_BEGIN(EV_SLOT_WAIT, PROBE_TILE_FIELD(tiles, t, id));
+      if (warp == 0) XSTAGE_STAMP(&mma_stamps[i % STAMP_RING][ST_SLOT_WAIT_B]);
       while (ld_relaxed_smem(&empty_seq[slot]) < use) {  // WAR only: no data flows back, no fence
       }
-      if (warp == 0) XSTAGE_END(EV_SLOT_WAIT, PROBE_TILE_FIELD(tiles, t, id));
-      if (warp == 0) XSTAGE_MARK(EV_TILE_INFO, PROBE_TILE_FIELD(tiles, t, id), PROBE_TILE_FIELD(tiles, t, kind) | (PROBE_TILE_FIELD(tiles, t, expert) << 1) | (PROBE_TILE_FIELD(tiles, t, wave) << 16));
-      if (warp == 0) XSTAGE_BEGIN(EV_MAINLOOP, PROBE_TILE_FIELD(tiles, t, id));
+      if (warp == 0) XSTAGE_STAMP(&mma_stamps[i % STAMP_RING][ST_SLOT_WAIT_E]);
+      if (warp == 0) XSTAGE_STAMP(&mma_stamps[i % STAMP_RING][ST_MAINLOOP_B]);
       const int set = d.expert % OPERAND_SETS;
       const __nv_bfloat16* a = A + (size_t)set * TILE_M * KMAX + (size_t)(warp * 32) * KMAX;
       const __nv_bfloat16* w = W + (size_t)set * TILE_N * KMAX;
@@ -208,12 +210,14 @@ __global__ void __launch_bounds__(THREADS, 1)
 #pragma unroll
         for (int c = 0; c < 8; ++c) wmma::store_matrix_sync(s + r * 16 * TILE_N + c * 16, acc[r][c], TILE_N, wmma::mem_row_major);
       named_barrier(1, 32 * MMA_WARPS);
-      if (warp == 1 && lane == 0) st_release_smem(&full_seq[slot], use + 1);  // not the probe-writing lane
-      if (warp == 0) XSTAGE_END(EV_MAINLOOP, PROBE_TILE_FIELD(tiles, t, id));
+      if (warp == 1 && lane == 0) {
+        XSTAGE_STAMP(&mma_stamps[i % STAMP_RING][ST_MAINLOOP_E]);  // before the release: the epilogue reads it after
+        st_release_smem(&full_seq[slot], use + 1);
+      }
     }
-    if (warp == 0) XSTAGE_PROBE_CLOSE();
   } else {
     XSTAGE_PROBE_OPEN_IF(buf, 1, warp == 0);
+    XSTAGE_PROBE_ATTACH_AS(mma_probe, buf, 0, warp == 0);  // the MMA role's records, from its stamps
     const int et = warp * 32 + lane;  // 0..127
     int i = 0;
     for (int t = blockIdx.x; t < num_tiles; t += gridDim.x, ++i) {
@@ -249,6 +253,7 @@ __global__ void __launch_bounds__(THREADS, 1)
           asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
           st_relaxed_smem(&empty_seq[slot], use + 1);
           XSTAGE_END_P(remote ? EV_RS : EV_LS, d.id, TILE_OUT_BYTES);
+          FUSED_XSTAGE_MMA_RECORDS(mma_probe, mma_stamps[i % STAMP_RING], d);
         }
         continue;
       }
@@ -261,8 +266,10 @@ __global__ void __launch_bounds__(THREADS, 1)
       // is really released.
       if (et == 0) st_relaxed_smem(&empty_seq[slot], use + 1);
       if (warp == 0) XSTAGE_END_P(remote ? EV_RS : EV_LS, d.id, TILE_OUT_BYTES);
+      if (warp == 0) FUSED_XSTAGE_MMA_RECORDS(mma_probe, mma_stamps[i % STAMP_RING], d);
     }
     if (tma_epilogue && et == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");  // writes complete before exit
+    if (warp == 0) XSTAGE_PROBE_CLOSE_AS(mma_probe);
     if (warp == 0) XSTAGE_PROBE_CLOSE();
   }
 }

@@ -14,6 +14,19 @@
 //   XSTAGE_END_P(EV_RS, tile, bytes);      // end record carrying a payload
 //   XSTAGE_PROBE_CLOSE();                  // writes the record count and the end anchor
 //
+// A warp on the kernel's critical path that must not wait on any load or queue a global store (an
+// MMA warp whose operand loads keep the SM's memory pipeline full) only takes timestamps and hands
+// them over through shared memory; a writer off that path (e.g. the epilogue's writer lane) writes
+// the records, with those timestamps, into the slice of the role they belong to:
+//   __shared__ xstage::u32 stamps[4];               // declared under #ifdef XSTAGE_TRACE
+//   XSTAGE_PROBE_OPEN_IF(buf, 0, warp == 0);        // hot warp: opens its slice (the anchor precedes
+//   XSTAGE_STAMP(&stamps[0]);                       //   its stamps), then only stamps: clock64's low
+//                                                   //   32 bits -> shared memory, nothing else
+//   XSTAGE_PROBE_ATTACH_AS(mma, buf, 0, pred);      // writer: a named handle for role 0's slice
+//   XSTAGE_BEGIN_AT(mma, stamps[0], EV_MAINLOOP, tile);   // also XSTAGE_END_AT, XSTAGE_MARK_AT
+//   XSTAGE_PROBE_CLOSE_AS(mma);                     // the writer closes the slice (count, end anchor)
+// A stamp must be written out within 2^32 cycles (about 2 s).
+//
 // A role that must not issue global stores in its hot loop (an MMA warp whose operand loads share
 // the SM's memory pipeline with a congested remote-store epilogue) stages its records in shared
 // memory instead and writes them out when the staging area is full and at close:
@@ -113,6 +126,24 @@ __device__ __forceinline__ void store_record_cs(Record* dst, u64 ts_ev, u32 tile
                "r"((u32)ts_ev), "r"((u32)(ts_ev >> 32)), "r"(tile), "r"(payload));
 }
 
+// Slice metadata is written through asm too: a C++ store through a pointer the compiler cannot tell
+// apart from the kernel's read-only inputs would stop it from reading those through the
+// non-coherent (ld.global.nc) path, a change to the kernel's own loads.
+__device__ __forceinline__ void store_meta_u32(u32* dst, u32 v) {
+  asm volatile("st.global.u32 [%0], %1;" ::"l"(dst), "r"(v));
+}
+__device__ __forceinline__ void store_meta_u64(u64* dst, u64 v) {
+  asm volatile("st.global.u64 [%0], %1;" ::"l"(dst), "l"(v));
+}
+
+// The low 32 bits of clock64 into shared memory (XSTAGE_STAMP): one clock read and one shared store,
+// no load, no global store, nothing the kernel's own code waits for. 32 bits keep a kernel's stamp
+// area small; the writer restores the high bits from its own later clock read (Probe::put_stamp).
+__device__ __forceinline__ void stamp_smem(u32* dst) {
+  const u64 c = clock_cycles();
+  asm volatile("st.shared.u32 [%0], %1;" ::"r"((u32)__cvta_generic_to_shared(dst)), "r"((u32)c));
+}
+
 // The probe handle of one writer warp. What it carries through the kernel's loops is one register:
 // n, the records attempted, with kSilent set on lanes that do not write (so "writer" needs no register
 // of its own and the capacity test n < capacity also rejects them). The buffer's fields are the kernel
@@ -132,22 +163,30 @@ struct Probe {
   __device__ __forceinline__ SliceMeta* meta() const { return b.meta + slice(); }
   __device__ __forceinline__ bool writer() const { return (n & kSilent) == 0; }
 
-  __device__ __forceinline__ void open(const DeviceBuffer& buf, u32 r, bool enabled = true,
-                                       Record* smem_stage = nullptr, u32 smem_records = 0,
-                                       bool elected_lane = false) {
+  // The handle of the slice's writer, without the open anchor (XSTAGE_PROBE_ATTACH_AS: the slice is
+  // opened by the thread whose stamps it will hold).
+  __device__ __forceinline__ bool attach(const DeviceBuffer& buf, u32 r, bool enabled = true,
+                                         Record* smem_stage = nullptr, u32 smem_records = 0,
+                                         bool elected_lane = false) {
     b = buf; role = r;
     stage = smem_stage;
     stage_cap = smem_records;
     flushed = 0;
     const bool w = enabled && (elected_lane || (threadIdx.x & 31) == 0) && slice() < b.num_slices && b.meta != nullptr;
     n = w ? 0u : kSilent;
-    if (w) {
+    return w;
+  }
+
+  __device__ __forceinline__ void open(const DeviceBuffer& buf, u32 r, bool enabled = true,
+                                       Record* smem_stage = nullptr, u32 smem_records = 0,
+                                       bool elected_lane = false) {
+    if (attach(buf, r, enabled, smem_stage, smem_records, elected_lane)) {
       const u64 g = globaltimer_ns();
       const u64 c = clock_cycles();
       SliceMeta* m = meta();
-      m->smid_open = smid();
-      m->gt_open = g;
-      m->clk_open = c;
+      store_meta_u32(&m->smid_open, smid());
+      store_meta_u64(&m->gt_open, g);
+      store_meta_u64(&m->clk_open, c);
     }
   }
   __device__ __forceinline__ Record* rec(u32 i) const { return b.records + (u64)slice() * b.capacity + i; }
@@ -163,7 +202,17 @@ struct Probe {
   }
 
   __device__ __forceinline__ void put(u32 event, u32 kind, u32 tile, u32 payload) {
-    const u64 c = clock_cycles();
+    put_at(clock_cycles(), event, kind, tile, payload);
+  }
+
+  // A record whose timestamp was taken earlier by XSTAGE_STAMP (clock64's low 32 bits, less than 2^32
+  // cycles, 2 s, ago): the high bits are restored from this thread's clock now.
+  __device__ __forceinline__ void put_stamp(u32 stamp, u32 event, u32 kind, u32 tile, u32 payload) {
+    const u64 now = clock_cycles();
+    put_at(now - (u32)((u32)now - stamp), event, kind, tile, payload);
+  }
+
+  __device__ __forceinline__ void put_at(u64 c, u32 event, u32 kind, u32 tile, u32 payload) {
     const u64 ts_ev = (c & 0xFFFFFFFFFFFFull) | ((u64)(event & 0xFF) << 48) | ((u64)(kind & 0x3) << 56);
     if (stage != nullptr) {
       if (n - flushed == stage_cap) flush();
@@ -180,11 +229,11 @@ struct Probe {
       const u64 g = globaltimer_ns();
       const u64 c = clock_cycles();
       SliceMeta* m = meta();
-      m->smid_close = smid();
-      m->gt_close = g;
-      m->clk_close = c;
-      m->count = n;
-      m->closed = 1;
+      store_meta_u32(&m->smid_close, smid());
+      store_meta_u64(&m->gt_close, g);
+      store_meta_u64(&m->clk_close, c);
+      store_meta_u32(&m->count, n);
+      store_meta_u32(&m->closed, 1u);
     }
   }
 };
@@ -213,6 +262,16 @@ struct Probe {
 #define XSTAGE_MARK(event, tile, payload) \
   xstage_probe_.put((event), ::xstage::kKindMark, (tile), (::xstage::u32)(payload))
 #define XSTAGE_PROBE_CLOSE() xstage_probe_.close()
+// Timestamps handed over through shared memory, and records written with them (see the top).
+#define XSTAGE_STAMP(smem_u32_ptr) ::xstage::stamp_smem(smem_u32_ptr)
+#define XSTAGE_PROBE_ATTACH_AS(name, buf, role, pred) \
+  ::xstage::Probe name;                               \
+  name.attach((buf), (role), (pred))
+#define XSTAGE_BEGIN_AT(name, stamp, event, tile) name.put_stamp((stamp), (event), ::xstage::kKindBegin, (tile), 0u)
+#define XSTAGE_END_AT(name, stamp, event, tile) name.put_stamp((stamp), (event), ::xstage::kKindEnd, (tile), 0u)
+#define XSTAGE_MARK_AT(name, stamp, event, tile, payload) \
+  name.put_stamp((stamp), (event), ::xstage::kKindMark, (tile), (::xstage::u32)(payload))
+#define XSTAGE_PROBE_CLOSE_AS(name) name.close()
 
 #else  // probes compiled out: no code, no clock reads, arguments not evaluated
 
@@ -242,6 +301,24 @@ struct Probe {
   } while (0)
 #define XSTAGE_PROBE_CLOSE() \
   do {                       \
+  } while (0)
+#define XSTAGE_STAMP(smem_u32_ptr) \
+  do {                             \
+  } while (0)
+#define XSTAGE_PROBE_ATTACH_AS(name, buf, role, pred) \
+  do {                                                \
+  } while (0)
+#define XSTAGE_BEGIN_AT(name, stamp, event, tile) \
+  do {                                            \
+  } while (0)
+#define XSTAGE_END_AT(name, stamp, event, tile) \
+  do {                                          \
+  } while (0)
+#define XSTAGE_MARK_AT(name, stamp, event, tile, payload) \
+  do {                                                    \
+  } while (0)
+#define XSTAGE_PROBE_CLOSE_AS(name) \
+  do {                              \
   } while (0)
 
 #endif  // XSTAGE_TRACE

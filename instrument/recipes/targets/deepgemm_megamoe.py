@@ -4,11 +4,9 @@ the peer ranks over NVLink) and the NVLink barrier."""
 
 from __future__ import annotations
 
-from xstage_trace.instrument.recipes.model import AddedFile, Anchor, Event, Recipe, Switch
-from xstage_trace.instrument.recipes.targets.deepgemm_sm90 import UPSTREAM
-
-_IMPLS = "deep_gemm/include/deep_gemm/impls"
-_LAUNCH = "csrc/jit_kernels/impls"
+from xstage_trace.instrument.recipes.deepgemm_common import (IMPLS as _IMPLS, UPSTREAM, added_files, jit_flags, kernel_param_anchor,
+                                                            launcher_anchors, python_api_anchors, switch)
+from xstage_trace.instrument.recipes.model import Anchor, Event, Recipe
 _NS = "::xstage::megamoe"
 _TILE = f"{_NS}::tile_id(m_block_idx, n_block_idx)"
 _MMA = r"warp_idx == kNumDispatchWarps \+ 2\)"
@@ -21,9 +19,7 @@ def _anchors(key: str, stem: str) -> list[Anchor]:
     return [
         Anchor(f"{key}.include", f, r"^#include\s*<deep_gemm/scheduler/mega_moe\.cuh>\n", "after",
                "#include <deep_gemm/xstage_megamoe/trace.cuh>", "#include <deep_gemm/scheduler/mega_moe.cuh>"),
-        Anchor(f"{key}.param", f, rf"\b{stem}_impl\((?:[^()]|\([^()]*\))*?(?P<at>)\)\s*\{{", "replace",
-               ", const ::xstage::DeviceBuffer xstage_buf",
-               f"{stem}_impl(void* y, ..., const __grid_constant__ cute::TmaDescriptor tensor_map_l2_weights_sf) {{"),
+        kernel_param_anchor(key, stem, f"{stem}_impl(void* y, ..., const __grid_constant__ cute::TmaDescriptor tensor_map_l2_weights_sf) {{"),
         Anchor(f"{key}.mma_open", f, r"^[ \t]*if \(is_leader_cta\) \{\n", "after",
                f"XSTAGE_PROBE_OPEN(xstage_buf, {_NS}::kRoleMma);", "if (is_leader_cta) {",
                after=_MMA, until=r"make_instr_desc", indent=4),
@@ -62,11 +58,8 @@ def _anchors(key: str, stem: str) -> list[Anchor]:
                r"^[ \t]*comm::nvlink_barrier<kNumRanks, kNumSMs, kNumEpilogueThreads,\n[\s\S]*?\n[ \t]*\);\n", "after",
                f"XSTAGE_END({_NS}::kEvNvlinkBarrier, 0u);\nXSTAGE_PROBE_CLOSE();",
                "comm::nvlink_barrier<...>(\n    workspace, sym_buffer, sm_idx, epilogue_thread_idx, ...\n);", after=_EPI),
-        Anchor(f"{key}.launch_include", f"{_LAUNCH}/{stem}.hpp", r'^#include\s*"runtime_utils\.hpp"\n', "after",
-               '#include "../../xstage/megamoe_trace_buffer.hpp"', '#include "runtime_utils.hpp"'),
-        Anchor(f"{key}.launch_arg", f"{_LAUNCH}/{stem}.hpp",
-               r"\blaunch_kernel\(kernel,\s*config,(?:[^()]|\([^()]*\))*?(?P<at>)\)\);", "replace",
-               ", xstage_trace_megamoe::current()", "DG_CUDA_UNIFIED_CHECK(launch_kernel(kernel, config, ...));"),
+        *launcher_anchors(key, stem, "megamoe_trace_buffer.hpp", "xstage_trace_megamoe",
+                          "DG_CUDA_UNIFIED_CHECK(launch_kernel(kernel, config, ...));"),
     ]
 
 
@@ -86,25 +79,11 @@ RECIPE = Recipe(
         Event(3, "nvlink_barrier", "span", "epilogue", "", "grid sync + cross-rank signal before the combine"),
     ),
     anchors=tuple(a for k in (("fp8_fp4", "sm100_fp8_fp4_mega_moe"), ("bf16", "sm100_bf16_mega_moe"))
-                  for a in _anchors(*k)) + (
-        Anchor("python_api.include", "csrc/python_api.cpp", r'^#include\s*"apis/runtime\.hpp"\n', "after",
-               '#include "xstage/megamoe_trace_buffer.hpp"', '#include "apis/runtime.hpp"'),
-        Anchor("python_api.register", "csrc/python_api.cpp", r"^[ \t]*deep_gemm::runtime::register_apis\(m\);\n", "after",
-               "deep_gemm::xstage_trace_megamoe::register_apis(m);", "deep_gemm::runtime::register_apis(m);"),
-    ),
-    added=(
-        AddedFile("deep_gemm/include/deep_gemm/xstage_megamoe/probe.cuh", "<xstage/probe.cuh>"),
-        AddedFile("deep_gemm/include/deep_gemm/xstage_megamoe/trace.cuh",
-                  "deepgemm-megamoe/deep_gemm/include/deep_gemm/xstage_megamoe/trace.cuh"),
-        AddedFile("csrc/xstage/megamoe_trace_buffer.hpp", "deepgemm-megamoe/csrc/xstage/megamoe_trace_buffer.hpp"),
-    ),
-    switch=Switch("deep_gemm/include/deep_gemm/xstage_megamoe/config.cuh",
-                  "#pragma once\n// Written by `xstage-trace instrument apply`: probes compiled in.\n"
-                  "#ifndef XSTAGE_TRACE\n#define XSTAGE_TRACE 1\n#endif\n",
-                  "#pragma once\n// Written by `xstage-trace instrument apply --no-trace`: probes compiled out;\n"
-                  "// the kernels keep their xstage::DeviceBuffer argument.\n"),
+                  for a in _anchors(*k)) + python_api_anchors("megamoe_trace_buffer.hpp", "xstage_trace_megamoe"),
+    added=added_files("deepgemm-megamoe", "xstage_megamoe", "trace.cuh", "megamoe_trace_buffer.hpp"),
+    switch=switch("xstage_megamoe"),
     conflicts=("deepgemm-sm90",),
-    flags={"DG_JIT_CACHE_DIR": "$HOME/.deep_gemm-xstage-megamoe", "DG_JIT_PRINT_COMPILER_COMMAND": "1"},
+    flags=jit_flags("$HOME/.deep_gemm-xstage-megamoe"),
     build_notes=(
         "sm_100 only (csrc/apis/mega.hpp accepts arch 10). The switch is deep_gemm/include/deep_gemm/xstage_megamoe/"
         "config.cuh (apply --trace / --no-trace); rebuild and reinstall the package once for the patched launchers. "

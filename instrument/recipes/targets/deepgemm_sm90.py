@@ -3,13 +3,9 @@ contiguous/masked run through the same three kernels)."""
 
 from __future__ import annotations
 
-from xstage_trace.instrument.recipes.model import AddedFile, Anchor, Event, Recipe, Switch, Upstream
-
-UPSTREAM = Upstream("deepseek-ai/DeepGEMM", "54e22612409371d6364144b69086735beb54e98b", "2026-06-23",
-                    "Multiple updates and refactorings (#364)")
-
-_IMPLS = "deep_gemm/include/deep_gemm/impls"
-_LAUNCH = "csrc/jit_kernels/impls"
+from xstage_trace.instrument.recipes.deepgemm_common import (IMPLS as _IMPLS, UPSTREAM, added_files, jit_flags, kernel_param_anchor,
+                                                            launcher_anchors, python_api_anchors, switch)
+from xstage_trace.instrument.recipes.model import Anchor, Event, Recipe
 _DEALLOC = r"warpgroup_reg_dealloc<\s*kNumTMARegisters\s*>\(\);"
 _ALLOC = r"warpgroup_reg_alloc<\s*kNumMathRegisters\s*>\(\);"
 _TILE = "::xstage::dg::tile_id(m_block_idx, n_block_idx)"
@@ -27,9 +23,7 @@ def _kernel_anchors(key: str, stem: str, tile_bytes: str) -> list[Anchor]:
     return [
         Anchor(f"{key}.include", f, r"^#include\s*<deep_gemm/scheduler/gemm\.cuh>\n", "after",
                "#include <deep_gemm/xstage/sm90_trace.cuh>", "#include <deep_gemm/scheduler/gemm.cuh>"),
-        Anchor(f"{key}.param", f, rf"\b{stem}_impl\((?:[^()]|\([^()]*\))*?(?P<at>)\)\s*\{{", "replace",
-               ", const ::xstage::DeviceBuffer xstage_buf",
-               f"{stem}_impl(..., const __grid_constant__ cute::TmaDescriptor tensor_map_d) {{"),
+        kernel_param_anchor(key, stem, f"{stem}_impl(..., const __grid_constant__ cute::TmaDescriptor tensor_map_d) {{"),
         Anchor(f"{key}.producer_open", f,
                r"^[ \t]*if\s*\(warp_idx == kNumMathThreads / 32(?: \+ 2)? and cute::elect_one_sync\(\)\)\s*\{\n",
                "after", "XSTAGE_PROBE_OPEN_ELECTED(xstage_buf, ::xstage::dg::kRoleProducer);",
@@ -61,11 +55,8 @@ def _kernel_anchors(key: str, stem: str, tile_bytes: str) -> list[Anchor]:
                "cute::tma_store_arrive();\n}\n__syncwarp();"),
         Anchor(f"{key}.math_close", f, r"^[ \t]*__syncwarp\(\);\n[ \t]*\}\n(?=[ \t]*\}\n#else)", "after",
                "XSTAGE_PROBE_CLOSE();", "__syncwarp();\n}\n}\n#else"),
-        Anchor(f"{key}.launch_include", f"{_LAUNCH}/{stem}.hpp", r'^#include\s*"runtime_utils\.hpp"\n', "after",
-               '#include "../../xstage/trace_buffer.hpp"', '#include "runtime_utils.hpp"'),
-        Anchor(f"{key}.launch_arg", f"{_LAUNCH}/{stem}.hpp",
-               r"\blaunch_kernel\(kernel,\s*config,(?:[^()]|\([^()]*\))*?(?P<at>)\)\);", "replace",
-               ", xstage_trace::current()", "DG_CUDA_UNIFIED_CHECK(launch_kernel(kernel, config, ..., args.tensor_map_d));"),
+        *launcher_anchors(key, stem, "trace_buffer.hpp", "xstage_trace",
+                          "DG_CUDA_UNIFIED_CHECK(launch_kernel(kernel, config, ..., args.tensor_map_d));"),
     ]
 
 
@@ -85,25 +76,11 @@ RECIPE = Recipe(
               "accumulators to shared memory (STSM) and TMA store issued; completion shows as the next store_wait"),
         Event(3, "schedule", "mark", "producer", "group index", "the producer took tile (m<<16|n): scheduler order"),
     ),
-    anchors=tuple(a for k in _KERNELS for a in _kernel_anchors(*k)) + (
-        Anchor("python_api.include", "csrc/python_api.cpp", r'^#include\s*"apis/runtime\.hpp"\n', "after",
-               '#include "xstage/trace_buffer.hpp"', '#include "apis/runtime.hpp"'),
-        Anchor("python_api.register", "csrc/python_api.cpp", r"^[ \t]*deep_gemm::runtime::register_apis\(m\);\n", "after",
-               "deep_gemm::xstage_trace::register_apis(m);", "deep_gemm::runtime::register_apis(m);"),
-    ),
-    added=(
-        AddedFile("deep_gemm/include/deep_gemm/xstage/probe.cuh", "<xstage/probe.cuh>"),
-        AddedFile("deep_gemm/include/deep_gemm/xstage/sm90_trace.cuh",
-                  "deepgemm-sm90/deep_gemm/include/deep_gemm/xstage/sm90_trace.cuh"),
-        AddedFile("csrc/xstage/trace_buffer.hpp", "deepgemm-sm90/csrc/xstage/trace_buffer.hpp"),
-    ),
-    switch=Switch("deep_gemm/include/deep_gemm/xstage/config.cuh",
-                  "#pragma once\n// Written by `xstage-trace instrument apply`: probes compiled in.\n"
-                  "#ifndef XSTAGE_TRACE\n#define XSTAGE_TRACE 1\n#endif\n",
-                  "#pragma once\n// Written by `xstage-trace instrument apply --no-trace`: probes compiled out;\n"
-                  "// the kernels keep their xstage::DeviceBuffer argument.\n"),
+    anchors=tuple(a for k in _KERNELS for a in _kernel_anchors(*k)) + python_api_anchors("trace_buffer.hpp", "xstage_trace"),
+    added=added_files("deepgemm-sm90", "xstage", "sm90_trace.cuh", "trace_buffer.hpp"),
+    switch=switch("xstage"),
     conflicts=("deepgemm-megamoe",),
-    flags={"DG_JIT_CACHE_DIR": "$HOME/.deep_gemm-xstage", "DG_JIT_PRINT_COMPILER_COMMAND": "1"},
+    flags=jit_flags("$HOME/.deep_gemm-xstage"),
     build_notes=(
         "The switch is deep_gemm/include/deep_gemm/xstage/config.cuh (apply --trace / --no-trace): DeepGEMM's JIT takes "
         "no extra compiler flags but hashes every <deep_gemm/...> header, so switching recompiles the kernels. "

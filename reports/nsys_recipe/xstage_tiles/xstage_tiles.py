@@ -21,7 +21,7 @@ class XstageTiles(recipe.Recipe):
     @staticmethod
     def _mapper_func(report_path, parsed_args, work_dir):
         return map_report(report_path, work_dir, dumps=parsed_args.dumps, calibration=parsed_args.calibration, nvtx=parsed_args.nvtx,
-                          warmup_launches=parsed_args.warmup_launches)
+                          nvtx_domain=parsed_args.nvtx_domain, warmup_launches=parsed_args.warmup_launches)
 
     def mapper_func(self, context):
         work_dir = self.add_output_file("runs")  # one run folder + report per input report
@@ -41,5 +41,6 @@ class XstageTiles(recipe.Recipe):
         parser.add_recipe_argument("--dumps", default=None, help="folder of the probe dumps (default: each report's folder)")
         parser.add_recipe_argument("--calibration", default=None, help="calibration JSON (xstage-trace calibrate fit) for the burst audit")
         parser.add_recipe_argument("--nvtx", default=None, help="only kernels under NVTX ranges of this name or glob")
+        parser.add_recipe_argument("--nvtx-domain", default=None, help="only ranges of this NVTX domain (name or glob), e.g. xstage")
         parser.add_recipe_argument("--warmup-launches", type=int, default=0, help="first launches of each configuration left out of its kernel-time trials")
         return parser
