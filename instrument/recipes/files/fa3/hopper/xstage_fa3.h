@@ -9,8 +9,10 @@
 // Here the writer is the consumer thread whose %tid.x is writer_tid (re-read at each record), the
 // record count is a field of FA3's SharedStorage (XSTAGE_FA3_SMEM_FIELD, in its pipeline storage: a
 // static __shared__ variable would shift the dynamic shared memory off the alignment FA3's TMA
-// tiles need) and the buffer is the kernel parameter's (constant bank); records and slice metadata
-// are probe.cuh's (docs/probe-format.md).
+// tiles need), read and written with ld.shared / st.shared at its 32-bit shared address (a volatile
+// C++ access went through a generic address, and the schedule changed again), and the buffer is
+// the kernel parameter's (constant bank); records and slice metadata are probe.cuh's
+// (docs/probe-format.md).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -56,6 +58,19 @@ __device__ __forceinline__ ::xstage::u32 tid_x() {
     return t;
 }
 
+// The record count in shared memory (its generic address converted once per access; no register held).
+__device__ __forceinline__ ::xstage::u32 load_count(::xstage::u32 const& count) {
+    const ::xstage::u32 a = static_cast<::xstage::u32>(__cvta_generic_to_shared(&count));
+    ::xstage::u32 v;
+    asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(a));
+    return v;
+}
+
+__device__ __forceinline__ void store_count(::xstage::u32& count, ::xstage::u32 v) {
+    const ::xstage::u32 a = static_cast<::xstage::u32>(__cvta_generic_to_shared(&count));
+    asm volatile("st.shared.u32 [%0], %1;" ::"r"(a), "r"(v));
+}
+
 __device__ __forceinline__ ::xstage::u32 slice_of(::xstage::DeviceBuffer const& b) {
     return ::xstage::ctaid_x() * b.roles_per_cta + kRoleConsumer;
 }
@@ -64,7 +79,7 @@ __device__ __forceinline__ bool is_writer(::xstage::DeviceBuffer const& b, ::xst
     return tid_x() == writer_tid && b.meta != nullptr && slice_of(b) < b.num_slices;
 }
 
-__device__ __forceinline__ void probe_open(::xstage::DeviceBuffer const& b, ::xstage::u32 writer_tid, volatile ::xstage::u32& count) {
+__device__ __forceinline__ void probe_open(::xstage::DeviceBuffer const& b, ::xstage::u32 writer_tid, ::xstage::u32& count) {
     if (!is_writer(b, writer_tid)) return;
     const ::xstage::u64 g = ::xstage::globaltimer_ns();
     const ::xstage::u64 c = ::xstage::clock_cycles();
@@ -72,22 +87,22 @@ __device__ __forceinline__ void probe_open(::xstage::DeviceBuffer const& b, ::xs
     m->smid_open = ::xstage::smid();
     m->gt_open = g;
     m->clk_open = c;
-    count = 0;
+    store_count(count, 0u);
 }
 
-__device__ __forceinline__ void probe_put(::xstage::DeviceBuffer const& b, ::xstage::u32 writer_tid, volatile ::xstage::u32& count,
+__device__ __forceinline__ void probe_put(::xstage::DeviceBuffer const& b, ::xstage::u32 writer_tid, ::xstage::u32& count,
                                           ::xstage::u32 event, ::xstage::u32 kind, ::xstage::u32 tile) {
     if (!is_writer(b, writer_tid)) return;
     const ::xstage::u64 c = ::xstage::clock_cycles();
-    const ::xstage::u32 i = count;
+    const ::xstage::u32 i = load_count(count);
     if (i < b.capacity) {
         const ::xstage::u64 ts_ev = (c & 0xFFFFFFFFFFFFull) | ((::xstage::u64)(event & 0xFF) << 48) | ((::xstage::u64)(kind & 0x3) << 56);
         ::xstage::store_record_cs(b.records + (::xstage::u64)slice_of(b) * b.capacity + i, ts_ev, tile, 0u);
     }
-    count = i + 1;
+    store_count(count, i + 1);
 }
 
-__device__ __forceinline__ void probe_close(::xstage::DeviceBuffer const& b, ::xstage::u32 writer_tid, volatile ::xstage::u32 const& count) {
+__device__ __forceinline__ void probe_close(::xstage::DeviceBuffer const& b, ::xstage::u32 writer_tid, ::xstage::u32 const& count) {
     if (!is_writer(b, writer_tid)) return;
     const ::xstage::u64 g = ::xstage::globaltimer_ns();
     const ::xstage::u64 c = ::xstage::clock_cycles();
@@ -95,12 +110,12 @@ __device__ __forceinline__ void probe_close(::xstage::DeviceBuffer const& b, ::x
     m->smid_close = ::xstage::smid();
     m->gt_close = g;
     m->clk_close = c;
-    m->count = count;
+    m->count = load_count(count);
     m->closed = 1;
 }
 
 // buf: the DeviceBuffer (kernel parameter), writer_tid: the writer's %tid.x, count: XSTAGE_FA3_SMEM_FIELD's field
-// (volatile: read and written in shared memory at each record, never held in a register across the loop)
+// (read and written in shared memory at each record, never held in a register across the loop)
 #define XSTAGE_FA3_OPEN(buf, writer_tid, count) ::flash::xstage_fa3::probe_open((buf), (writer_tid), (count))
 #define XSTAGE_FA3_BEGIN(buf, writer_tid, count, event, tile) \
     ::flash::xstage_fa3::probe_put((buf), (writer_tid), (count), (event), ::xstage::kKindBegin, (tile))
