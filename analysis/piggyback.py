@@ -152,4 +152,5 @@ def piggyback_audit(tiles: pd.DataFrame, models: dict[str, PlatformModel], contr
                     "control_epilogue_median_ns": float(ctrl["epilogue_ns"].median()),
                 })
             summary.append(row)
-    return (pd.concat(per_tile, ignore_index=True) if per_tile else pd.DataFrame()), pd.DataFrame(summary)
+    rows = pd.DataFrame(summary).sort_values(["rank", "causal", "seqlen", "shape", "path"], kind="stable", ignore_index=True)
+    return (pd.concat(per_tile, ignore_index=True) if per_tile else pd.DataFrame()), rows
