@@ -42,11 +42,12 @@ def display_frame(summary):
     return shown[[c for c in COLUMNS if c in shown]].rename(columns=COLUMNS)
 
 
-def piggyback_markdown(summary, run_dir: Path, calibrations: list[Path]) -> str:
-    """piggyback.md: the table with every number's unit and timing scope named."""
+def piggyback_markdown(summary, run_dir: Path, inputs: list[str], calibrations: list[Path]) -> str:
+    """piggyback.md: the table with every number's unit and timing scope named (``inputs``: the folders of the run's dumps)."""
     from xstage_trace.reports.markdown import md_table
 
-    lines = ["# xstage-trace piggyback (spec §7)", "", f"- run: `{run_dir}`", *[f"- calibration: `{p}`" for p in calibrations], "",
+    lines = ["# xstage-trace piggyback (spec §7)", "", f"- run: `{run_dir}`", *[f"- dumps: `{d}`" for d in inputs],
+             *[f"- calibration: `{p}`" for p in calibrations], "",
              "_Timing scope: per-tile spans, probe clock per SM (µs); rates in GB/s. G*, σ (median Q-loop per K/V block), "
              "gap (the next tile's Q-loop) and covered (share of bursts whose gap ≥ G*) come from the local control's "
              "tiles; the verdict is spec §7's at the run's sequence length M. Q-loop pred = max(G, V/R − T_iss^0) after a "
@@ -80,7 +81,8 @@ def piggyback(
     if not (tiles["dest"] == control).any():
         raise InputError(run_dir, f"has no control dumps (dest={control})", "trace each shape once with O in local HBM, or name the control's dest with --control")
     per_tile, summary = piggyback_audit(tiles, load_models(list(calibration)), control)
-    write_text_atomic(output, piggyback_markdown(summary, run_dir, list(calibration)))
+    inputs = sorted({str(Path(i["path"]).parent) for i in run.manifest.get("inputs", []) if i.get("kind") == "probe"})
+    write_text_atomic(output, piggyback_markdown(summary, run_dir, inputs, list(calibration)))
     if csv is not None:
         write_text_atomic(csv, summary.to_csv(index=False))
     if tiles_csv is not None:

@@ -29,6 +29,6 @@ with open(sys.argv[2], "w", newline="") as fh:
         w.writerow([*k, len(b["plain"]), *(f"{med[n]:.5f}" for n in ("plain", "traced", "cleared")),
                     f"{med['traced'] / med['plain'] - 1:+.4f}", f"{med['cleared'] / med['plain'] - 1:+.4f}", f"{paired:+.4f}"])
 PY
-"$cli" analyze "$out/dumps" -o "$work/run" > "$work/analyze.log"
+"$cli" analyze "$2/dumps" -o "$work/run" > "$work/analyze.log"  # the dumps' folder as given (repository-relative)
 "$cli" piggyback "$work/run" --calibration "$calib/calibration_host.json" --calibration "$calib/calibration_local.json" \
   -o "$out/piggyback.md" --csv "$out/piggyback.csv"
