@@ -277,7 +277,9 @@ def test_fa3_recipe_on_fixture_threads_the_buffer_through_params(tmp_path: Path)
         assert '#include "xstage_fa3_api.h"' in (root / "hopper" / api).read_text()
     kernel = (root / "hopper/flash_fwd_kernel_sm90.h").read_text()
     # the probe opens in the consumer branch, after the producer's register dealloc
-    assert kernel.index("warpgroup_reg_dealloc") < kernel.index("XSTAGE_PROBE_OPEN_IF(params.epilogue.xstage_buf")
+    assert kernel.index("warpgroup_reg_dealloc") < kernel.index("XSTAGE_FA3_OPEN(params.epilogue.xstage_buf, MmaThreadOffset, shared_storage.pipelines.xstage_record_count)")
+    # the record count's field closes the shared pipeline storage
+    assert kernel.index("smem_scheduler;") < kernel.index("XSTAGE_FA3_SMEM_FIELD") < kernel.index("} pipelines;")
     engine.revert(get("fa3"), root)
     assert snapshot(root) == before
 

@@ -101,3 +101,4 @@ from xstage_trace.cli import compare as _compare  # noqa: E402,F401
 from xstage_trace.cli import export as _export  # noqa: E402,F401
 from xstage_trace.cli import dashboard as _dashboard  # noqa: E402,F401
 from xstage_trace.cli import store_wait as _store_wait  # noqa: E402,F401
+from xstage_trace.cli import piggyback as _piggyback  # noqa: E402,F401

@@ -14,6 +14,8 @@ _E = "hopper/epilogue_fwd.hpp"
 _NS = "flash::xstage_fa3"
 _CONSUMER = r"warpgroup_reg_alloc<\s*MmaRegisterRequirement\s*>\(\);"
 _TILE = f"{_NS}::tile_id(block_coord)"
+# the buffer, the writer thread (the first consumer thread) and the record count (a field of ours in shared storage)
+_BUF = "params.epilogue.xstage_buf, MmaThreadOffset, shared_storage.pipelines.xstage_record_count"
 
 RECIPE = Recipe(
     name="fa3",
@@ -21,7 +23,7 @@ RECIPE = Recipe(
     architectures=("sm_90a",),
     upstream=(UPSTREAM,),
     sentinel=(_K, _E, "hopper/flash_api.cpp"),
-    roles=("consumer: lane 0 of the first consumer warp (tile loop of the MMA warpgroups)",),
+    roles=("consumer: the first consumer thread (lane 0 of the first MMA warp; tile loop of the MMA warpgroups)",),
     events=(
         Event(0, "mainloop", "span", "consumer", "", "the Q tile's loop over K/V blocks: QK^T, online softmax, PV"),
         Event(1, "epilogue", "span", "consumer", "",
@@ -29,23 +31,25 @@ RECIPE = Recipe(
     ),
     anchors=(
         Anchor("kernel.include", _K, r'^#include\s*"softmax\.h"\n', "after", '#include "xstage_fa3.h"', '#include "softmax.h"'),
+        Anchor("kernel.smem_count", _K, r"^[ \t]*alignas\(16\) typename TileScheduler::SharedStorage smem_scheduler;\n(?=[ \t]*\} pipelines;)",
+               "after", "XSTAGE_FA3_SMEM_FIELD", "alignas(16) typename TileScheduler::SharedStorage smem_scheduler;\n} pipelines;"),
         Anchor("kernel.consumer_open", _K, rf"^[ \t]*cutlass::arch::{_CONSUMER}\n", "after",
-               f"XSTAGE_PROBE_OPEN_IF(params.epilogue.xstage_buf, {_NS}::kRoleConsumer, (threadIdx.x - MmaThreadOffset) / 32 == 0);",
+               f"XSTAGE_FA3_OPEN({_BUF});",
                "cutlass::arch::warpgroup_reg_alloc<MmaRegisterRequirement>();"),
         Anchor("kernel.mainloop_begin", _K, r"^[ \t]*if constexpr \(!LargeHeadDimV\) \{\n[ \t]*tile_valid = mainloop\.mma\(", "before",
-               f"XSTAGE_BEGIN({_NS}::kEvMainloop, {_TILE});",
+               f"XSTAGE_FA3_BEGIN({_BUF}, {_NS}::kEvMainloop, {_TILE});",
                "if constexpr (!LargeHeadDimV) {\n    tile_valid = mainloop.mma(", after=_CONSUMER),
         Anchor("kernel.mainloop_end", _K,
                r"^[ \t]*work_tile_info = scheduler\.template get_next_work</\*IsProducerWarp=\*/false>\(params\.scheduler, work_tile_info\);\n",
-               "before", f"XSTAGE_END({_NS}::kEvMainloop, {_TILE});",
+               "before", f"XSTAGE_FA3_END({_BUF}, {_NS}::kEvMainloop, {_TILE});",
                "work_tile_info = scheduler.template get_next_work</*IsProducerWarp=*/false>(params.scheduler, work_tile_info);",
                after=_CONSUMER),
         Anchor("kernel.epilogue_begin", _K, r"^[ \t]*if \(tile_valid\) \{\n", "before",
-               f"XSTAGE_BEGIN({_NS}::kEvEpilogue, {_TILE});", "if (tile_valid) {", after=_CONSUMER),
+               f"XSTAGE_FA3_BEGIN({_BUF}, {_NS}::kEvEpilogue, {_TILE});", "if (tile_valid) {", after=_CONSUMER),
         Anchor("kernel.epilogue_end", _K, r"^[ \t]*epilogue\.store_zero\([^;]*\);\n[ \t]*\}\n", "after",
-               f"XSTAGE_END({_NS}::kEvEpilogue, {_TILE});",
+               f"XSTAGE_FA3_END({_BUF}, {_NS}::kEvEpilogue, {_TILE});",
                "epilogue.store_zero(params.epilogue, threadIdx.x - MmaThreadOffset, block_coord);\n}", after=_CONSUMER),
-        Anchor("kernel.consumer_close", _K, r"^[ \t]*epilogue\.store_tail\(\);\n", "after", "XSTAGE_PROBE_CLOSE();",
+        Anchor("kernel.consumer_close", _K, r"^[ \t]*epilogue\.store_tail\(\);\n", "after", f"XSTAGE_FA3_CLOSE({_BUF});",
                "epilogue.store_tail();", after=_CONSUMER),
         Anchor("epilogue.include", _E, r'^#include\s*"utils\.h"\n', "after", '#include "xstage_fa3.h"', '#include "utils.h"'),
         Anchor("epilogue.field", _E, r"^[ \t]*int const\* seqused = nullptr;\n(?=[ \t]*\};)", "after",
