@@ -8,12 +8,8 @@
 set -euo pipefail
 root=$(realpath "$1"); cli=${2:-xstage-trace}
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
-features=""
-for f in BACKWARD PAGEDKV SPLIT APPENDKV LOCAL SOFTCAP PACKGQA FP16 FP8 VARLEN CLUSTER HDIM64 HDIM96 HDIM192 HDIM256 SM8x HDIMDIFF64 HDIMDIFF192; do
-  features="$features -DFLASHATTENTION_DISABLE_$f"
-done
-# torch.utils.cpp_extension adds --expt-relaxed-constexpr and the __CUDA_NO_HALF* defines to every nvcc call
-flags="--expt-relaxed-constexpr -D__CUDA_NO_HALF_OPERATORS__ -D__CUDA_NO_HALF_CONVERSIONS__ -D__CUDA_NO_BFLOAT16_CONVERSIONS__ -D__CUDA_NO_HALF2_OPERATORS__ -O3 -std=c++17 --use_fast_math --resource-usage -DCUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED -DCUTLASS_ENABLE_GDC_FOR_SM90 -DCUTLASS_DEBUG_TRACE_LEVEL=0 -DNDEBUG $features -gencode arch=compute_90a,code=sm_90a -I$root/hopper -I$root/csrc/cutlass/include -cubin"
+. "$(dirname "$(realpath "$0")")/fa3_flags.sh"
+flags="$fa3_head --resource-usage $fa3_tail -cubin"
 tu=$root/hopper/instantiations/flash_fwd_hdim128_bf16_sm90.cu
 for mode in trace no-trace upstream; do
   append=""

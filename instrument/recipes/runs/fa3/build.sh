@@ -13,11 +13,8 @@ root=$(realpath "$1"); out=$(realpath -m "$2"); here=$(dirname "$(realpath "$0")
 inc=$(realpath "$here/../../../include")
 mkdir -p "$out"
 grep -q "xstage-recipe fa3" "$root/hopper/flash_fwd_kernel_sm90.h" || { echo "build.sh: $root is not patched (run: xstage-trace instrument apply --target fa3 --src $root)" >&2; exit 2; }
-features=""
-for f in BACKWARD PAGEDKV SPLIT APPENDKV LOCAL SOFTCAP PACKGQA FP16 FP8 VARLEN CLUSTER HDIM64 HDIM96 HDIM192 HDIM256 SM8x HDIMDIFF64 HDIMDIFF192; do
-  features="$features -DFLASHATTENTION_DISABLE_$f"
-done
-common="--expt-relaxed-constexpr -D__CUDA_NO_HALF_OPERATORS__ -D__CUDA_NO_HALF_CONVERSIONS__ -D__CUDA_NO_BFLOAT16_CONVERSIONS__ -D__CUDA_NO_HALF2_OPERATORS__ -O3 -std=c++17 --use_fast_math -lineinfo -DCUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED -DCUTLASS_ENABLE_GDC_FOR_SM90 -DCUTLASS_DEBUG_TRACE_LEVEL=0 -DNDEBUG $features -gencode arch=compute_90a,code=sm_90a -I$root/hopper -I$root/csrc/cutlass/include"
+. "$here/../../compile/fa3_flags.sh"
+common="$fa3_head -lineinfo $fa3_tail"
 tu=$root/hopper/instantiations/flash_fwd_hdim128_bf16_sm90.cu
 plain="-Dflash=flash_plain -Drun_mha_fwd_=run_mha_fwd_plain_ -Drun_flash_fwd=run_flash_fwd_plain"
 build_obj() {  # name, extra flags
