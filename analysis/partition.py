@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 RHO_REF = (400.19 / 2) / (497.36 / 25)  # spec §9, measured at C = 16 on the A100 path
 K_REF, TM_REF, TN_REF, D_REF = 352, 128, 128, 4
@@ -49,8 +52,8 @@ def work_tiles(p: PartitionProblem) -> tuple[int, int]:
     return w_comp, w_comm
 
 
-def completion_times(p: PartitionProblem, rho: float | None = None) -> pd.DataFrame:
-    """Spec §9 for every legal C: R(C), P(C), V_comp, V_comm, q(C), T(C) = F_{L−1}, Δ_comp.
+def completion_columns(p: PartitionProblem, rho: float | None = None) -> dict[str, np.ndarray]:
+    """Spec §9 for every legal C, as arrays (no pandas: ``model partition`` starts fast): R(C), P(C), V_comp, V_comm, q(C), T(C) = F_{L−1}, Δ_comp.
 
     F_s = max(A_s, F_{s−1}) + q unrolls to F_{L−1} = max_s (A_s + (L − s)·q): one array expression
     over (C, s).
@@ -68,15 +71,23 @@ def completion_times(p: PartitionProblem, rho: float | None = None) -> pd.DataFr
     s = np.arange(p.splits)
     ready = cdiv((s[None, :] + 1) * w_comp, slots[:, None])
     total = np.max(ready + (p.splits - s[None, :]) * q[:, None], axis=1)
-    return pd.DataFrame({
+    return {
         "comm_ctas": C, "reserved_sms": reserve, "compute_slots": slots, "compute_waves": v_comp,
         "comm_waves": v_comm, "split_service": q, "completion_waves": total,
         "empty_slots_last_wave": v_comp * slots - w_comp,
-    })
+    }
 
 
-def choose_comm_ctas(table: pd.DataFrame) -> int:
-    """C* = argmin T(C); ties broken by the fewest empty slots in the last compute wave, then the smaller C."""
-    key = table.assign(t_rounded=table["completion_waves"].round(9))  # ties are exact in wave units
-    best = key.sort_values(["t_rounded", "empty_slots_last_wave", "comm_ctas"], kind="stable")
-    return int(best.iloc[0]["comm_ctas"])
+def completion_times(p: PartitionProblem, rho: float | None = None) -> pd.DataFrame:
+    """``completion_columns`` (spec §9) as a DataFrame, one row per legal C."""
+    import pandas as pd
+
+    return pd.DataFrame(completion_columns(p, rho))
+
+
+def choose_comm_ctas(table) -> int:
+    """C* = argmin T(C); ties broken by the fewest empty slots in the last compute wave, then the smaller C.
+    ``table``: ``completion_times``'s DataFrame or ``completion_columns``'s arrays."""
+    t = np.round(np.asarray(table["completion_waves"], dtype=np.float64), 9)  # ties are exact in wave units
+    empty, c = np.asarray(table["empty_slots_last_wave"]), np.asarray(table["comm_ctas"])
+    return int(c[np.lexsort((c, empty, t))[0]])

@@ -7,27 +7,7 @@ import pandas as pd
 
 from xstage_trace.analysis.burst_gap import pos
 from xstage_trace.analysis.platform import PlatformModel
-
-
-def predicted_stall_ns(span_ns, cover_ns, lead_ns=0.0):
-    """Spec §5: Δt = [T_RS − T_cover^mma]₊ per tile, with our extension T_lead (default 0, the
-    spec's assumption): Δt = [T_lead + T_RS − T_cover]₊, where T_lead is how much later the tile's
-    store starts than the mainloop that covers it. The slot is freed at (cover start + T_lead + T_RS)
-    and needed at (cover start + T_cover), so the lead adds to the store span one for one."""
-    return pos(np.asarray(lead_ns, dtype=np.float64) + np.asarray(span_ns, dtype=np.float64) - np.asarray(cover_ns, dtype=np.float64))
-
-
-def table3_row(span_wave_ns: float, span_interleaved_ns: float, mainloop_l2_ns: float, mainloop_l1_ns: float) -> dict:
-    """Spec §5 Table 3 predictions from medians: wave covers with the Linear-2 mainloop,
-    interleaved with the Linear-1 mainloop that now follows each Linear-2 tile."""
-    return {
-        "span_wave_ns": span_wave_ns,
-        "span_interleaved_ns": span_interleaved_ns,
-        "mainloop_l2_ns": mainloop_l2_ns,
-        "mainloop_l1_ns": mainloop_l1_ns,
-        "predicted_stall_wave_ns": float(predicted_stall_ns(span_wave_ns, mainloop_l2_ns)),
-        "predicted_stall_interleaved_ns": float(predicted_stall_ns(span_interleaved_ns, mainloop_l1_ns)),
-    }
+from xstage_trace.analysis.stall_law import predicted_stall_ns, table3_row  # noqa: F401  (the law, pandas-free)
 
 
 def stall_summary(tiles: pd.DataFrame, by: list[str]) -> pd.DataFrame:
@@ -61,7 +41,7 @@ def table3_from_tiles(tiles: pd.DataFrame) -> pd.DataFrame:
     medians of the Linear-2 remote-store span per schedule and of the Linear-2 / Linear-1 mainloops;
     the predicted Δt both ways — the paper's ``[median span − median T^mma]₊`` (``*_pred_medians_us``,
     wave covered by the Linear-2 mainloop, interleaved by the Linear-1 one) and the median of the per-tile
-    ``[T_RS − T_cover]₊`` (``*_pred_tiles_us``) — the median measured stall, the per-tile median and mean
+    ``[T_lead + T_RS − T_cover]₊`` (``*_pred_tiles_us``) — the median measured stall, the per-tile median and mean
     |predicted − measured|, the count of backpressured tiles, the count of Linear-2 tiles whose mainloop
     is inflated against the local control's (``analysis.tiles.mainloop_inflated``, whatever their slot
     wait) and of those that could be judged (``inflation_judged_*``: a control of that shape and operand

@@ -91,7 +91,8 @@ def store_events(probes: pd.DataFrame) -> tuple[str, ...]:
 
 def tile_spans(probes: pd.DataFrame, slots: int | None = None, layout: StagingLayout | None = None) -> pd.DataFrame:
     """The part of the tile table that one dump's records decide on their own: per tile its mainloop,
-    slot wait, epilogue span, T_cover and predicted Δt = [T_RS − T_cover]₊ (spec §5).
+    slot wait, epilogue span, T_cover, the epilogue lead T_lead and predicted Δt = [T_lead + T_RS −
+    T_cover]₊ (spec §5 plus the measured lead: ``analysis.stall.predicted_stall_ns``).
 
     Spans are begin/end pairs per (rank, dump, cta, tile); every mainloop span gets its info
     payload, slot wait, remote- and local-store span by key (pandas left-merge semantics: every match,

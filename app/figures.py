@@ -81,7 +81,7 @@ def stall_scatter(sample: pd.DataFrame, color_by: str) -> go.Figure:
                                    name=str(name), marker=dict(size=4, opacity=0.6)))
     hi = float(np.nanmax(sample[["predicted_stall_ns", "measured_stall_ns"]].to_numpy()) / 1e3) if len(sample) else 1.0
     fig.add_trace(go.Scatter(x=[0, hi], y=[0, hi], mode="lines", name="measured = predicted", line=dict(color="black", dash="dash")))
-    fig.update_layout(xaxis_title="predicted stall Δt = [T_RS − T_cover]₊ (µs)", yaxis_title="measured stall: slot wait − floor (µs)",
+    fig.update_layout(xaxis_title="predicted stall Δt = [T_lead + T_RS − T_cover]₊ (µs)", yaxis_title="measured stall: slot wait − floor (µs)",
                       height=480, **LAYOUT)
     return fig
 

@@ -59,7 +59,7 @@ def burst_doc(rate_gbps, issue_floor_us, producers, bytes_per_producer, gap_us, 
 
 def stall_doc(span_us, cover_us, tiles: Path | None, by: str | None) -> dict:
     """Spec §5: Δt = [T_RS − T_cover]₊ for one tile or a table of tiles (+ Table-3 style summary)."""
-    from xstage_trace.analysis.stall import predicted_stall_ns, stall_summary
+    from xstage_trace.analysis.stall_law import predicted_stall_ns
 
     _number("--span-us", span_us, zero_ok=True), _number("--cover-us", cover_us, zero_ok=True)
     if tiles is None:
@@ -75,7 +75,8 @@ def stall_doc(span_us, cover_us, tiles: Path | None, by: str | None) -> dict:
         raise InputError(tiles, "table lacks span (span_us or rs_span_ns) or cover (cover_us or cover_ns) columns", "add them")
     check_numbers(df, tiles, non_negative=("rs_span_ns", "cover_ns"), missing_ok=("rs_span_ns", "cover_ns"),
                   fix="give every tile a span and cover time >= 0 (empty where a tile has none)")
-    df["predicted_stall_ns"] = predicted_stall_ns(df["rs_span_ns"], df["cover_ns"])
+    lead = df["epilogue_lead_ns"].fillna(0.0) if "epilogue_lead_ns" in df else 0.0  # a run's tile table carries it
+    df["predicted_stall_ns"] = predicted_stall_ns(df["rs_span_ns"], df["cover_ns"], lead)
     if df.empty:
         raise InputError(tiles, "tile table has no rows", "pass a table with one row per tile")
     groups = [c.strip() for c in by.split(",")] if by else []
@@ -83,6 +84,8 @@ def stall_doc(span_us, cover_us, tiles: Path | None, by: str | None) -> dict:
     if unknown or (by is not None and not groups) or "" in groups:
         raise InputError(tiles, f"--by {by!r} names columns the table lacks ({', '.join(repr(u) for u in unknown) or 'empty name'})",
                          f"use its columns: {', '.join(map(str, df.columns))}")
+    from xstage_trace.analysis.stall import stall_summary
+
     summary = stall_summary(df, groups) if groups else stall_summary(df.assign(all="all"), ["all"])
     return {
         "tiles": int(len(df)),
@@ -128,7 +131,7 @@ def interleave_doc(volume_bytes, l1_us, l2_us, n1, n2, issue_floor_us, rate_gbps
 
 def partition_doc(tokens_per_expert: str, tokens, hidden, reduction, splits, ranks, tile_m, tile_n, num_sms, rho) -> dict:
     """Spec §9."""
-    from xstage_trace.analysis.partition import PartitionProblem, choose_comm_ctas, completion_times, scaled_rho
+    from xstage_trace.analysis.partition import PartitionProblem, choose_comm_ctas, completion_columns, scaled_rho
 
     try:
         m_e = tuple(int(x) for x in tokens_per_expert.split(",") if x.strip())
@@ -144,11 +147,12 @@ def partition_doc(tokens_per_expert: str, tokens, hidden, reduction, splits, ran
     _number("--num-sms", num_sms, integer=True, high=1 << 16), _number("--rho", rho)
     p = PartitionProblem(m_e, tokens, hidden, reduction, splits, ranks, tile_m, tile_n, num_sms=num_sms)
     r = scaled_rho(p) if rho is None else rho
-    table = completion_times(p, r)
-    if table.empty:
+    table = completion_columns(p, r)
+    if not len(table["comm_ctas"]):
         raise InputError(None, f"--num-sms {num_sms} leaves no SM for compute with any number of communication CTAs", "give --num-sms the GPU's SM count")
     return {"rho": r, "rho_source": "measured (--rho)" if rho is not None else "reference scaled (spec §9)",
-            "comm_ctas_best": choose_comm_ctas(table), "candidates": table.to_dict("records")}
+            "comm_ctas_best": choose_comm_ctas(table),
+            "candidates": [{k: v[i].item() for k, v in table.items()} for i in range(len(table["comm_ctas"]))]}
 
 
 def sequence_doc(bursts: Path, calibration: Path | None, rate_gbps, issue_floor_us, capacity_mib) -> dict:

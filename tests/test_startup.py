@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -11,3 +12,29 @@ def test_cli_start_up_imports_nothing_heavy():
             "print(sorted(m for m in ('numpy', 'pandas', 'pyarrow', 'scipy', 'duckdb', 'dask', 'distributed', 'rich.console', 'rich.progress') if m in sys.modules))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert r.stdout.strip() == "[]"
+
+
+def test_model_stall_and_partition_run_without_pandas():
+    """The one-tile stall law and the §9 partition table are numpy only: running both commands
+    in-process leaves pandas (and pyarrow, which pandas 3 imports) unloaded, and the answers hold
+    (Δt = [9.93 − 5.30]₊ = 4.63 µs, the paper's DiT-MoE row)."""
+    code = ("import sys, json, io, contextlib\n"
+            "from xstage_trace.cli import main\n"
+            "out = io.StringIO()\n"
+            "for argv in (['model', 'stall', '--span-us', '9.93', '--cover-us', '5.30', '--json'],\n"
+            "             ['model', 'partition', '--tokens-per-expert', '256,256,256,256', '--tokens', '1024', '--hidden', '2048',\n"
+            "              '--reduction', '352', '--splits', '2', '--ranks', '4', '--num-sms', '8', '--rho', '1.0', '--json']):\n"
+            "    sys.argv = ['xstage-trace', *argv]\n"
+            "    with contextlib.redirect_stdout(out):\n"
+            "        try:\n"
+            "            main()\n"
+            "        except SystemExit as e:\n"
+            "            assert not e.code, e.code\n"
+            "    out.write('\\n')\n"
+            "print(json.dumps([m for m in ('pandas', 'pyarrow') if m in sys.modules]))\n"
+            "print(out.getvalue())\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    loaded, stall, partition = (line for line in r.stdout.splitlines() if line.strip())
+    assert loaded == "[]"
+    assert abs(json.loads(stall)["predicted_stall_us"] - 4.63) < 1e-9
+    assert json.loads(partition)["comm_ctas_best"] == 1

@@ -91,7 +91,7 @@ def analyze(
         for head in cols.values():
             t3.add_column(head)
         t3.caption = ("W = expert-wave, I = interleaved; Δt pred = [median span − median T^mma]₊ (paper), pred/tile = median of per-tile "
-                      "[T_RS − T_cover]₊; |err| = mean per-tile |pred − meas|; bp = backpressured tiles; infl = mainloop-inflated tiles; "
+                      "[T_lead + T_RS − T_cover]₊; |err| = mean per-tile |pred − meas|; bp = backpressured tiles; infl = mainloop-inflated tiles; "
                       "ms = kernel time (nsys), per trial the slowest rank, median over trials, warm-ups excluded")
         for row in summary["table3"]:  # one row per configuration
             t3.add_row(*[f"{row[c]:.3g}" if isinstance(row[c], float) else str(row[c]) for c in cols])
