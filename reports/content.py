@@ -87,7 +87,8 @@ def _cause(row) -> str:
 
 def table3_display(table3: pd.DataFrame) -> pd.DataFrame:
     """Table 3 with headers that carry units and timing scope."""
-    names = {"span_{s}_us": "T_RS {s} (µs, probe)", "stall_{s}_pred_us": "Δt {s} pred (µs, probe)",
+    names = {"span_{s}_us": "T_RS {s} (µs, probe)", "stall_{s}_pred_medians_us": "Δt {s} pred, medians (µs, probe)",
+             "stall_{s}_pred_tiles_us": "Δt {s} pred, per tile (µs, probe)",
              "stall_{s}_meas_us": "Δt {s} meas (µs, probe)", "backpressured_{s}": "bp tiles {s}",
              "inflated_{s}": "mainloop-inflated tiles {s}", "kernel_ms_{s}": "kernel {s} (ms, nsys)"}
     rename = {"mainloop_l2_us": "T_mma L2 (µs, probe)", "mainloop_l1_us": "T_mma L1 (µs, probe)", "tiles_l2": "L2 tiles"}

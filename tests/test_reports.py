@@ -114,3 +114,18 @@ def test_report_of_a_calibration_run_has_no_stall_verdict_but_its_fit(tmp_path):
     periodic = points[points["mode"] == "periodic"]
     for dest, n in periodic["dest"].value_counts().items():  # one fitted line per store path of the dumps
         assert f"- calibration {dest}: {n} periodic points" in verdict
+
+
+def test_table3_display_keeps_both_predictions_of_each_schedule(fused_run):
+    """The report's Table 3 shows the paper's median prediction and the per-tile one for every
+    schedule, each with the values of the run's Table 3 (no column silently dropped)."""
+    from xstage_trace.reports.content import table3_display
+
+    t3 = open_run(fused_run).table3()
+    shown = table3_display(t3)
+    for s in ("wave", "interleaved"):
+        for src, col in ((f"stall_{s}_pred_medians_us", f"Δt {s} pred, medians (µs, probe)"),
+                         (f"stall_{s}_pred_tiles_us", f"Δt {s} pred, per tile (µs, probe)"),
+                         (f"stall_{s}_meas_us", f"Δt {s} meas (µs, probe)")):
+            assert col in shown.columns
+            assert np.allclose(shown[col].to_numpy(float), t3[src].to_numpy(float), equal_nan=True)

@@ -86,7 +86,7 @@ def analyze(
                 "stall_wave_pred_tiles_us": "Δt W pred/tile", "stall_wave_meas_us": "Δt W meas",
                 "err_wave_mean_us": "|err| W mean", "stall_interleaved_pred_medians_us": "Δt I pred",
                 "stall_interleaved_meas_us": "Δt I meas", "backpressured_wave": "bp W", "backpressured_interleaved": "bp I",
-                "inflated_wave": "infl W", "kernel_ms_wave": "ms W", "kernel_ms_interleaved": "ms I"}
+                "inflated_wave": "infl W", "inflated_interleaved": "infl I", "kernel_ms_wave": "ms W", "kernel_ms_interleaved": "ms I"}
         cols = {c: h for c, h in cols.items() if c in summary["table3"][0]}
         for head in cols.values():
             t3.add_column(head)
