@@ -78,6 +78,8 @@ constexpr int OPK = 64, OPK_LD = OPK + 8;  // shared-memory operand block: K ext
 constexpr int SMEM_BYTES_GLOBAL_OPS = SLOTS * TILE_ELEMS * 4;
 constexpr int SMEM_BYTES_SMEM_OPS = SMEM_BYTES_GLOBAL_OPS + 2 * TILE_M * OPK_LD * 2;
 
+constexpr int MAX_CTA_TILES = 64;  // descriptors one CTA can hold in shared memory (the driver checks it)
+
 struct TileDesc {
   int id;      // global tile id (output position)
   int kind;    // 0 = Linear-1 (local store), 1 = Linear-2 (remote store)
@@ -157,7 +159,7 @@ __global__ void __launch_bounds__(THREADS, 1)
   __shared__ int full_seq[SLOTS];
   __shared__ int empty_seq[SLOTS];
 #ifdef XSTAGE_TRACE
-  __shared__ xstage::u32 mma_stamps[STAMP_RING][ST_COUNT];  // 64 bytes: fits the 128-byte static area as before
+  __shared__ xstage::u32 mma_stamps[STAMP_RING][ST_COUNT];  // 64 bytes: both builds round the static area to the same 1664 bytes
 #endif
   // Warp w runs on SM sub-partition w % 4. Layout "shared": MMA = warps 0-3, epilogue = 4-7 (each
   // sub-partition hosts one of each). Layout "split": MMA = warps {0,1,4,5}, epilogue = {2,3,6,7}
@@ -165,6 +167,14 @@ __global__ void __launch_bounds__(THREADS, 1)
   const int hw_warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const bool is_mma = split_smsp ? ((hw_warp & 2) == 0) : (hw_warp < MMA_WARPS);
   const int warp = split_smsp ? (((hw_warp >> 2) << 1) | (hw_warp & 1)) : (hw_warp % MMA_WARPS);  // index within the role
+  // This CTA's tile descriptors, copied to shared memory once: no role issues a global load in its tile
+  // loop. A load there waits behind the SM's backpressured remote stores (measured: the MMA warp then
+  // stalled up to 105 µs before its slot-wait probe, hiding the stall from it; docs/tile-error.md).
+  __shared__ TileDesc cta_tiles[MAX_CTA_TILES];
+  for (int k = threadIdx.x; k < MAX_CTA_TILES; k += blockDim.x) {
+    const int t = blockIdx.x + k * (int)gridDim.x;
+    if (t < num_tiles) cta_tiles[k] = tiles[t];
+  }
   if (threadIdx.x < SLOTS) {
     full_seq[threadIdx.x] = 0;
     empty_seq[threadIdx.x] = 0;
@@ -182,10 +192,8 @@ __global__ void __launch_bounds__(THREADS, 1)
   if (is_mma) {
     XSTAGE_PROBE_OPEN_IF(buf, 0, warp == 0);  // the open anchor only: the epilogue's writer writes this slice
     int i = 0;
-    TileDesc next = tiles[blockIdx.x < num_tiles ? blockIdx.x : 0];
     for (int t = blockIdx.x; t < num_tiles; t += gridDim.x, ++i) {
-      const TileDesc d = next;  // prefetched during the previous mainloop: the wait below is only the wait
-      if (t + (int)gridDim.x < num_tiles) next = tiles[t + gridDim.x];
+      const TileDesc d = cta_tiles[i];
       const int slot = i % SLOTS, use = i / SLOTS;
       if (warp == 0) XSTAGE_STAMP(&mma_stamps[i % STAMP_RING][ST_SLOT_WAIT_B]);
       while (ld_relaxed_smem(&empty_seq[slot]) < use) {  // WAR only: no data flows back, no fence
@@ -221,7 +229,7 @@ __global__ void __launch_bounds__(THREADS, 1)
     const int et = warp * 32 + lane;  // 0..127
     int i = 0;
     for (int t = blockIdx.x; t < num_tiles; t += gridDim.x, ++i) {
-      const TileDesc d = tiles[t];
+      const TileDesc d = cta_tiles[i];
       const int slot = i % SLOTS, use = i / SLOTS;
       while (ld_acquire_smem(&full_seq[slot]) < use + 1) {
       }
@@ -470,6 +478,10 @@ int main(int argc, char** argv) {
       cudaMalloc(&dt, sched.size() * sizeof(TileDesc));
       cudaMemcpy(dt, sched.data(), sched.size() * sizeof(TileDesc), cudaMemcpyHostToDevice);
       const uint32_t per_cta = (uint32_t)((sched.size() + ctas - 1) / ctas);
+      if (per_cta > (uint32_t)MAX_CTA_TILES) {
+        std::fprintf(stderr, "fused_moe: %u tiles per CTA exceed MAX_CTA_TILES = %d (raise it in fused_moe.cu)\n", per_cta, MAX_CTA_TILES);
+        std::exit(2);
+      }
       xstage::HostBuffer tb(ctas, 2, per_cta * 5 + 16);
       const char* sched_name = inter ? "interleaved" : "wave";
       char label[256];
