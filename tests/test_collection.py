@@ -133,8 +133,8 @@ def test_capture_time_is_the_first_kernel_or_probe(runs):
     assert r.loc[str(d["fused"]), "captured_utc"] == pd.Timestamp(int(k) // 1000, unit="us")
     assert r.loc[str(d["probe_only"]), "captured_utc"] == pd.Timestamp(int(s) // 1000, unit="us")
     assert r.loc[str(d["probe_only"]), "captured_from"].startswith("first probe")
-    # sample_traces/h200_fused_moe/PROVENANCE.md: Nsight Systems capture 2026-12-01T14:25Z
-    assert r.loc[str(d["fused"]), "captured_utc"].floor("min") == pd.Timestamp("2026-12-01 14:25")
+    # sample_traces/h200_fused_moe/PROVENANCE.md: Nsight Systems capture 2026-12-01T15:12Z
+    assert r.loc[str(d["fused"]), "captured_utc"].floor("min") == pd.Timestamp("2026-12-01 15:12")
 
 
 def test_point_drift_against_the_earliest_run(runs):
