@@ -180,8 +180,9 @@ def test_script_on_the_fused_sample(fused_run_dir, tmp_path):
     # the identity holds on the real time line, to the probes' float rounding
     rhs = both["epilogue_span_ns"] - both["cover_ns"] + both["epilogue_lead_ns"] - both["inner_idle_ns"] + both["wake_ns"]
     assert np.allclose(both["mma_idle_ns"], rhs, atol=1e-3)
-    # the instrumented wait lies inside the MMA's idle time
-    assert (t["pre_wait_ns"].dropna() >= 0).all() and (t["post_wait_ns"].dropna() >= 0).all()
+    # the instrumented wait lies inside the MMA's idle time, up to the skew of two warps leaving the same
+    # barrier (the mainloop end is warp 1's clock read, the wait start warp 0's): well under 0.1 µs
+    assert (t["pre_wait_ns"].dropna() > -100).all() and (t["post_wait_ns"].dropna() >= 0).all()
     out = tmp_path / "err.md"
     subprocess.run([sys.executable, "-m", "xstage_trace.tile_error", str(fused_run_dir), "-o", str(out)], check=True)
     text = out.read_text()
