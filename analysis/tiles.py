@@ -78,7 +78,7 @@ LAYOUTS = (FUSED, DEEPGEMM_SM90)
 
 def staging_layout(probes: pd.DataFrame) -> StagingLayout:
     """The layout whose wait event the records hold (FUSED when they hold none of them)."""
-    present = set(pd.unique(probes["event"].astype(str)))
+    present = set(pd.unique(probes["event"]).astype(str))  # the distinct events only, not every row, as text
     return next((lay for lay in LAYOUTS if lay.wait_event in present), FUSED)
 
 
