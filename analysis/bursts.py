@@ -45,16 +45,18 @@ def offered_gap_ns(spans: pd.DataFrame, tiles: pd.DataFrame) -> np.ndarray:
     """Per remote-store span (sorted by producer and time), the producer's mainloop time from the tile
     after the stored one through its next stored tile (NaN for its last store or an unknown tile)."""
     keys = ["rank", "dump", "cta"]
-    t = tiles.sort_values([*keys, "position"], kind="stable")
-    tile_ids = run_ids(*(sort_codes(t[k]) for k in keys))
-    cum = group_cumsum(t["mainloop_ns"].to_numpy(np.float64), tile_ids)  # C through position p
-    both = pd.concat([spans[[*keys, "tile"]], t[[*keys, "tile"]]], ignore_index=True)
+    n = len(spans)
+    both = pd.concat([spans[[*keys, "tile"]], tiles[[*keys, "tile"]]], ignore_index=True)  # one coding of both
+    rank, dump, cta = (sort_codes(both[k]) for k in keys)
+    order = np.lexsort((tiles["position"].to_numpy(), cta[n:], dump[n:], rank[n:]))  # the tiles by producer and position
+    tile_ids = run_ids(rank[n:][order], dump[n:][order], cta[n:][order])
+    cum = group_cumsum(tiles["mainloop_ns"].to_numpy(np.float64)[order], tile_ids)  # C through position p
     code = key_codes(both, [*keys, "tile"])
-    li, ri = join_rows(code[: len(spans)], code[len(spans):], how="left")
-    if len(li) != len(spans):
+    li, ri = join_rows(code[:n], code[n:][order], how="left")
+    if len(li) != n:
         raise ValueError("the tile table holds a (rank, dump, cta, tile) twice")
     at = take_matched(cum, ri)
-    span_ids = run_ids(*(sort_codes(spans[k]) for k in keys))
+    span_ids = run_ids(rank[:n], dump[:n], cta[:n])
     return shift_back(at, span_ids, 1) - at
 
 
