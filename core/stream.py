@@ -37,7 +37,7 @@ import pyarrow as pa
 import pyarrow.feather as feather
 
 from xstage_trace.analyses import AnalysisContext, analyze_dump
-from xstage_trace.analysis.tiles import ControlStats, control_stats, finish_tiles, tile_spans, with_dump_config
+from xstage_trace.analysis.tiles import ControlStats, control_stats, finish_tiles, with_dump_config
 from xstage_trace.collectors.collect import DumpTask, load_records
 from xstage_trace.collectors.dataset import table_part_path, write_table_part
 
