@@ -45,16 +45,18 @@ def offered_gap_ns(spans: pd.DataFrame, tiles: pd.DataFrame) -> np.ndarray:
     """Per remote-store span (sorted by producer and time), the producer's mainloop time from the tile
     after the stored one through its next stored tile (NaN for its last store or an unknown tile)."""
     keys = ["rank", "dump", "cta"]
-    t = tiles.sort_values([*keys, "position"], kind="stable")
-    tile_ids = run_ids(*(sort_codes(t[k]) for k in keys))
-    cum = group_cumsum(t["mainloop_ns"].to_numpy(np.float64), tile_ids)  # C through position p
-    both = pd.concat([spans[[*keys, "tile"]], t[[*keys, "tile"]]], ignore_index=True)
+    n = len(spans)
+    both = pd.concat([spans[[*keys, "tile"]], tiles[[*keys, "tile"]]], ignore_index=True)  # one coding of both
+    rank, dump, cta = (sort_codes(both[k]) for k in keys)
+    order = np.lexsort((tiles["position"].to_numpy(), cta[n:], dump[n:], rank[n:]))  # the tiles by producer and position
+    tile_ids = run_ids(rank[n:][order], dump[n:][order], cta[n:][order])
+    cum = group_cumsum(tiles["mainloop_ns"].to_numpy(np.float64)[order], tile_ids)  # C through position p
     code = key_codes(both, [*keys, "tile"])
-    li, ri = join_rows(code[: len(spans)], code[len(spans):], how="left")
-    if len(li) != len(spans):
+    li, ri = join_rows(code[:n], code[n:][order], how="left")
+    if len(li) != n:
         raise ValueError("the tile table holds a (rank, dump, cta, tile) twice")
     at = take_matched(cum, ri)
-    span_ids = run_ids(*(sort_codes(spans[k]) for k in keys))
+    span_ids = run_ids(rank[:n], dump[:n], cta[:n])
     return shift_back(at, span_ids, 1) - at
 
 
@@ -101,20 +103,22 @@ def audit_bursts(bursts: pd.DataFrame, model: PlatformModel | None) -> pd.DataFr
     ρ_n, Δb_n, q_n, b_n^iso and the capacity guard. The last burst of a sequence has no successor:
     its gap is taken as unbounded (the path drains after the kernel)."""
     out = bursts.copy()
-    for c in ("issue_floor_ns", "rho", "delta_b_bytes", "q_bytes", "b_iso_bytes"):
-        out[c] = np.nan
-    out["guard_ok"] = pd.Series([None] * len(out), dtype=object)
-    if model is None or out.empty:
-        return out
-    k = out["producers"].to_numpy()
-    out["issue_floor_ns"] = model.floor_ns(k, out["volume_bytes"].to_numpy() / np.maximum(k, 1))
-    gap = out["gap_ns"].fillna(np.inf).to_numpy()
-    cap = model.capacity(k)
-    for _, idx in out.groupby(["rank", "dump"]).indices.items():  # one audit per burst sequence (per launch)
-        a = audit_sequence(out["volume_bytes"].to_numpy()[idx], gap[idx], out["issue_floor_ns"].to_numpy()[idx],
-                           model.rate_gbps, None)
-        for c in ("rho", "delta_b_bytes", "q_bytes", "b_iso_bytes"):
-            out.loc[out.index[idx], c] = a.table[c].to_numpy()
-        if cap is not None:
-            out.loc[out.index[idx], "guard_ok"] = (a.table["q_bytes"].to_numpy() + a.table["b_iso_bytes"].to_numpy()) <= cap[idx]
+    n = len(out)
+    audited = {c: np.full(n, np.nan) for c in ("issue_floor_ns", "rho", "delta_b_bytes", "q_bytes", "b_iso_bytes")}
+    guard = np.full(n, None, dtype=object)
+    if model is not None and n:
+        k = out["producers"].to_numpy()
+        volume = out["volume_bytes"].to_numpy()
+        floor = audited["issue_floor_ns"] = np.asarray(model.floor_ns(k, volume / np.maximum(k, 1)), dtype=np.float64)
+        gap = out["gap_ns"].fillna(np.inf).to_numpy()
+        cap = model.capacity(k)
+        for idx in out.groupby(["rank", "dump"]).indices.values():  # one audit per burst sequence (per launch)
+            a = audit_sequence(volume[idx], gap[idx], floor[idx], model.rate_gbps, None)
+            for c in ("rho", "delta_b_bytes", "q_bytes", "b_iso_bytes"):
+                audited[c][idx] = a.table[c].to_numpy()
+            if cap is not None:
+                guard[idx] = (a.table["q_bytes"].to_numpy() + a.table["b_iso_bytes"].to_numpy()) <= cap[idx]
+    for c, v in audited.items():
+        out[c] = v
+    out["guard_ok"] = guard
     return out

@@ -78,7 +78,7 @@ LAYOUTS = (FUSED, DEEPGEMM_SM90)
 
 def staging_layout(probes: pd.DataFrame) -> StagingLayout:
     """The layout whose wait event the records hold (FUSED when they hold none of them)."""
-    present = set(pd.unique(probes["event"].astype(str)))
+    present = set(pd.unique(probes["event"]).astype(str))  # the distinct events only, not every row, as text
     return next((lay for lay in LAYOUTS if lay.wait_event in present), FUSED)
 
 
@@ -210,7 +210,8 @@ class ControlStats:
 
 def with_dump_config(t: pd.DataFrame, dumps: pd.DataFrame) -> pd.DataFrame:
     """Tile spans with their dump's configuration, ``is_control`` and ``tile_kind``."""
-    cfg = dumps[["rank", "dump", "dest", "shape", "schedule", "variant", "operands", "is_control"]].astype({"dump": str})
+    cfg = dumps[["rank", "dump", "dest", "shape", "schedule", "variant", "operands", "is_control"]]
+    cfg = cfg.assign(dump=cfg["dump"].astype(str))  # one column's astype: half the cost of the frame's on a one-row frame
     t = t.merge(cfg, on=["rank", "dump"], how="left")
     t["is_control"] = t["is_control"].fillna(False).astype(bool)
     kind = np.where(t["is_l2"], "linear2", "linear1")  # the fused kernels; a layout with one kind of tile sets its own

@@ -5,11 +5,14 @@ Two passes over the plan's tasks, on the same workers:
 
 1. the control dumps only (``is_control`` in the ``dumps`` table): their tile spans decide the
    statistics every tile is judged by (slot-wait floor and noise, control mainloop p99; spec §5),
-   ``ControlStats``. Only the control tiles' few columns come back.
+   ``ControlStats``. Each control dump is read and analysed here once (``control_task``: its probes
+   and bursts parts are written, its unfinished tile spans kept in a scratch Arrow file of the run's
+   temporary folder); only the control tiles' few columns and the counts come back.
 2. every dump (``process_task``): read its records onto the run's time base, write them as one part
    of the ``probes`` table, run the per-dump analyses (core/analyses.py), finish its tiles with the
    control statistics and write them and its bursts as one part each of the ``tiles`` and ``bursts``
-   tables (``NAME/rank=R/part-NNNNN.parquet``, the layout ``read_run`` reads). Only counts and the
+   tables (``NAME/rank=R/part-NNNNN.parquet``, the layout ``read_run`` reads). A control dump only
+   has its scratch spans finished and written (``finish_control_task``). Only counts and the
    calibration points come back.
 
 Table 3 is then computed one configuration at a time from that configuration's tile parts (the
@@ -19,6 +22,7 @@ columns it needs only), so the largest thing held is one configuration's tiles, 
 from __future__ import annotations
 
 import os
+import shutil
 from concurrent.futures import ProcessPoolExecutor
 from collections import deque
 from contextlib import contextmanager
@@ -30,9 +34,10 @@ from typing import Callable, Iterable, Iterator
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.feather as feather
 
 from xstage_trace.analyses import AnalysisContext, analyze_dump
-from xstage_trace.analysis.tiles import ControlStats, control_stats, finish_tiles, tile_spans, with_dump_config
+from xstage_trace.analysis.tiles import ControlStats, control_stats, finish_tiles, with_dump_config
 from xstage_trace.collectors.collect import DumpTask, load_records
 from xstage_trace.collectors.dataset import table_part_path, write_table_part
 
@@ -67,32 +72,88 @@ class StreamResult:
     warnings: list[str]
 
 
-def control_tiles(task: DumpTask, dump_row: pa.Table) -> pd.DataFrame:
-    """Pass 1, one control dump: its tiles' CONTROL_COLUMNS (the input of ``control_stats``)."""
-    records, _ = load_records(task)
-    spans = tile_spans(records.to_pandas())
-    if spans.empty:
-        return pd.DataFrame()
-    t = with_dump_config(spans, dump_row.to_pandas())
-    return t.loc[t["is_control"], CONTROL_COLUMNS].reset_index(drop=True)
+SCRATCH = ".control-spans"  # pass 1's unfinished tile spans of the control dumps, removed before the run is written
+
+
+def _scratch_path(folder: Path, task: DumpTask) -> Path:
+    return Path(folder) / SCRATCH / f"rank={task.rank}-part-{task.index:05d}.arrow"
+
+
+def _analyze_and_write(task: DumpTask, folder: Path, slices: pa.Table, dump: pd.DataFrame,
+                       ctx: AnalysisContext) -> tuple[pa.Table, dict[str, pd.DataFrame], list[str]]:
+    """One dump's records → probes part; per-dump analyses; bursts → bursts part (parts of no rows are
+    not written). Returns the records, the analyses' results and the decoder's warnings."""
+    records, warnings = load_records(task)
+    write_table_part(folder, "probes", task.rank, task.index, records)
+    done = analyze_dump(records.to_pandas(), slices.to_pandas(), dump, ctx)
+    bursts = done.get("bursts", pd.DataFrame())
+    if len(bursts):
+        write_table_part(folder, "bursts", task.rank, task.index, pa.Table.from_pandas(bursts, preserve_index=False))
+    return records, done, warnings
+
+
+def _finish_and_write(task: DumpTask, folder: Path, spans: pd.DataFrame, dump: pd.DataFrame, ctx: AnalysisContext,
+                      control: ControlStats) -> pd.DataFrame:
+    """One dump's tile spans finished with ``control`` → tiles part (not written when empty)."""
+    tiles = finish_tiles(spans, dump, ctx.noise_ns, control) if len(spans) else pd.DataFrame()
+    if len(tiles):
+        write_table_part(folder, "tiles", task.rank, task.index, pa.Table.from_pandas(tiles, preserve_index=False))
+    return tiles
+
+
+def _result(records: int, tiles: pd.DataFrame, done: dict[str, pd.DataFrame], warnings: list[str]) -> DumpResult:
+    return DumpResult(records, len(tiles), len(done.get("bursts", ())), int(tiles["backpressured"].sum()) if len(tiles) else 0,
+                      done.get("calibration_points", pd.DataFrame()), warnings)
+
+
+def control_task(task: DumpTask, folder: Path, slices: pa.Table, dump_row: pa.Table, ctx: AnalysisContext) -> tuple[pd.DataFrame, DumpResult]:
+    """Pass 1, one control dump: everything ``process_task`` does but finishing the tiles (which needs
+    every control dump's statistics); its tile spans wait in a scratch file for ``finish_control_task``.
+    Returns its tiles' CONTROL_COLUMNS (the input of ``control_stats``) and its result so far."""
+    dump = dump_row.to_pandas()
+    records, done, warnings = _analyze_and_write(task, folder, slices, dump, ctx)
+    spans = done.get("tile_spans", pd.DataFrame())
+    if len(spans):
+        path = _scratch_path(folder, task)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        feather.write_feather(pa.Table.from_pandas(spans, preserve_index=False), path, compression="uncompressed")
+        t = with_dump_config(spans, dump)
+        ctrl = t.loc[t["is_control"], CONTROL_COLUMNS].reset_index(drop=True)
+    else:
+        ctrl = pd.DataFrame()
+    return ctrl, _result(records.num_rows, pd.DataFrame(), done, warnings)
+
+
+def finish_control_task(task: DumpTask, folder: Path, dump_row: pa.Table, ctx: AnalysisContext, control: ControlStats,
+                        partial: DumpResult) -> DumpResult:
+    """Pass 2, one control dump that ``control_task`` analysed: its scratch tile spans finished with
+    ``control`` → tiles part; the scratch file is removed."""
+    path = _scratch_path(folder, task)
+    if not path.exists():  # no tile spans in this dump
+        return partial
+    spans = feather.read_table(path).to_pandas()
+    path.unlink()
+    tiles = _finish_and_write(task, folder, spans, dump_row.to_pandas(), ctx, control)
+    return DumpResult(partial.records, len(tiles), partial.bursts, int(tiles["backpressured"].sum()) if len(tiles) else 0,
+                      partial.calibration_points, partial.warnings)
 
 
 def process_task(task: DumpTask, folder: Path, slices: pa.Table, dump_row: pa.Table, ctx: AnalysisContext,
                  control: ControlStats) -> DumpResult:
     """Pass 2, one dump: records → probes part; per-dump analyses; tiles finished with ``control`` →
     tiles part; bursts → bursts part (parts of no rows are not written)."""
-    records, warnings = load_records(task)
-    write_table_part(folder, "probes", task.rank, task.index, records)
     dump = dump_row.to_pandas()
-    done = analyze_dump(records.to_pandas(), slices.to_pandas(), dump, ctx)
-    spans = done.get("tile_spans", pd.DataFrame())
-    tiles = finish_tiles(spans, dump, ctx.noise_ns, control) if len(spans) else pd.DataFrame()
-    bursts = done.get("bursts", pd.DataFrame())
-    for name, frame in (("tiles", tiles), ("bursts", bursts)):
-        if len(frame):
-            write_table_part(folder, name, task.rank, task.index, pa.Table.from_pandas(frame, preserve_index=False))
-    return DumpResult(records.num_rows, len(tiles), len(bursts), int(tiles["backpressured"].sum()) if len(tiles) else 0,
-                      done.get("calibration_points", pd.DataFrame()), warnings)
+    records, done, warnings = _analyze_and_write(task, folder, slices, dump, ctx)
+    tiles = _finish_and_write(task, folder, done.get("tile_spans", pd.DataFrame()), dump, ctx, control)
+    return _result(records.num_rows, tiles, done, warnings)
+
+
+def pass2_task(task: DumpTask, folder: Path, slices: pa.Table | None, dump_row: pa.Table, ctx: AnalysisContext,
+               control: ControlStats, partial: DumpResult | None) -> DumpResult:
+    """Pass 2 of one dump: ``finish_control_task`` for one pass 1 analysed (``partial``), else ``process_task``."""
+    if partial is not None:
+        return finish_control_task(task, folder, dump_row, ctx, control, partial)
+    return process_task(task, folder, slices, dump_row, ctx, control)
 
 
 def default_workers() -> int:
@@ -162,11 +223,17 @@ def analyze_streaming(tasks: list[DumpTask], folder: Path, tables: dict[str, pa.
     pool_size = min(workers, len(tasks)) if (big and len(tasks) > 1) else 1
     results: list[DumpResult] = []
     with task_mapper(pool_size, scheduler) as mapper:
-        stats = run_stats(list(mapper(control_tiles, ((t, of(t, dumps, dump_rows)) for t in controls))))
-        for r in mapper(process_task, ((t, folder, of(t, sl, slice_rows), of(t, dumps, dump_rows), ctx, stats) for t in tasks)):
+        first = list(mapper(control_task, ((t, folder, of(t, sl, slice_rows), of(t, dumps, dump_rows), ctx) for t in controls)))
+        stats = run_stats([ctrl for ctrl, _ in first])
+        partial = {(t.rank, t.index): r for t, (_, r) in zip(controls, first)}  # the part a task writes: unique per task
+        del first
+        args = ((t, folder, None if (t.rank, t.index) in partial else of(t, sl, slice_rows), of(t, dumps, dump_rows), ctx, stats,
+                 partial.get((t.rank, t.index))) for t in tasks)
+        for r in mapper(pass2_task, args):
             results.append(r)
             if tick:
                 tick()
+    shutil.rmtree(Path(folder) / SCRATCH, ignore_errors=True)
     counts = {name: sum(getattr(r, name) for r in results) for name in ("tiles", "bursts")}
     counts["probes"] = sum(r.records for r in results)
     points = [r.calibration_points for r in results if len(r.calibration_points)]

@@ -92,7 +92,7 @@ def test_streamed_calibration_points_equal_the_whole_table_points(both):
         pd.testing.assert_frame_equal(got[cols], want[cols], check_dtype=False)
 
 
-def test_tiles_and_bursts_are_written_one_part_per_dump(tmp_path, monkeypatch):
+def test_tiles_and_bursts_are_written_one_part_per_dump_and_no_scratch_is_left(tmp_path, monkeypatch):
     inputs = [FUSED / "traced" / "fused_reference.nsys-rep", FUSED / "traced"]
     monkeypatch.setattr(stream, "PARALLEL_MIN_RECORDS", 0)  # the sample is small: force the pool of two
     analyze_inputs(inputs, tmp_path / "run", calibration=HOST_CAL, warmup_launches=SAMPLE_WARMUPS, workers=2)
@@ -101,6 +101,9 @@ def test_tiles_and_bursts_are_written_one_part_per_dump(tmp_path, monkeypatch):
         parts = sorted(p.name for p in (tmp_path / "run" / table / "rank=0").iterdir())
         assert parts == [f"part-{i:05d}.parquet" for i in range(dumps)], table
     assert not (tmp_path / "run" / "tiles.parquet").exists()
+    # the control pass's scratch tile spans are gone from the folder and were never in its manifest
+    assert not (tmp_path / "run" / stream.SCRATCH).exists()
+    assert not [f for f in xstage_trace.open_run(tmp_path / "run").manifest["files"] if f.startswith(stream.SCRATCH)]
 
 
 def test_a_run_analyzed_again_from_its_folder_keeps_every_dump(tmp_path):
