@@ -13,6 +13,7 @@ from xstage_trace.analysis.columnar import as_text
 from xstage_trace.analysis.spans import pair_spans
 
 BURST_EVENT = "burst"
+CALIBRATION_MODES = ("periodic", "isolated")  # the calibration bench launch modes this reduces
 PERIODIC_WARMUP_BURSTS = 16  # steady-state statistics skip the first bursts of a periodic launch
 ISOLATED_WARMUP_BURSTS = 1
 
@@ -38,7 +39,7 @@ def calibration_points(probes: pd.DataFrame, slices: pd.DataFrame, dumps: pd.Dat
     if dumps.empty:
         return pd.DataFrame()
     meta = dumps.astype({"dump": str}).drop_duplicates("dump").set_index("dump")
-    meta = meta[meta["mode"].isin(["periodic", "isolated"]) & meta[["dest", "K", "B", "gap_ns"]].notna().all(axis=1)]
+    meta = meta[meta["mode"].isin(CALIBRATION_MODES) & meta[["dest", "K", "B", "gap_ns"]].notna().all(axis=1)]
     if meta.empty:  # no calibration launch among these dumps (e.g. a fused kernel's)
         return pd.DataFrame()
     spans = burst_spans(probes)

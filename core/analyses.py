@@ -20,11 +20,11 @@ from typing import Callable
 
 import pandas as pd
 
+from xstage_trace.analysis.calibration_points import CALIBRATION_MODES
 from xstage_trace.analysis.platform import PlatformModel
 from xstage_trace.base.schema import CONFIG_COLUMNS
 
 
-CALIBRATION_MODES = ("periodic", "isolated")  # the run configurations analysis.calibration_points reduces
 
 
 @dataclass(frozen=True)
