@@ -25,6 +25,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from xstage_trace.analysis.calibration_fit import rates_of
 from xstage_trace.analysis.platform import PlatformModel
 from xstage_trace.analysis.recurrence import audit_sequence
 from xstage_trace.analysis.columnar import as_text, cumcount, group_cumsum, group_median, group_nunique, run_ids, shift_back, sort_codes
@@ -99,8 +100,8 @@ def reconstruct_bursts(spans: pd.DataFrame, tiles: pd.DataFrame | None = None) -
 
 
 def audit_bursts(bursts: pd.DataFrame, model: PlatformModel | None) -> pd.DataFrame:
-    """Spec §4 on the reconstructed sequence of each (rank, dump): T_iss^0 from the calibration,
-    ρ_n, Δb_n, q_n, b_n^iso and the capacity guard. The last burst of a sequence has no successor:
+    """Spec §4 on the reconstructed sequence of each (rank, dump): T_iss^0 and R (R(K, B) where the
+    calibration has it) from the calibration, ρ_n, Δb_n, q_n, b_n^iso and the capacity guard. The last burst of a sequence has no successor:
     its gap is taken as unbounded (the path drains after the kernel)."""
     out = bursts.copy()
     n = len(out)
@@ -109,11 +110,13 @@ def audit_bursts(bursts: pd.DataFrame, model: PlatformModel | None) -> pd.DataFr
     if model is not None and n:
         k = out["producers"].to_numpy()
         volume = out["volume_bytes"].to_numpy()
-        floor = audited["issue_floor_ns"] = np.asarray(model.floor_ns(k, volume / np.maximum(k, 1)), dtype=np.float64)
+        per_producer = volume / np.maximum(k, 1)
+        floor = audited["issue_floor_ns"] = np.asarray(model.floor_ns(k, per_producer), dtype=np.float64)
+        rate = rates_of(model, k, per_producer)  # R(K, B) of a version-3 calibration, as its fit predicts
         gap = out["gap_ns"].fillna(np.inf).to_numpy()
         cap = model.capacity(k)
         for idx in out.groupby(["rank", "dump"]).indices.values():  # one audit per burst sequence (per launch)
-            a = audit_sequence(volume[idx], gap[idx], floor[idx], model.rate_gbps, None)
+            a = audit_sequence(volume[idx], gap[idx], floor[idx], rate[idx], None)
             for c in ("rho", "delta_b_bytes", "q_bytes", "b_iso_bytes"):
                 audited[c][idx] = a.table[c].to_numpy()
             if cap is not None:

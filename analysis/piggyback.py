@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from xstage_trace.analysis.calibration_fit import rates_of
 from xstage_trace.analysis.columnar import cumcount, run_ids, shift_back
 from xstage_trace.analysis.platform import PlatformModel
 from xstage_trace.analysis.spans import pair_spans
@@ -116,14 +117,15 @@ def piggyback_audit(tiles: pd.DataFrame, models: dict[str, PlatformModel], contr
         gaps = gaps[np.isfinite(gaps)]
         for path, model in sorted(models.items()):
             floor = float(model.floor_ns(producers, b_t)[0])
+            rate = float(rates_of(model, [producers], [b_t])[0])  # R(K, B) where the calibration has it
             cap = model.capacity(producers)
             audit = qloop_audit(int(first["block_m"]), int(first["head_dim"]), int(first["out_bytes"]), int(first["block_n"]),
-                                sigma, producers, model.rate_gbps, floor, None if cap is None else float(cap[0]),
+                                sigma, producers, rate, floor, None if cap is None else float(cap[0]),
                                 [int(first["seqlen"])])
             row = {
                 "rank": rank, "shape": shape, "seqlen": int(first["seqlen"]), "causal": int(first["causal"]), "path": path,
                 "producers": producers, "bytes_per_producer": b_t, "volume_bytes": audit["volume_bytes"],
-                "rate_gbps": model.rate_gbps, "issue_floor_ns": floor, "drain_time_ns": audit["drain_time_ns"],
+                "rate_gbps": rate, "issue_floor_ns": floor, "drain_time_ns": audit["drain_time_ns"],
                 "recovery_gap_ns": audit["recovery_gap_ns"], "isolated_excess_bytes": audit["isolated_excess_bytes"],
                 "capacity_bytes": None if cap is None else float(cap[0]), "capacity_ok": audit["capacity_ok"],
                 "sigma_ns": sigma, "m_ub_tokens": audit["m_ub_tokens"], "qloop_gap_lb_ns": audit["per_seq_len"][0]["qloop_gap_lb_ns"],

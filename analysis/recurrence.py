@@ -45,8 +45,9 @@ class SequenceAudit:
     onset_excess_bytes: float | None
 
 
-def audit_sequence(volume_bytes, gap_ns, issue_floor_ns, rate_gbps: float, capacity_bytes: float | None) -> SequenceAudit:
-    """Spec §4: ρ_n, Δb_n, q_n, b_n^iso and the guard q_n + b_n^iso ≤ Q for every burst."""
+def audit_sequence(volume_bytes, gap_ns, issue_floor_ns, rate_gbps, capacity_bytes: float | None) -> SequenceAudit:
+    """Spec §4: ρ_n, Δb_n, q_n, b_n^iso and the guard q_n + b_n^iso ≤ Q for every burst (``rate_gbps``:
+    one R, or one per burst)."""
     v = np.asarray(volume_bytes, dtype=np.float64)
     g = np.asarray(gap_ns, dtype=np.float64)
     t0 = np.broadcast_to(np.asarray(issue_floor_ns, dtype=np.float64), v.shape)

@@ -175,9 +175,17 @@ def sequence_doc(bursts: Path, calibration: Path | None, rate_gbps, issue_floor_
     check_numbers(df, bursts, positive=("volume_bytes", "issue_floor_ns", "producers"), non_negative=("gap_ns",),
                   missing_ok=("issue_floor_ns", "gap_ns"), fix="give every burst a positive volume, issue floor and producer count and a gap >= 0 (empty after the last)")
     model = load_platform(calibration) if calibration else None
-    rate = rate_gbps if rate_gbps is not None else (model.rate_gbps if model else None)
-    if rate is None:
+    if rate_gbps is None and model is None:
         raise InputError(None, "model sequence needs --calibration or --rate-gbps", "give one of them")
+    if rate_gbps is not None:
+        rate = np.full(len(df), float(rate_gbps))
+    elif "producers" in df:  # R(K, B) per burst, as the calibration's fit predicts (R(K) / the single R of older JSONs)
+        from xstage_trace.analysis.calibration_fit import rates_of
+
+        k = df["producers"].to_numpy()
+        rate = rates_of(model, k, df["volume_bytes"].to_numpy() / np.maximum(k, 1))
+    else:
+        rate = np.full(len(df), model.rate_gbps)
     if issue_floor_us is not None:
         t0 = np.full(len(df), issue_floor_us * 1e3)
     elif "issue_floor_ns" in df and df["issue_floor_ns"].notna().all():
@@ -189,7 +197,7 @@ def sequence_doc(bursts: Path, calibration: Path | None, rate_gbps, issue_floor_
         raise InputError(bursts, "no issue floor: table has no issue_floor_ns and no producers column", "pass --issue-floor-us")
     q = capacity_mib * MIB if capacity_mib is not None else (model.capacity_bytes if model else None)
     a = audit_sequence(df["volume_bytes"].to_numpy(), df["gap_ns"].fillna(np.inf).to_numpy(), t0, rate, q)
-    rows = a.table.replace([np.inf], None)
-    return {"bursts": int(len(df)), "rate_gbps": rate, "capacity_bytes": q, "onset_burst": a.onset,
+    rows = a.table.assign(rate_gbps=rate).replace([np.inf], None)
+    return {"bursts": int(len(df)), "rate_gbps": float(np.median(rate)), "capacity_bytes": q, "onset_burst": a.onset,
             "onset_excess_bytes": a.onset_excess_bytes, "max_rho": float(a.table["rho"].max()) if len(df) else None,
             "max_q_bytes": float(a.table["q_bytes"].max()) if len(df) else None, "per_burst": rows.to_dict("records")}

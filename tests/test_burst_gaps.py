@@ -71,3 +71,16 @@ def test_no_calibration_leaves_the_audit_columns_empty():
     out = audit_bursts(bursts, None)
     assert out[["issue_floor_ns", "rho", "delta_b_bytes", "q_bytes", "b_iso_bytes"]].isna().all().all()
     assert out["guard_ok"].isna().all()
+
+
+def test_audit_uses_the_rate_of_each_bursts_configuration():
+    """A version-3 calibration predicts with R(K, B): the audit's ρ of a 2 × 1000-byte burst is
+    V / (R(2, 1000) · (T0 + G)) = 2000 / (2 · (500 + 500)) = 1.0, not the pooled R's 2000 / (1 · 1000) = 2.0."""
+    from xstage_trace.analysis.calibration_fit import CalibratedPlatform
+
+    model = CalibratedPlatform(1.0, {(2, 1000): 500.0}, None, 0.0, "", "host", {2: 1.0}, {(2, 1000): 2.0})
+    bursts = pd.DataFrame({"rank": [0, 0], "dump": ["a", "a"], "burst": [0, 1], "volume_bytes": [2000, 2000],
+                           "producers": [2, 2], "gap_ns": [500.0, np.nan]})
+    out = audit_bursts(bursts, model)
+    assert out["rho"].iloc[0] == pytest.approx(1.0)
+    assert out["delta_b_bytes"].iloc[0] == pytest.approx(0.0)  # 2000 − 2 · (500 + 500)

@@ -157,8 +157,10 @@ def test_model_sequence_from_a_run(tmp_path):
             "--calibration", CALIB / "calibration_host.json")
     assert r.returncode == 0
     d = json.loads(run("model", "sequence", tmp_path / "run", "--calibration", CALIB / "calibration_host.json", "--json").stdout)
-    pooled = json.loads((CALIB / "calibration_host.json").read_text())["rate_gbps"]  # the JSON's single R
-    assert d["bursts"] >= 1 and d["rate_gbps"] == pytest.approx(pooled)
+    # the launch's configuration K = 132, B = 32 KiB: the JSON's R(K, B), as its fit predicts
+    r_kb = json.loads((CALIB / "calibration_host.json").read_text())["rate_by_configuration_gbps"]["132,32768"]
+    assert d["bursts"] >= 1 and d["rate_gbps"] == pytest.approx(r_kb)
+    assert all(b["rate_gbps"] == pytest.approx(r_kb) for b in d["per_burst"])
 
 
 def test_instrument_flags():
