@@ -46,8 +46,8 @@ class SequenceAudit:
 
 
 def audit_sequence(volume_bytes, gap_ns, issue_floor_ns, rate_gbps, capacity_bytes: float | None) -> SequenceAudit:
-    """Spec §4: ρ_n, Δb_n, q_n, b_n^iso and the guard q_n + b_n^iso ≤ Q for every burst (``rate_gbps``:
-    one R, or one per burst)."""
+    """Spec §4: ρ_n, Δb_n, q_n, b_n^iso and the guard q_n + b_n^iso ≤ Q for every burst (``rate_gbps``
+    and ``capacity_bytes``: one value, or one per burst)."""
     v = np.asarray(volume_bytes, dtype=np.float64)
     g = np.asarray(gap_ns, dtype=np.float64)
     t0 = np.broadcast_to(np.asarray(issue_floor_ns, dtype=np.float64), v.shape)
@@ -62,7 +62,8 @@ def audit_sequence(volume_bytes, gap_ns, issue_floor_ns, rate_gbps, capacity_byt
     })
     fails = np.flatnonzero(~guard)
     onset = int(fails[0]) if len(fails) else None
-    excess = float(q[onset] + b_iso[onset] - capacity_bytes) if onset is not None else None
+    cap = None if capacity_bytes is None else np.broadcast_to(np.asarray(capacity_bytes, dtype=np.float64), v.shape)
+    excess = float(q[onset] + b_iso[onset] - cap[onset]) if onset is not None else None
     return SequenceAudit(df, onset, excess)
 
 

@@ -195,9 +195,14 @@ def sequence_doc(bursts: Path, calibration: Path | None, rate_gbps, issue_floor_
         t0 = model.floor_ns(k, df["volume_bytes"].to_numpy() / np.maximum(k, 1))
     else:
         raise InputError(bursts, "no issue floor: table has no issue_floor_ns and no producers column", "pass --issue-floor-us")
-    q = capacity_mib * MIB if capacity_mib is not None else (model.capacity_bytes if model else None)
+    if capacity_mib is not None:
+        q = np.full(len(df), capacity_mib * MIB)
+    elif model is not None and model.capacity_bytes is not None:  # Q(K) per burst where producers are known
+        q = model.capacity(df["producers"].to_numpy()) if "producers" in df else np.full(len(df), model.capacity_bytes)
+    else:
+        q = None
     a = audit_sequence(df["volume_bytes"].to_numpy(), df["gap_ns"].fillna(np.inf).to_numpy(), t0, rate, q)
-    rows = a.table.assign(rate_gbps=rate).replace([np.inf], None)
-    return {"bursts": int(len(df)), "rate_gbps": float(np.median(rate)), "capacity_bytes": q, "onset_burst": a.onset,
+    rows = a.table.assign(rate_gbps=rate, capacity_bytes=q).replace([np.inf], None)
+    return {"bursts": int(len(df)), "rate_gbps": float(np.median(rate)), "capacity_bytes": None if q is None else float(np.median(q)), "onset_burst": a.onset,
             "onset_excess_bytes": a.onset_excess_bytes, "max_rho": float(a.table["rho"].max()) if len(df) else None,
             "max_q_bytes": float(a.table["q_bytes"].max()) if len(df) else None, "per_burst": rows.to_dict("records")}

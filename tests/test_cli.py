@@ -161,6 +161,8 @@ def test_model_sequence_from_a_run(tmp_path):
     r_kb = json.loads((CALIB / "calibration_host.json").read_text())["rate_by_configuration_gbps"]["132,32768"]
     assert d["bursts"] >= 1 and d["rate_gbps"] == pytest.approx(r_kb)
     assert all(b["rate_gbps"] == pytest.approx(r_kb) for b in d["per_burst"])
+    q132 = json.loads((CALIB / "calibration_host.json").read_text())["capacity_by_producers_bytes"]["132"]  # Q(K = 132)
+    assert d["capacity_bytes"] == pytest.approx(q132) and all(b["capacity_bytes"] == pytest.approx(q132) for b in d["per_burst"])
 
 
 def test_instrument_flags():
@@ -177,3 +179,15 @@ def test_calibrate_fit_rejects_a_non_table(tmp_path):
     bad.write_bytes(b"not parquet at all")
     line = _one_line_error(run("calibrate", "fit", bad, "--dest", "host"), bad.name)
     assert "calibration points CSV/Parquet" in line
+
+
+def test_model_sequence_takes_r_and_q_of_each_bursts_producer_count(tmp_path):
+    """Bursts of 66 producers × 32 KiB are audited with the calibration's R(66, 32 KiB) and Q(66),
+    not the numbers of its largest K (the JSON's own entries are the truth)."""
+    doc = json.loads((CALIB / "calibration_host.json").read_text())
+    table = tmp_path / "bursts.csv"
+    table.write_text("volume_bytes,gap_ns,producers\n" + "\n".join(f"{66 * 32768},2000,66" for _ in range(3)) + "\n")
+    d = json.loads(run("model", "sequence", table, "--calibration", CALIB / "calibration_host.json", "--json").stdout)
+    assert d["rate_gbps"] == pytest.approx(doc["rate_by_configuration_gbps"]["66,32768"])
+    assert d["capacity_bytes"] == pytest.approx(doc["capacity_by_producers_bytes"]["66"])
+    assert doc["capacity_by_producers_bytes"]["66"] != doc["capacity_by_producers_bytes"]["132"]
