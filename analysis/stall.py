@@ -5,9 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from xstage_trace.analysis.burst_gap import pos
 from xstage_trace.analysis.platform import PlatformModel
-from xstage_trace.analysis.stall_law import predicted_stall_ns, table3_row  # noqa: F401  (the law, pandas-free)
+from xstage_trace.analysis.stall_law import predicted_stall_ns
 
 
 def stall_summary(tiles: pd.DataFrame, by: list[str]) -> pd.DataFrame:

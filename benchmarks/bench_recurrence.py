@@ -7,7 +7,7 @@ import time
 import numpy as np
 
 from xstage_trace.analysis.recurrence import audit_sequence, backlog_bytes, byte_balance, stalled_trajectory
-from xstage_trace.analysis.stall import predicted_stall_ns
+from xstage_trace.analysis.stall_law import predicted_stall_ns
 
 N = 5_000_000
 

@@ -248,8 +248,6 @@ def table3_by_configuration(folder: Path, tasks: list[DumpTask], dumps: pd.DataF
     """Spec §5 Table 3 (``table3_from_tiles`` + kernel times), each configuration's row from the tile
     parts of that configuration's dumps only: a row reads every tile of its configuration and none
     of another's, so the rows equal those of the whole tile table."""
-    import pyarrow.parquet as pq
-
     from xstage_trace.analysis.stall import CONFIG, attach_kernel_times, kernel_trials, table3_from_tiles
 
     written = [t for t, r in zip(tasks, results) if r.tiles]

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from xstage_trace.analysis import burst_gap as bg
 from xstage_trace.analysis.partition import RHO_REF, PartitionProblem, choose_comm_ctas, completion_times, work_tiles
 from xstage_trace.analysis.recurrence import audit_sequence, backlog_bytes, byte_balance, stalled_trajectory
-from xstage_trace.analysis.stall import table3_row
+from xstage_trace.analysis.stall_law import table3_row
 from xstage_trace.analysis.whatif import interleave, qloop_audit
 
 MIB = 2**20

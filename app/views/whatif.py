@@ -8,7 +8,7 @@ import numpy as np
 import streamlit as st
 
 from xstage_trace.analysis.burst_gap import issue_time_ns
-from xstage_trace.analysis.stall import predicted_stall_ns
+from xstage_trace.analysis.stall_law import predicted_stall_ns
 from xstage_trace.analysis.tiles import MIN_NOISE_NS
 from xstage_trace.analysis.verdict import stall_verdict
 from xstage_trace.app import data, figures, state
