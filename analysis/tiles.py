@@ -9,7 +9,8 @@ Event conventions (instrument/examples/fused_moe.cu and the upstream recipes use
 
 With S staging slots, tile i's slot is reused by the tile S positions later on the same CTA; the
 mainloops in between cover the epilogue of tile i. With S = 2 that is the successor's mainloop:
-T_cover(i) = mainloop(i+1), predicted Δt(i) = [T_RS(i) − T_cover(i)]₊, measured Δt(i) = the slot
+T_cover(i) = mainloop(i+1), predicted Δt(i) = [T_lead(i) + T_RS(i) − T_cover(i)]₊ (T_lead: how much
+later tile i's store starts than the mainloop covering it; the spec takes 0), measured Δt(i) = the slot
 wait before tile i+2, less the wait's own instrumented cost (the control run's median wait).
 
 DeepGEMM's sm_90 GEMMs (recipe ``deepgemm-sm90``: the math role records the tile spans) have another layout
@@ -39,7 +40,7 @@ import pandas as pd
 
 from xstage_trace.analysis.columnar import as_text, cumcount, run_ids, shift_back, sort_codes
 from xstage_trace.analysis.spans import join_rows, key_codes, take_matched
-from xstage_trace.analysis.stall import predicted_stall_ns
+from xstage_trace.analysis.stall_law import predicted_stall_ns
 
 STAGING_SLOTS = 2
 MIN_NOISE_NS = 200.0
@@ -146,8 +147,9 @@ def tile_spans(probes: pd.DataFrame, slots: int | None = None, layout: StagingLa
     cover = sum(shift_back(mainloop, ids, j) for j in range(1, cover_tiles + 1)) if cover_tiles else np.zeros(len(rows))
     epilogue = np.where(np.isnan(rs), ls, rs)
     epilogue_start = np.where(np.isnan(rs), ls_start, rs_start)
-    # the store's start relative to the covering mainloop's (next tile's) start; 0 where either is missing
-    lead = np.nan_to_num(epilogue_start - shift_back(start, ids, 1), nan=0.0)
+    # the store's start relative to the covering mainloop's (next tile's) start; unknown (NaN) where either
+    # is missing, and then taken as the spec's 0 in the prediction
+    lead = epilogue_start - shift_back(start, ids, 1)
     if lay.tile_kind is None:  # the fused kernels' tile_info: kind | expert << 1 | wave << 16
         is_l2, expert, wave = (payload & 1).astype(bool), (payload >> 1) & 0x7FFF, payload >> 16
     else:  # one kind of tile; the info payload is the group index; no expert waves (wave 0)
@@ -158,8 +160,8 @@ def tile_spans(probes: pd.DataFrame, slots: int | None = None, layout: StagingLa
         "is_l2": is_l2, "expert": expert, "wave": wave,
         "wait_ns": wait, "rs_ns": rs, "ls_ns": ls, "position": cumcount(ids), "cover_ns": cover,
         "slot_wait_ns": shift_back(wait, ids, slots), "epilogue_span_ns": epilogue,
-        "epilogue_lead_ns": lead, "predicted_stall_ns": predicted_stall_ns(epilogue, cover, lead),
-        "wait_start_ns": wait_start, "epilogue_start_ns": epilogue_start, "rs_bytes": cols["rs_bytes"][order] if "rs_bytes" in cols else np.full(len(rows), np.nan),
+        "epilogue_lead_ns": lead, "predicted_stall_ns": predicted_stall_ns(epilogue, cover, np.nan_to_num(lead, nan=0.0)),
+        "wait_start_ns": wait_start, "epilogue_start_ns": epilogue_start, "rs_bytes": cols["rs_bytes"][order],
     })
     if lay.tile_kind is not None:
         out["tile_kind"] = lay.tile_kind
@@ -174,8 +176,8 @@ def finish_tiles(t: pd.DataFrame, dumps: pd.DataFrame, noise_ns: float | None = 
     if t.empty:
         return pd.DataFrame()
     t = with_dump_config(t, dumps)
-    if "epilogue_lead_ns" not in t:  # spans from elsewhere than tile_spans: the spec's lead, 0
-        t["epilogue_lead_ns"] = 0.0
+    if "epilogue_lead_ns" not in t:  # spans from elsewhere than tile_spans: no lead was measured
+        t["epilogue_lead_ns"] = np.nan
     control = control_stats(t) if control is None else control
     floor_ns = control.floor_ns
     noise_ns = control.noise_ns if noise_ns is None else noise_ns

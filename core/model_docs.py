@@ -58,7 +58,8 @@ def burst_doc(rate_gbps, issue_floor_us, producers, bytes_per_producer, gap_us, 
 
 
 def stall_doc(span_us, cover_us, tiles: Path | None, by: str | None) -> dict:
-    """Spec §5: Δt = [T_RS − T_cover]₊ for one tile or a table of tiles (+ Table-3 style summary)."""
+    """Spec §5: Δt = [T_RS − T_cover]₊ for one tile or a table of tiles (+ Table-3 style summary); a
+    table with ``epilogue_lead_ns`` (a run's tile table) gets our lead term, [T_lead + T_RS − T_cover]₊."""
     from xstage_trace.analysis.stall_law import predicted_stall_ns
 
     _number("--span-us", span_us, zero_ok=True), _number("--cover-us", cover_us, zero_ok=True)
