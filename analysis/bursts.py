@@ -101,8 +101,8 @@ def reconstruct_bursts(spans: pd.DataFrame, tiles: pd.DataFrame | None = None) -
 
 def audit_bursts(bursts: pd.DataFrame, model: PlatformModel | None) -> pd.DataFrame:
     """Spec §4 on the reconstructed sequence of each (rank, dump): T_iss^0 and R (R(K, B) where the
-    calibration has it) from the calibration, ρ_n, Δb_n, q_n, b_n^iso and the capacity guard. The last burst of a sequence has no successor:
-    its gap is taken as unbounded (the path drains after the kernel)."""
+    calibration has it) from the calibration, ρ_n, Δb_n, q_n, b_n^iso and the capacity guard. The last
+    burst of a sequence has no successor: its gap is taken as unbounded (the path drains after the kernel)."""
     out = bursts.copy()
     n = len(out)
     audited = {c: np.full(n, np.nan) for c in ("issue_floor_ns", "rho", "delta_b_bytes", "q_bytes", "b_iso_bytes")}
@@ -116,11 +116,11 @@ def audit_bursts(bursts: pd.DataFrame, model: PlatformModel | None) -> pd.DataFr
         gap = out["gap_ns"].fillna(np.inf).to_numpy()
         cap = model.capacity(k)
         for idx in out.groupby(["rank", "dump"]).indices.values():  # one audit per burst sequence (per launch)
-            a = audit_sequence(volume[idx], gap[idx], floor[idx], rate[idx], None)
+            a = audit_sequence(volume[idx], gap[idx], floor[idx], rate[idx], None if cap is None else cap[idx])
             for c in ("rho", "delta_b_bytes", "q_bytes", "b_iso_bytes"):
                 audited[c][idx] = a.table[c].to_numpy()
-            if cap is not None:
-                guard[idx] = (a.table["q_bytes"].to_numpy() + a.table["b_iso_bytes"].to_numpy()) <= cap[idx]
+            if cap is not None:  # the guard q_n + b_n^iso ≤ Q(K) (without a Q it is not judged: None)
+                guard[idx] = a.table["guard_ok"].to_numpy()
     for c, v in audited.items():
         out[c] = v
     out["guard_ok"] = guard
