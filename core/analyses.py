@@ -20,11 +20,8 @@ from typing import Callable
 
 import pandas as pd
 
-from xstage_trace.analysis.calibration_points import CALIBRATION_MODES
 from xstage_trace.analysis.platform import PlatformModel
 from xstage_trace.base.schema import CONFIG_COLUMNS
-
-
 
 
 @dataclass(frozen=True)
@@ -62,8 +59,6 @@ def _with_config(frame: pd.DataFrame, dumps: pd.DataFrame) -> pd.DataFrame:
 def _calibration_points(probes: pd.DataFrame, slices: pd.DataFrame, dump: pd.DataFrame, ctx: AnalysisContext, done: dict) -> pd.DataFrame:
     from xstage_trace.analysis.calibration_points import calibration_points
 
-    if not dump["mode"].isin(CALIBRATION_MODES).any():  # no calibration launch (a fused kernel's dump): no points,
-        return pd.DataFrame()  # as calibration_points finds, without its ~4 ms of pandas set-up per dump
     return calibration_points(probes, slices, dump)
 
 
