@@ -191,3 +191,17 @@ def read_document(path: str | Path) -> dict:
 def load_platform(path: str | Path) -> PlatformModel:
     """Read a calibration JSON back into a PlatformModel (every number checked before use)."""
     return load_platform_from_doc(read_document(path), path)
+
+
+def load_platforms(paths, names_of) -> dict[str, PlatformModel]:
+    """Each calibration JSON of ``paths`` under every name ``names_of(model)`` gives it (e.g. its store
+    path, or the run destinations it calibrates); a name two files claim is bad input, naming the second."""
+    models: dict[str, PlatformModel] = {}
+    for path in paths:
+        model = load_platform(path)
+        for name in names_of(model):
+            if name in models:
+                raise InputError(path, f"is a second calibration for {name!r} (store path {model.store_path!r})",
+                                 "pass one --calibration per store path")
+            models[name] = model
+    return models

@@ -19,21 +19,6 @@ COLUMNS = {
 }
 
 
-def load_models(paths: list[Path]) -> dict:
-    """The calibrations by store path name; two for one path is an error."""
-    from xstage_trace.base.errors import InputError
-    from xstage_trace.calibration_io import load_platform
-
-    models: dict = {}
-    for path in paths:
-        model = load_platform(path)
-        name = str(model.store_path)
-        if name in models:
-            raise InputError(path, f"is a second calibration of store path {name!r}", "pass one --calibration per store path")
-        models[name] = model
-    return models
-
-
 def display_frame(summary):
     """The summary in µs with the table's column names."""
     shown = summary.copy()
@@ -72,6 +57,7 @@ def piggyback(
     from xstage_trace.analysis.piggyback import piggyback_audit, qloop_tiles
     from xstage_trace.base.atomic import write_text_atomic
     from xstage_trace.base.errors import InputError
+    from xstage_trace.calibration_io import load_platforms
 
     run = open_run(run_dir)
     tiles = qloop_tiles(run.probes(), run.dumps())
@@ -80,7 +66,7 @@ def piggyback(
                          "analyze probe dumps written by instrument/recipes/runs/fa3/driver.cu (recipe fa3)")
     if not (tiles["dest"] == control).any():
         raise InputError(run_dir, f"has no control dumps (dest={control})", "trace each shape once with O in local HBM, or name the control's dest with --control")
-    per_tile, summary = piggyback_audit(tiles, load_models(list(calibration)), control)
+    per_tile, summary = piggyback_audit(tiles, load_platforms(list(calibration), lambda model: [str(model.store_path)]), control)
     inputs = sorted({str(Path(i["path"]).parent) for i in run.manifest.get("inputs", []) if i.get("kind") == "probe"})
     write_text_atomic(output, piggyback_markdown(summary, run_dir, inputs, list(calibration)))
     if csv is not None:

@@ -21,19 +21,9 @@ COLUMNS = {
 def models_by_dest(paths: list[Path], dests) -> dict:
     """Each destination of the run with the one calibration whose store path starts with its name
     (``host`` → a host calibration, ``local`` → the local control's); two for one dest is an error."""
-    from xstage_trace.base.errors import InputError
-    from xstage_trace.calibration_io import load_platform
+    from xstage_trace.calibration_io import load_platforms
 
-    models: dict = {}
-    for path in paths:
-        model = load_platform(path)
-        for dest in dests:
-            if str(model.store_path).startswith(str(dest)):
-                if dest in models:
-                    raise InputError(path, f"is a second calibration for D in {dest!r} (store path {model.store_path!r})",
-                                     "pass one --calibration per destination")
-                models[dest] = model
-    return models
+    return load_platforms(paths, lambda model: [str(d) for d in dests if str(model.store_path).startswith(str(d))])
 
 
 def store_wait_markdown(summary, run_dir: Path, calibrations: list[Path]) -> str:
