@@ -13,7 +13,6 @@ import pandas as pd
 from xstage_trace.analysis.tile_error import backpressured_configurations, error_breakdown, error_summary, tile_timeline
 from xstage_trace.analysis.tiles import tile_spans
 from xstage_trace.base.atomic import write_text_atomic
-from xstage_trace.base.config import RunConfig
 from xstage_trace.base.errors import InputError
 from xstage_trace.reports.markdown import md_table
 
@@ -37,13 +36,11 @@ def run_timeline(run_dir: Path) -> pd.DataFrame:
     tiles = run.tiles()
     if tiles.empty:
         raise InputError(run_dir, "the run has no fused-kernel tiles (no mainloop probes)", "analyze probe dumps of a fused kernel into it")
-    labels = run.probe_slices().drop_duplicates(["rank", "dump"])[["rank", "dump", "label"]]
-    labels = labels.assign(dump=labels["dump"].astype(str),
-                           is_control=[RunConfig.from_label(str(x)).is_control for x in labels["label"]])
-    tiles = tiles.assign(dump=tiles["dump"].astype(str)).merge(labels[["rank", "dump", "is_control"]], on=["rank", "dump"], how="left")
+    control = run.dumps()[["rank", "dump", "is_control"]]  # RunConfig.is_control of each dump, as analyze parsed it
+    control = control.assign(dump=control["dump"].astype(str))
+    tiles = tiles.assign(dump=tiles["dump"].astype(str)).merge(control, on=["rank", "dump"], how="left")
     tiles["is_control"] = tiles["is_control"].fillna(False).astype(bool)
-    spans = tile_spans(run.probes())
-    return tile_timeline(spans.assign(dump=spans["dump"].astype(str)), tiles)
+    return tile_timeline(tile_spans(run.probes()), tiles)
 
 
 def _table(frame: pd.DataFrame) -> str:
