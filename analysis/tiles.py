@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from xstage_trace.analysis.columnar import as_text, cumcount, run_ids, shift_back, sort_codes
+from xstage_trace.analysis.columnar import as_text, cumcount, run_ids, shift_back, sort_codes, text_codes
 from xstage_trace.analysis.spans import join_rows, key_codes, take_matched
 from xstage_trace.analysis.stall_law import predicted_stall_ns
 
@@ -81,6 +81,17 @@ def staging_layout(probes: pd.DataFrame) -> StagingLayout:
     """The layout whose wait event the records hold (FUSED when they hold none of them)."""
     present = set(pd.unique(probes["event"]).astype(str))  # the distinct events only, not every row, as text
     return next((lay for lay in LAYOUTS if lay.wait_event in present), FUSED)
+
+
+def dump_layouts(probes: pd.DataFrame) -> dict[str, str]:
+    """Per dump (name as text) the name of ``staging_layout`` of its own records, for dumps whose records
+    hold a layout's wait event; a dump missing here holds none of them (FUSED)."""
+    codes, names = text_codes(probes["dump"])
+    out: dict[str, str] = {}
+    for lay in reversed(LAYOUTS):  # the first layout in LAYOUTS whose wait event a dump holds wins
+        held = np.bincount(codes[(probes["event"] == lay.wait_event).to_numpy()], minlength=len(names)) > 0
+        out.update({str(names[i]): lay.name for i in np.flatnonzero(held)})
+    return out
 
 
 def store_events(probes: pd.DataFrame) -> tuple[str, ...]:

@@ -5,9 +5,12 @@ is one core's and does not depend on what else the machine runs, as long as one 
 ``sample_traces/h200_fused_moe/traced`` with its nsys report and ``calibration_host.json``: pass 1 over
 the 4 control dumps, pass 2 over all 8, Table 3. The plan (dump headers, nsys export, alignment) is
 made once beforehand and not timed. Prints best and median of ``--repeat`` runs, ms per dump and
-records per core-second. ``--profile`` adds a cProfile listing of the same work.
+records per core-second. ``--profile`` adds a cProfile listing of the same work. ``--copies N`` analyses
+N copies of every dump instead (SYNTHETIC input made by ``bench_analyze.replicate`` under /tmp and
+removed after the run): several launches of each configuration, as a run of repeated trials has, which
+``analyze`` reads in batches.
 
-    python benchmarks/bench_dump_work.py [--repeat 7] [--profile]
+    python benchmarks/bench_dump_work.py [--repeat 7] [--profile] [--copies N]
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--copies", type=int, default=0, help="analyse N synthetic copies of every dump instead")
     args = ap.parse_args()
 
     from xstage_trace.analyses import AnalysisContext
@@ -37,10 +41,16 @@ def main() -> None:
     from xstage_trace.collectors.collect import plan_run
     from xstage_trace.stream import analyze_streaming
 
-    plan = plan_run([next(TRACED.glob("*.nsys-rep")), TRACED])
+    scratch = Path(tempfile.mkdtemp(prefix="xstage-bench-dump-work-synthetic-" if args.copies else "xstage-bench-dump-work-"))
+    dumps = TRACED
+    if args.copies:
+        from bench_analyze import replicate
+
+        dumps = scratch / "dumps"
+        replicate(sorted(TRACED.glob("*.xsp*")), args.copies, dumps)
+    plan = plan_run([next(TRACED.glob("*.nsys-rep")), dumps])
     ctx = AnalysisContext(model=load_platform(CALIBRATION))
     records = sum(t.records for t in plan.tasks)
-    scratch = Path(tempfile.mkdtemp(prefix="xstage-bench-dump-work-"))
 
     def once() -> None:
         folder = Path(tempfile.mkdtemp(dir=scratch))

@@ -18,8 +18,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+import numpy as np
 import pandas as pd
 
+from xstage_trace.analysis.columnar import text_codes
 from xstage_trace.analysis.platform import PlatformModel
 from xstage_trace.base.schema import CONFIG_COLUMNS
 
@@ -72,7 +74,8 @@ def _bursts(probes: pd.DataFrame, slices: pd.DataFrame, dump: pd.DataFrame, ctx:
 
 
 def _calibrated_for(model: PlatformModel | None, dump: pd.DataFrame) -> bool:
-    """A calibration audits only the bursts of its own store path (``peer0to1`` calibrates ``dest=peer``)."""
+    """A calibration audits only the bursts of its own store path (``peer0to1`` calibrates ``dest=peer``);
+    ``dump``: the rows of dumps that share a destination (``analyze_dumps`` groups them so)."""
     if model is None or dump.empty:
         return False
     dest = dump["dest"].iloc[0]
@@ -111,14 +114,51 @@ RUN_ANALYSES: tuple[Analysis, ...] = (
 )
 
 
+def _steps(probes: pd.DataFrame, slices: pd.DataFrame, dumps: pd.DataFrame, ctx: AnalysisContext) -> dict[str, pd.DataFrame]:
+    done: dict[str, pd.DataFrame] = {}
+    for a in DUMP_ANALYSES:
+        done[a.name] = a.run(probes, slices, dumps, ctx, done)
+    return done
+
+
+def analyze_dumps(probes: pd.DataFrame, slices: pd.DataFrame, dumps: pd.DataFrame, ctx: AnalysisContext) -> dict[str, pd.DataFrame]:
+    """Every per-dump step over the records of one or more dumps (``dumps``: their rows of the ``dumps``
+    table). Every step keys its rows by (rank, dump), so dumps analysed together give what each gives
+    alone; what a step decides once for all its input (the staging layout of the records' events, the
+    destination a calibration applies to) is the same within each group of dumps run together here."""
+    if probes.empty:
+        return {}
+    groups = dump_groups(probes, dumps)
+    if len(groups) == 1:
+        return _steps(probes, slices, dumps, ctx)
+    parts = [_steps(probes[p], slices[slices["dump"].astype(str).isin(names)], dumps[dumps["dump"].astype(str).isin(names)], ctx)
+             for names, p in groups]
+    return {a.name: pd.concat([r[a.name] for r in parts if len(r[a.name])], ignore_index=True)
+            if any(len(r[a.name]) for r in parts) else pd.DataFrame() for a in DUMP_ANALYSES}
+
+
+def dump_groups(probes: pd.DataFrame, dumps: pd.DataFrame) -> list[tuple[list[str], np.ndarray]]:
+    """The dumps of ``probes`` grouped by (staging layout, destination), each group as (its dump names,
+    the mask of its records), in the order of the dump names."""
+    from xstage_trace.analysis.tiles import dump_layouts
+
+    codes, names = text_codes(probes["dump"])
+    held = np.flatnonzero(np.bincount(codes, minlength=len(names)))
+    layout = dump_layouts(probes)
+    dest = dumps.astype({"dump": str}).drop_duplicates("dump").set_index("dump")["dest"]
+    by_key: dict[tuple, list[int]] = {}
+    for i in held:
+        by_key.setdefault((layout.get(names[i]), str(dest.get(names[i]))), []).append(i)
+    if len(by_key) <= 1:
+        return [([str(names[i]) for i in held], np.ones(len(probes), bool))]
+    return [([str(names[i]) for i in ids], np.isin(codes, ids)) for ids in by_key.values()]
+
+
 def analyze_dump(probes: pd.DataFrame, slices: pd.DataFrame, dump: pd.DataFrame, ctx: AnalysisContext) -> dict[str, pd.DataFrame]:
     """Every per-dump step over one dump's records (``dump``: its row of the ``dumps`` table)."""
-    done: dict[str, pd.DataFrame] = {}
     if probes.empty:
-        return done
-    for a in DUMP_ANALYSES:
-        done[a.name] = a.run(probes, slices, dump, ctx, done)
-    return done
+        return {}
+    return _steps(probes, slices, dump, ctx)
 
 
 def analyze_run(per_dump: list[dict[str, pd.DataFrame]], tables: dict[str, pd.DataFrame], ctx: AnalysisContext) -> dict[str, pd.DataFrame]:

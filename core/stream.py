@@ -1,19 +1,25 @@
-"""Streaming analyze in bounded memory: one dump's records in memory at a time (per worker), every
-table written part by part as it is produced, per-dump work spread over processes.
+"""Streaming analyze in bounded memory: one batch of dumps in memory at a time (per worker), every
+table written part by part as it is produced, the work spread over processes.
 
-Two passes over the plan's tasks, on the same workers:
+The plan's dumps are cut into batches (``make_batches``): consecutive dumps of one rank and one
+configuration, up to BATCH_RECORDS records (a larger dump is a batch of its own). A batch is read,
+analysed and written as one: every per-dump step keys its rows by (rank, dump), so the results are
+those of its dumps one by one, while the fixed cost of each step and of each Parquet file is paid once
+per batch instead of once per dump (a fused-kernel dump is ~50 k records).
 
-1. the control dumps only (``is_control`` in the ``dumps`` table): their tile spans decide the
+Two passes over the batches, on the same workers:
+
+1. the control batches only (``is_control`` in the ``dumps`` table): their tile spans decide the
    statistics every tile is judged by (slot-wait floor and noise, control mainloop p99; spec §5),
-   ``ControlStats``. Each control dump is read and analysed here once (``control_task``: its probes
+   ``ControlStats``. Each control batch is read and analysed here once (``control_task``: its probes
    and bursts parts are written, its unfinished tile spans kept in a scratch Arrow file of the run's
    temporary folder); only the control tiles' few columns and the counts come back.
-2. every dump (``process_task``): read its records onto the run's time base, write them as one part
+2. every batch (``process_task``): read its records onto the run's time base, write them as one part
    of the ``probes`` table, run the per-dump analyses (core/analyses.py), finish its tiles with the
    control statistics and write them and its bursts as one part each of the ``tiles`` and ``bursts``
-   tables (``NAME/rank=R/part-NNNNN.parquet``, the layout ``read_run`` reads). A control dump only
-   has its scratch spans finished and written (``finish_control_task``). Only counts and the
-   calibration points come back.
+   tables (``NAME/rank=R/part-NNNNN.parquet``, the layout ``read_run`` reads; NNNNN: the batch's first
+   dump). A control batch only has its scratch spans finished and written (``finish_control_task``).
+   Only counts and the calibration points come back.
 
 Table 3 is then computed one configuration at a time from that configuration's tile parts (the
 columns it needs only), so the largest thing held is one configuration's tiles, never the run's.
@@ -36,7 +42,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.feather as feather
 
-from xstage_trace.analyses import AnalysisContext, analyze_dump
+from xstage_trace.analyses import AnalysisContext, analyze_dumps
 from xstage_trace.analysis.tiles import ControlStats, control_stats, finish_tiles, with_dump_config
 from xstage_trace.collectors.collect import DumpTask, load_records
 from xstage_trace.collectors.dataset import table_part_path, write_table_part
@@ -73,31 +79,83 @@ class StreamResult:
 
 
 SCRATCH = ".control-spans"  # pass 1's unfinished tile spans of the control dumps, removed before the run is written
+BATCH_RECORDS = 500_000  # dumps of one configuration analysed together up to this many records (one part per batch)
 
 
-def _scratch_path(folder: Path, task: DumpTask) -> Path:
-    return Path(folder) / SCRATCH / f"rank={task.rank}-part-{task.index:05d}.arrow"
+@dataclass(frozen=True)
+class DumpBatch:
+    """Consecutive dumps of one rank and one configuration (``dumps``: dest, shape, variant, control),
+    analysed together and written as one part of each table (``index``: its first dump's)."""
+
+    tasks: tuple[DumpTask, ...]
+
+    @property
+    def rank(self) -> int:
+        return self.tasks[0].rank
+
+    @property
+    def index(self) -> int:
+        return self.tasks[0].index
+
+    @property
+    def records(self) -> int:
+        return sum(t.records for t in self.tasks)
 
 
-def _analyze_and_write(task: DumpTask, folder: Path, slices: pa.Table, dump: pd.DataFrame,
+def make_batches(tasks: list[DumpTask], dumps: pd.DataFrame, batch_records: int | None = None) -> list[DumpBatch]:
+    """``tasks`` in order, cut into batches: a new batch where the rank or the configuration changes,
+    or where the batch would pass ``batch_records`` records (default BATCH_RECORDS; a larger dump is a
+    batch of its own)."""
+    batch_records = BATCH_RECORDS if batch_records is None else batch_records
+    cfg = dumps.astype({"dump": str}).assign(variant=dumps["variant"].fillna("-")).drop_duplicates(["rank", "dump"]).set_index(["rank", "dump"])
+    key = {k: tuple(map(str, v)) for k, v in zip(cfg.index, cfg[["dest", "shape", "variant", "is_control"]].to_numpy())}
+    out: list[list[DumpTask]] = []
+    last, size = None, 0
+    for t in tasks:
+        k = (t.rank, key.get((t.rank, t.dump)))
+        if not out or k != last or size + t.records > batch_records:
+            out.append([])
+            last, size = k, 0
+        out[-1].append(t)
+        size += t.records
+    return [DumpBatch(tuple(b)) for b in out]
+
+
+def _scratch_path(folder: Path, batch: DumpBatch) -> Path:
+    return Path(folder) / SCRATCH / f"rank={batch.rank}-part-{batch.index:05d}.arrow"
+
+
+def _load_batch(batch: DumpBatch) -> tuple[pa.Table, list[str]]:
+    """The batch's records, dump after dump, as one table (one dictionary per text column), and the decoder's warnings."""
+    tables, warnings = [], []
+    for t in batch.tasks:
+        records, w = load_records(t)
+        tables.append(records)
+        warnings += w
+    if len(tables) == 1:
+        return tables[0], warnings
+    return pa.concat_tables(tables).unify_dictionaries().combine_chunks(), warnings
+
+
+def _analyze_and_write(batch: DumpBatch, folder: Path, slices: pa.Table, dump: pd.DataFrame,
                        ctx: AnalysisContext) -> tuple[pa.Table, dict[str, pd.DataFrame], list[str]]:
-    """One dump's records → probes part; per-dump analyses; bursts → bursts part (parts of no rows are
+    """A batch's records → probes part; per-dump analyses; bursts → bursts part (parts of no rows are
     not written). Returns the records, the analyses' results and the decoder's warnings."""
-    records, warnings = load_records(task)
-    write_table_part(folder, "probes", task.rank, task.index, records)
-    done = analyze_dump(records.to_pandas(), slices.to_pandas(), dump, ctx)
+    records, warnings = _load_batch(batch)
+    write_table_part(folder, "probes", batch.rank, batch.index, records)
+    done = analyze_dumps(records.to_pandas(), slices.to_pandas(), dump, ctx)
     bursts = done.get("bursts", pd.DataFrame())
     if len(bursts):
-        write_table_part(folder, "bursts", task.rank, task.index, pa.Table.from_pandas(bursts, preserve_index=False))
+        write_table_part(folder, "bursts", batch.rank, batch.index, pa.Table.from_pandas(bursts, preserve_index=False))
     return records, done, warnings
 
 
-def _finish_and_write(task: DumpTask, folder: Path, spans: pd.DataFrame, dump: pd.DataFrame, ctx: AnalysisContext,
+def _finish_and_write(batch: DumpBatch, folder: Path, spans: pd.DataFrame, dump: pd.DataFrame, ctx: AnalysisContext,
                       control: ControlStats) -> pd.DataFrame:
-    """One dump's tile spans finished with ``control`` → tiles part (not written when empty)."""
+    """A batch's tile spans finished with ``control`` → tiles part (not written when empty)."""
     tiles = finish_tiles(spans, dump, ctx.noise_ns, control) if len(spans) else pd.DataFrame()
     if len(tiles):
-        write_table_part(folder, "tiles", task.rank, task.index, pa.Table.from_pandas(tiles, preserve_index=False))
+        write_table_part(folder, "tiles", batch.rank, batch.index, pa.Table.from_pandas(tiles, preserve_index=False))
     return tiles
 
 
@@ -106,15 +164,15 @@ def _result(records: int, tiles: pd.DataFrame, done: dict[str, pd.DataFrame], wa
                       done.get("calibration_points", pd.DataFrame()), warnings)
 
 
-def control_task(task: DumpTask, folder: Path, slices: pa.Table, dump_row: pa.Table, ctx: AnalysisContext) -> tuple[pd.DataFrame, DumpResult]:
-    """Pass 1, one control dump: everything ``process_task`` does but finishing the tiles (which needs
-    every control dump's statistics); its tile spans wait in a scratch file for ``finish_control_task``.
+def control_task(batch: DumpBatch, folder: Path, slices: pa.Table, dump_rows: pa.Table, ctx: AnalysisContext) -> tuple[pd.DataFrame, DumpResult]:
+    """Pass 1, one batch of control dumps: everything ``process_task`` does but finishing the tiles (which
+    needs every control dump's statistics); its tile spans wait in a scratch file for ``finish_control_task``.
     Returns its tiles' CONTROL_COLUMNS (the input of ``control_stats``) and its result so far."""
-    dump = dump_row.to_pandas()
-    records, done, warnings = _analyze_and_write(task, folder, slices, dump, ctx)
+    dump = dump_rows.to_pandas()
+    records, done, warnings = _analyze_and_write(batch, folder, slices, dump, ctx)
     spans = done.get("tile_spans", pd.DataFrame())
     if len(spans):
-        path = _scratch_path(folder, task)
+        path = _scratch_path(folder, batch)
         path.parent.mkdir(parents=True, exist_ok=True)
         feather.write_feather(pa.Table.from_pandas(spans, preserve_index=False), path, compression="uncompressed")
         t = with_dump_config(spans, dump)
@@ -124,36 +182,36 @@ def control_task(task: DumpTask, folder: Path, slices: pa.Table, dump_row: pa.Ta
     return ctrl, _result(records.num_rows, pd.DataFrame(), done, warnings)
 
 
-def finish_control_task(task: DumpTask, folder: Path, dump_row: pa.Table, ctx: AnalysisContext, control: ControlStats,
+def finish_control_task(batch: DumpBatch, folder: Path, dump_rows: pa.Table, ctx: AnalysisContext, control: ControlStats,
                         partial: DumpResult) -> DumpResult:
-    """Pass 2, one control dump that ``control_task`` analysed: its scratch tile spans finished with
+    """Pass 2, one batch that ``control_task`` analysed: its scratch tile spans finished with
     ``control`` → tiles part; the scratch file is removed."""
-    path = _scratch_path(folder, task)
-    if not path.exists():  # no tile spans in this dump
+    path = _scratch_path(folder, batch)
+    if not path.exists():  # no tile spans in this batch
         return partial
     spans = feather.read_table(path).to_pandas()
     path.unlink()
-    tiles = _finish_and_write(task, folder, spans, dump_row.to_pandas(), ctx, control)
+    tiles = _finish_and_write(batch, folder, spans, dump_rows.to_pandas(), ctx, control)
     return DumpResult(partial.records, len(tiles), partial.bursts, int(tiles["backpressured"].sum()) if len(tiles) else 0,
                       partial.calibration_points, partial.warnings)
 
 
-def process_task(task: DumpTask, folder: Path, slices: pa.Table, dump_row: pa.Table, ctx: AnalysisContext,
+def process_task(batch: DumpBatch, folder: Path, slices: pa.Table, dump_rows: pa.Table, ctx: AnalysisContext,
                  control: ControlStats) -> DumpResult:
-    """Pass 2, one dump: records → probes part; per-dump analyses; tiles finished with ``control`` →
+    """Pass 2, one batch: records → probes part; per-dump analyses; tiles finished with ``control`` →
     tiles part; bursts → bursts part (parts of no rows are not written)."""
-    dump = dump_row.to_pandas()
-    records, done, warnings = _analyze_and_write(task, folder, slices, dump, ctx)
-    tiles = _finish_and_write(task, folder, done.get("tile_spans", pd.DataFrame()), dump, ctx, control)
+    dump = dump_rows.to_pandas()
+    records, done, warnings = _analyze_and_write(batch, folder, slices, dump, ctx)
+    tiles = _finish_and_write(batch, folder, done.get("tile_spans", pd.DataFrame()), dump, ctx, control)
     return _result(records.num_rows, tiles, done, warnings)
 
 
-def pass2_task(task: DumpTask, folder: Path, slices: pa.Table | None, dump_row: pa.Table, ctx: AnalysisContext,
+def pass2_task(batch: DumpBatch, folder: Path, slices: pa.Table | None, dump_rows: pa.Table, ctx: AnalysisContext,
                control: ControlStats, partial: DumpResult | None) -> DumpResult:
-    """Pass 2 of one dump: ``finish_control_task`` for one pass 1 analysed (``partial``), else ``process_task``."""
+    """Pass 2 of one batch: ``finish_control_task`` for one pass 1 analysed (``partial``), else ``process_task``."""
     if partial is not None:
-        return finish_control_task(task, folder, dump_row, ctx, control, partial)
-    return process_task(task, folder, slices, dump_row, ctx, control)
+        return finish_control_task(batch, folder, dump_rows, ctx, control, partial)
+    return process_task(batch, folder, slices, dump_rows, ctx, control)
 
 
 def default_workers() -> int:
@@ -208,56 +266,58 @@ def rows_by_dump(table: pa.Table) -> dict[tuple[int, str], np.ndarray]:
 
 def analyze_streaming(tasks: list[DumpTask], folder: Path, tables: dict[str, pa.Table], ctx: AnalysisContext,
                       workers: int | None = None, tick=None, scheduler: str | None = None) -> StreamResult:
-    """Both passes over ``tasks`` (module text), writing the probes, tiles and bursts parts into the
-    run's temporary ``folder``; then Table 3 per configuration from the tile parts."""
+    """Both passes over ``tasks`` in batches (module text), writing the probes, tiles and bursts parts into
+    the run's temporary ``folder``; then Table 3 per configuration from the tile parts."""
     pa.default_memory_pool().release_unused()  # what reading the exports and dump headers left in the pool
     sl, dumps = tables["probe_slices"], tables["dumps"]
     slice_rows, dump_rows = rows_by_dump(sl), rows_by_dump(dumps)
+    dumps_frame = dumps.to_pandas()
+    batches = make_batches(tasks, dumps_frame)
 
-    def of(t: DumpTask, table: pa.Table, rows: dict) -> pa.Table:
-        return table.take(rows.get((t.rank, t.dump), np.zeros(0, np.int64)))
+    def of(b: DumpBatch, table: pa.Table, rows: dict) -> pa.Table:
+        return table.take(np.concatenate([rows.get((t.rank, t.dump), np.zeros(0, np.int64)) for t in b.tasks]))
 
-    controls = [t for t in tasks if any(of(t, dumps, dump_rows)["is_control"].to_pylist())]
+    controls = [b for b in batches if any(of(b, dumps, dump_rows)["is_control"].to_pylist())]
     workers = default_workers() if workers is None else workers
     big = sum(t.records for t in tasks) >= PARALLEL_MIN_RECORDS
-    pool_size = min(workers, len(tasks)) if (big and len(tasks) > 1) else 1
+    pool_size = min(workers, len(batches)) if (big and len(batches) > 1) else 1
     results: list[DumpResult] = []
     with task_mapper(pool_size, scheduler) as mapper:
-        first = list(mapper(control_task, ((t, folder, of(t, sl, slice_rows), of(t, dumps, dump_rows), ctx) for t in controls)))
+        first = list(mapper(control_task, ((b, folder, of(b, sl, slice_rows), of(b, dumps, dump_rows), ctx) for b in controls)))
         stats = run_stats([ctrl for ctrl, _ in first])
-        partial = {(t.rank, t.index): r for t, (_, r) in zip(controls, first)}  # the part a task writes: unique per task
+        partial = {(b.rank, b.index): r for b, (_, r) in zip(controls, first)}  # the part a batch writes: unique per batch
         del first
-        args = ((t, folder, None if (t.rank, t.index) in partial else of(t, sl, slice_rows), of(t, dumps, dump_rows), ctx, stats,
-                 partial.get((t.rank, t.index))) for t in tasks)
-        for r in mapper(pass2_task, args):
+        args = ((b, folder, None if (b.rank, b.index) in partial else of(b, sl, slice_rows), of(b, dumps, dump_rows), ctx, stats,
+                 partial.get((b.rank, b.index))) for b in batches)
+        for b, r in zip(batches, mapper(pass2_task, args)):
             results.append(r)
-            if tick:
+            for _ in b.tasks if tick else ():
                 tick()
     shutil.rmtree(Path(folder) / SCRATCH, ignore_errors=True)
     counts = {name: sum(getattr(r, name) for r in results) for name in ("tiles", "bursts")}
     counts["probes"] = sum(r.records for r in results)
     points = [r.calibration_points for r in results if len(r.calibration_points)]
     return StreamResult(counts={n: c for n, c in counts.items() if c or n == "probes"},
-                        table3=table3_by_configuration(folder, tasks, dumps.to_pandas(), tables["kernels"].to_pandas(), ctx, results),
+                        table3=table3_by_configuration(folder, batches, dumps_frame, tables["kernels"].to_pandas(), ctx, results),
                         calibration_points=pd.concat(points, ignore_index=True) if points else pd.DataFrame(),
                         backpressured=sum(r.backpressured for r in results), warnings=[w for r in results for w in r.warnings])
 
 
-def table3_by_configuration(folder: Path, tasks: list[DumpTask], dumps: pd.DataFrame, kernels: pd.DataFrame,
+def table3_by_configuration(folder: Path, batches: list[DumpBatch], dumps: pd.DataFrame, kernels: pd.DataFrame,
                             ctx: AnalysisContext, results: list[DumpResult]) -> pd.DataFrame:
     """Spec §5 Table 3 (``table3_from_tiles`` + kernel times), each configuration's row from the tile
-    parts of that configuration's dumps only: a row reads every tile of its configuration and none
-    of another's, so the rows equal those of the whole tile table."""
+    parts of that configuration's batches only (a batch holds one configuration): a row reads every
+    tile of its configuration and none of another's, so the rows equal those of the whole tile table."""
     from xstage_trace.analysis.stall import CONFIG, attach_kernel_times, kernel_trials, table3_from_tiles
 
-    written = [t for t, r in zip(tasks, results) if r.tiles]
+    written = [b for b, r in zip(batches, results) if r.tiles]
     if not written:
         return pd.DataFrame()
     cfg = dumps.astype({"dump": str}).assign(variant=dumps["variant"].fillna("-")).set_index(["rank", "dump"])[["dest", "shape", "variant"]]
     by_config: dict[tuple, list[str]] = {}
-    for t in written:
-        key = tuple(cfg.loc[(t.rank, t.dump)].astype(str))
-        by_config.setdefault(key, []).append(str(table_part_path(folder, "tiles", t.rank, t.index)))
+    for b in written:
+        key = tuple(cfg.loc[(b.rank, b.tasks[0].dump)].astype(str))
+        by_config.setdefault(key, []).append(str(table_part_path(folder, "tiles", b.rank, b.index)))
     rows = [table3_from_tiles(_read_columns(files)) for _, files in sorted(by_config.items())]
     table3 = pd.concat([r for r in rows if len(r)], ignore_index=True) if any(len(r) for r in rows) else pd.DataFrame()
     if table3.empty:

@@ -8,6 +8,7 @@ import shutil
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 import xstage_trace
@@ -92,18 +93,39 @@ def test_streamed_calibration_points_equal_the_whole_table_points(both):
         pd.testing.assert_frame_equal(got[cols], want[cols], check_dtype=False)
 
 
-def test_tiles_and_bursts_are_written_one_part_per_dump_and_no_scratch_is_left(tmp_path, monkeypatch):
+def test_tables_are_written_one_part_per_configuration_batch_and_no_scratch_is_left(tmp_path, monkeypatch):
     inputs = [FUSED / "traced" / "fused_reference.nsys-rep", FUSED / "traced"]
     monkeypatch.setattr(stream, "PARALLEL_MIN_RECORDS", 0)  # the sample is small: force the pool of two
     analyze_inputs(inputs, tmp_path / "run", calibration=HOST_CAL, warmup_launches=SAMPLE_WARMUPS, workers=2)
-    dumps = len(list((FUSED / "traced").glob("*.xsp*")))
+    # the dumps in plan order (by name) and their configuration, from the names: fused_<dest>_<shape>_<schedule>_…
+    names = sorted(p.name for p in (FUSED / "traced").glob("*.xsp*"))  # a dump is named by its file
+    config = [tuple(n.split("_")[1:3]) for n in names]
+    firsts = [i for i in range(len(names)) if i == 0 or config[i] != config[i - 1]]
+    assert len(firsts) < len(names)  # the sample has configurations of several dumps: they share a part
+    run = xstage_trace.open_run(tmp_path / "run")
     for table in ("probes", "tiles", "bursts"):
         parts = sorted(p.name for p in (tmp_path / "run" / table / "rank=0").iterdir())
-        assert parts == [f"part-{i:05d}.parquet" for i in range(dumps)], table
+        assert parts == [f"part-{i:05d}.parquet" for i in firsts], table
+        for part, first in zip(parts, firsts):  # each part holds its configuration's dumps and no other's
+            held = set(pq.read_table(tmp_path / "run" / table / "rank=0" / part, columns=["dump"])["dump"].to_pylist())
+            assert held == {n for n, c in zip(names, config) if c == config[first]}, (table, part)
+        assert set(getattr(run, table)()["dump"].astype(str)) == set(names)
     assert not (tmp_path / "run" / "tiles.parquet").exists()
     # the control pass's scratch tile spans are gone from the folder and were never in its manifest
     assert not (tmp_path / "run" / stream.SCRATCH).exists()
-    assert not [f for f in xstage_trace.open_run(tmp_path / "run").manifest["files"] if f.startswith(stream.SCRATCH)]
+    assert not [f for f in run.manifest["files"] if f.startswith(stream.SCRATCH)]
+
+
+def test_a_batch_ends_at_its_record_limit_and_the_run_is_the_same(tmp_path, monkeypatch):
+    inputs = [FUSED / "traced" / "fused_reference.nsys-rep", FUSED / "traced"]
+    analyze_inputs(inputs, tmp_path / "a", calibration=HOST_CAL, warmup_launches=SAMPLE_WARMUPS, workers=1)
+    monkeypatch.setattr(stream, "BATCH_RECORDS", 1)  # every dump is larger: one batch, one part per dump
+    analyze_inputs(inputs, tmp_path / "b", calibration=HOST_CAL, warmup_launches=SAMPLE_WARMUPS, workers=1)
+    dumps = len(list((FUSED / "traced").glob("*.xsp*")))
+    assert len(list((tmp_path / "b" / "tiles" / "rank=0").iterdir())) == dumps
+    a, b = xstage_trace.open_run(tmp_path / "a"), xstage_trace.open_run(tmp_path / "b")
+    for name in ("tiles", "bursts", "probes", "table3"):
+        pd.testing.assert_frame_equal(getattr(a, name)(), getattr(b, name)(), check_categorical=False)
 
 
 def test_a_run_analyzed_again_from_its_folder_keeps_every_dump(tmp_path):
