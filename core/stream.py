@@ -43,7 +43,7 @@ import pyarrow as pa
 import pyarrow.feather as feather
 
 from xstage_trace.analyses import AnalysisContext, analyze_dumps
-from xstage_trace.analysis.tiles import ControlStats, control_stats, finish_tiles, with_dump_config
+from xstage_trace.analysis.tiles import CONTROL_KEYS, ControlStats, control_stats, finish_tiles, with_dump_config
 from xstage_trace.collectors.collect import DumpTask, load_records
 from xstage_trace.collectors.dataset import table_part_path, write_table_part
 
@@ -176,7 +176,7 @@ def control_task(batch: DumpBatch, folder: Path, slices: pa.Table, dump_rows: pa
         path.parent.mkdir(parents=True, exist_ok=True)
         feather.write_feather(pa.Table.from_pandas(spans, preserve_index=False), path, compression="uncompressed")
         t = with_dump_config(spans, dump)
-        ctrl = t.loc[t["is_control"], CONTROL_COLUMNS].reset_index(drop=True)
+        ctrl = t.loc[t["is_control"], CONTROL_COLUMNS].reset_index(drop=True).astype({c: "category" for c in CONTROL_KEYS})  # ~1 B a key
     else:
         ctrl = pd.DataFrame()
     return ctrl, _result(records.num_rows, pd.DataFrame(), done, warnings)
@@ -252,10 +252,19 @@ def task_mapper(workers: int, scheduler: str | None) -> Iterator[Mapper]:
 
 
 def run_stats(frames: list[pd.DataFrame]) -> ControlStats:
-    """The control statistics of the run from its control dumps' tiles (defaults when it has none)."""
+    """The control statistics of the run from its control batches' tiles (CONTROL_COLUMNS, the keys
+    as categoricals), defaults when it has none. The keys of the mainloop p99 table come back as text."""
+    from pandas.api.types import union_categoricals
+
     frames = [f for f in frames if len(f)]
-    return control_stats(pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
-        {c: pd.Series(dtype=bool if c == "is_control" else float if c.endswith("_ns") else object) for c in CONTROL_COLUMNS}))
+    if not frames:
+        return control_stats(pd.DataFrame({c: pd.Series(dtype=bool if c == "is_control" else float if c.endswith("_ns") else object)
+                                           for c in CONTROL_COLUMNS}))
+    ctrl = pd.DataFrame({c: union_categoricals([f[c] for f in frames]) if c in CONTROL_KEYS else np.concatenate([f[c].to_numpy() for f in frames])
+                         for c in CONTROL_COLUMNS})
+    stats = control_stats(ctrl)
+    p99 = stats.mainloop_p99.astype({c: stats.mainloop_p99[c].cat.categories.dtype for c in CONTROL_KEYS})
+    return ControlStats(stats.floor_ns, stats.noise_ns, p99)
 
 
 def rows_by_dump(table: pa.Table) -> dict[tuple[int, str], np.ndarray]:
