@@ -35,6 +35,28 @@ def _us(x: float) -> float:
     return float(x) / 1e3
 
 
+def _filled_codes(col: pd.Series, fill: str) -> tuple[np.ndarray, list[str]]:
+    """(code per row, names): the column as text codes, missing values as ``fill``."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        codes, names = col.cat.codes.to_numpy().astype(np.int64), [str(c) for c in col.cat.categories]
+    else:
+        codes, uniq = pd.factorize(col)
+        codes, names = codes.astype(np.int64), [str(c) for c in uniq]
+    if (codes < 0).any():
+        if fill not in names:
+            names.append(fill)
+        codes[codes < 0] = names.index(fill)
+    first: dict[str, int] = {}
+    remap = np.array([first.setdefault(n, i) for i, n in enumerate(names)], np.int64)  # equal names, one code
+    return (remap[codes] if len(remap) else codes), names
+
+
+def _median(x: np.ndarray) -> float:
+    """Median of the non-NaN values (NaN when there are none), as pandas' ``median``."""
+    x = x[~np.isnan(x)]
+    return float(np.median(x)) if len(x) else np.nan
+
+
 def table3_from_tiles(tiles: pd.DataFrame) -> pd.DataFrame:
     """Spec §5 Table 3 for measured runs, one row per configuration (dest, shape, kernel variant):
     medians of the Linear-2 remote-store span per schedule and of the Linear-2 / Linear-1 mainloops;
@@ -47,31 +69,44 @@ def table3_from_tiles(tiles: pd.DataFrame) -> pd.DataFrame:
     path was traced). Timing scope: probe clock64 converted to ns per SM."""
     from xstage_trace.analysis.tiles import mainloop_inflated
 
-    t = tiles.dropna(subset=["schedule"])
-    t = t.assign(variant=t["variant"].fillna("-"))
-    l2 = t[t["tile_kind"] == "linear2"]
-    inflated = pd.Series(mainloop_inflated(l2), index=l2.index)
+    if tiles.empty:
+        return pd.DataFrame()
+    ok = (tiles["schedule"].notna() & tiles["dest"].notna() & tiles["shape"].notna()).to_numpy()  # as groupby drops missing keys
+    dest, dest_names = _filled_codes(tiles["dest"], "")
+    shape, shape_names = _filled_codes(tiles["shape"], "")
+    variant, variant_names = _filled_codes(tiles["variant"], "-")
+    sched, sched_names = _filled_codes(tiles["schedule"], "")
+    kind, kind_names = _filled_codes(tiles["tile_kind"], "")
+    config = (dest * len(shape_names) + shape) * len(variant_names) + variant
+    of_kind = {k: ok & (kind == kind_names.index(k)) if k in kind_names else np.zeros(len(tiles), bool) for k in ("linear1", "linear2")}
+    l2 = of_kind["linear2"]
+    num = {c: tiles[c].to_numpy(np.float64) for c in ("mainloop_ns", "rs_span_ns", "predicted_stall_ns", "measured_stall_ns", "control_mainloop_ns")}
+    backpressured, inflated = tiles["backpressured"].to_numpy(bool), mainloop_inflated(tiles)
+    per_dest = len(shape_names) * len(variant_names)
+    names = {int(c): (dest_names[c // per_dest], shape_names[(c // len(variant_names)) % len(shape_names)], variant_names[c % len(variant_names)])
+             for c in np.unique(config[l2])}
     rows = []
-    for (dest, shape, variant), g in l2.groupby(CONFIG, sort=True):  # one row per configuration
-        same = (t["dest"] == dest) & (t["shape"] == shape) & (t["variant"] == variant)
-        ml = {k: t.loc[same & (t["tile_kind"] == k), "mainloop_ns"].median() for k in ("linear1", "linear2")}
-        row = {"dest": dest, "shape": shape, "variant": variant,
-               "mainloop_l2_us": _us(ml["linear2"]), "mainloop_l1_us": _us(ml["linear1"]), "tiles_l2": 0}
-        for sched, cover_kind in SCHEDULES.items():
-            w = g[g["schedule"] == sched]
-            err = (w["predicted_stall_ns"] - w["measured_stall_ns"]).abs().dropna()
+    for c, (d, sh, v) in sorted(names.items(), key=lambda kv: kv[1]):  # one row per configuration, in key order
+        same = config == c
+        ml = {k: _median(num["mainloop_ns"][same & of_kind[k]]) for k in ("linear1", "linear2")}
+        row = {"dest": d, "shape": sh, "variant": v, "mainloop_l2_us": _us(ml["linear2"]), "mainloop_l1_us": _us(ml["linear1"]), "tiles_l2": 0}
+        for name, cover_kind in SCHEDULES.items():
+            w = same & l2 & (sched == (sched_names.index(name) if name in sched_names else -1))
+            span, pred, meas = num["rs_span_ns"][w], num["predicted_stall_ns"][w], num["measured_stall_ns"][w]
+            err = np.abs(pred - meas)
+            err = err[~np.isnan(err)]
             row.update({
-                f"span_{sched}_us": _us(w["rs_span_ns"].median()),
-                f"stall_{sched}_pred_medians_us": _us(predicted_stall_ns(w["rs_span_ns"].median(), ml[cover_kind])),
-                f"stall_{sched}_pred_tiles_us": _us(w["predicted_stall_ns"].median()),
-                f"stall_{sched}_meas_us": _us(w["measured_stall_ns"].median()),
-                f"err_{sched}_median_us": _us(err.median()) if len(err) else np.nan,
-                f"err_{sched}_mean_us": _us(err.mean()) if len(err) else np.nan,
-                f"backpressured_{sched}": int(w["backpressured"].sum()),
-                f"inflated_{sched}": int(inflated[w.index].sum()),
-                f"inflation_judged_{sched}": int(w["control_mainloop_ns"].notna().sum()),
+                f"span_{name}_us": _us(_median(span)),
+                f"stall_{name}_pred_medians_us": _us(predicted_stall_ns(_median(span), ml[cover_kind])),
+                f"stall_{name}_pred_tiles_us": _us(_median(pred)),
+                f"stall_{name}_meas_us": _us(_median(meas)),
+                f"err_{name}_median_us": _us(np.median(err)) if len(err) else np.nan,
+                f"err_{name}_mean_us": _us(err.sum() / len(err)) if len(err) else np.nan,
+                f"backpressured_{name}": int(backpressured[w].sum()),
+                f"inflated_{name}": int(inflated[w].sum()),
+                f"inflation_judged_{name}": int((~np.isnan(num["control_mainloop_ns"][w])).sum()),
             })
-            row["tiles_l2"] = max(row["tiles_l2"], int(len(w)))
+            row["tiles_l2"] = max(row["tiles_l2"], int(w.sum()))
         rows.append(row)
     return pd.DataFrame(rows)
 

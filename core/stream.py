@@ -302,22 +302,24 @@ def analyze_streaming(tasks: list[DumpTask], folder: Path, tables: dict[str, pa.
             results.append(r)
             for _ in b.tasks if tick else ():
                 tick()
+        table3 = table3_by_configuration(folder, batches, dumps_frame, tables["kernels"].to_pandas(), ctx, results, mapper)
     shutil.rmtree(Path(folder) / SCRATCH, ignore_errors=True)
     counts = {name: sum(getattr(r, name) for r in results) for name in ("tiles", "bursts")}
     counts["probes"] = sum(r.records for r in results)
     points = [r.calibration_points for r in results if len(r.calibration_points)]
     return StreamResult(counts={n: c for n, c in counts.items() if c or n == "probes"},
-                        table3=table3_by_configuration(folder, batches, dumps_frame, tables["kernels"].to_pandas(), ctx, results),
+                        table3=table3,
                         calibration_points=pd.concat(points, ignore_index=True) if points else pd.DataFrame(),
                         backpressured=sum(r.backpressured for r in results), warnings=[w for r in results for w in r.warnings])
 
 
 def table3_by_configuration(folder: Path, batches: list[DumpBatch], dumps: pd.DataFrame, kernels: pd.DataFrame,
-                            ctx: AnalysisContext, results: list[DumpResult]) -> pd.DataFrame:
+                            ctx: AnalysisContext, results: list[DumpResult], mapper: Mapper | None = None) -> pd.DataFrame:
     """Spec §5 Table 3 (``table3_from_tiles`` + kernel times), each configuration's row from the tile
-    parts of that configuration's batches only (a batch holds one configuration): a row reads every
-    tile of its configuration and none of another's, so the rows equal those of the whole tile table."""
-    from xstage_trace.analysis.stall import CONFIG, attach_kernel_times, kernel_trials, table3_from_tiles
+    parts of that configuration's batches only (a batch holds one configuration), one configuration per
+    task on ``mapper`` (the workers; default: here): a row reads every tile of its configuration and none
+    of another's, so the rows equal those of the whole tile table."""
+    from xstage_trace.analysis.stall import CONFIG, attach_kernel_times, kernel_trials
 
     written = [b for b, r in zip(batches, results) if r.tiles]
     if not written:
@@ -327,12 +329,19 @@ def table3_by_configuration(folder: Path, batches: list[DumpBatch], dumps: pd.Da
     for b in written:
         key = tuple(cfg.loc[(b.rank, b.tasks[0].dump)].astype(str))
         by_config.setdefault(key, []).append(str(table_part_path(folder, "tiles", b.rank, b.index)))
-    rows = [table3_from_tiles(_read_columns(files)) for _, files in sorted(by_config.items())]
+    rows = list((mapper or (lambda f, a: (f(*x) for x in a)))(table3_task, ((files,) for _, files in sorted(by_config.items()))))
     table3 = pd.concat([r for r in rows if len(r)], ignore_index=True) if any(len(r) for r in rows) else pd.DataFrame()
     if table3.empty:
         return table3
     table3 = table3.sort_values(CONFIG, kind="stable").reset_index(drop=True)
     return attach_kernel_times(table3, kernel_trials(kernels, dumps, ctx.warmup_launches))
+
+
+def table3_task(files: list[str]) -> pd.DataFrame:
+    """Table 3's rows (``table3_from_tiles``) of the tiles in ``files``: one configuration's tile parts."""
+    from xstage_trace.analysis.stall import table3_from_tiles
+
+    return table3_from_tiles(_read_columns(files))
 
 
 def _read_columns(files: list[str]) -> pd.DataFrame:
