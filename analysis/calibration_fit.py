@@ -1,7 +1,10 @@
 """Fit the platform model M_X from calibration points and predict a sweep with no refit (spec §3).
 
 Input: one row per launch with dest, mode (periodic | isolated), K, B, V, gap_ns, tiss_med_ns,
-tiss_p90_ns, period_med_ns (the calibration benchmark's reduction or the reference CSV).
+tiss_p90_ns, period_med_ns (the calibration benchmark's reduction or the reference CSV), and
+optionally store (the store instruction, stg | bulk; points without it are st.global, "stg"). One
+fit is one store path and one store instruction: M_X differs between them (spec §1: "calibrated
+once per platform and store path"; on the H200 host path bulk copies drain at another rate).
 
 - T_iss^0(K, B): the large-gap plateau, i.e. the recovered launches of that (K, B) (isolated, or
   periodic with G ≥ 1.5·V/R(K)) whose median issue time sits within 10 % of the smallest one;
@@ -35,6 +38,7 @@ import pandas as pd
 from xstage_trace.analysis.burst_gap import isolated_issue_time_ns
 from xstage_trace.analysis.calibration_crossrun import compare_runs
 from xstage_trace.analysis.calibration_capacity import BOOTSTRAP_SEED, CapacityEstimate, estimate_capacity, isolated_knee
+from xstage_trace.analysis.calibration_points import DEFAULT_STORE
 from xstage_trace.analysis.platform import PlatformModel
 from xstage_trace.analysis.recurrence import stalled_trajectory
 
@@ -112,6 +116,7 @@ class CalibrationFit:
     isolated: pd.DataFrame  # isolated points with the law's prediction
     errors: dict = field(default_factory=dict)  # "ss" (Eq. 1 + loop overhead), "rec" (recurrence)
     isolated_errors: dict = field(default_factory=dict)
+    store: str = DEFAULT_STORE  # the store instruction of the fitted points (stg | bulk)
 
     @property
     def rate_points(self) -> int:
@@ -309,15 +314,31 @@ def _loop_overhead(p: pd.DataFrame, floors: dict, rate_by_k: dict[int, float]) -
     return max(float(np.median(plateau["period_med_ns"].to_numpy() - plateau["gap_ns"].to_numpy() - t0)), 0.0)
 
 
-def fit_calibration(points: pd.DataFrame, platform: str = "", store_path: str | None = None) -> CalibrationFit:
-    """Spec §3: fit (T_iss^0(K,B), R(K), Q(K), o) and predict the sweep (Eq. 1 + o, §4 recurrence, isolated law)."""
+def store_of(points: pd.DataFrame) -> pd.Series:
+    """Each point's store instruction: its ``store`` column, DEFAULT_STORE where absent or empty."""
+    if "store" not in points.columns:
+        return pd.Series(DEFAULT_STORE, index=points.index, dtype=object)
+    return points["store"].astype(object).where(points["store"].notna(), DEFAULT_STORE).astype(str)
+
+
+def fit_calibration(points: pd.DataFrame, platform: str = "", store_path: str | None = None,
+                    store: str | None = None) -> CalibrationFit:
+    """Spec §3: fit (T_iss^0(K,B), R(K), Q(K), o) and predict the sweep (Eq. 1 + o, §4 recurrence, isolated law)
+    over the points of one store path and one store instruction (``store``; required where they hold several)."""
     p = points.copy()
     if store_path is None:
         dests = sorted(p["dest"].unique())
         if len(dests) != 1:
             raise ValueError(f"points hold several store paths {dests}; fit one at a time")
         store_path = dests[0]
-    p = p[p["dest"] == store_path].reset_index(drop=True)
+    p = p[p["dest"] == store_path]
+    stores = store_of(p)
+    if store is None:
+        found = sorted(stores.unique())
+        if len(found) != 1:
+            raise ValueError(f"points of {store_path} hold several store instructions {found}; fit one at a time")
+        store = found[0]
+    p = p[stores == store].reset_index(drop=True)
     rates = _rates(p, _issue_floors(p))
     if rates is None:
         # No backpressured periodic launch: the path was never drain-limited in this sweep.
@@ -326,7 +347,7 @@ def fit_calibration(points: pd.DataFrame, platform: str = "", store_path: str | 
         floors = _issue_floors(p)
         model = PlatformModel(lower, floors, None, _loop_overhead(p, floors, {int(k): lower for k in p["K"].unique()}), platform, store_path)
         fit = CalibrationFit(model, None, {}, f"no drain-limited periodic launch: R >= {lower:.0f} GB/s (lower bound), Q not identifiable",
-                             predict(p, model), p.iloc[0:0])
+                             predict(p, model), p.iloc[0:0], store=store)
         fit.errors = _error_summary(fit.points)
         return fit
     rate_by_k = rates.used_by_producers
@@ -360,7 +381,7 @@ def fit_calibration(points: pd.DataFrame, platform: str = "", store_path: str | 
         reason = ("isolated bursts never left the recovered floor and the transients do not bound Q: Q exceeds the largest isolated volume"
                   if len(iso) else "the periodic transients do not depend on Q and there are no isolated launches")
     model = CalibratedPlatform(rates.rate_gbps, floors, caps, base.loop_overhead_ns, platform, store_path, rate_by_k, rate_by_conf)
-    fit = CalibrationFit(model, rates, capacity, reason, predict(p, model), predict_isolated(p, model))
+    fit = CalibrationFit(model, rates, capacity, reason, predict(p, model), predict_isolated(p, model), store=store)
     fit.errors = _error_summary(fit.points)
     fit.isolated_errors = _isolated_summary(fit.isolated)
     return fit
@@ -383,9 +404,10 @@ class Validation:
     measured_difference: dict  # calibration_crossrun.compare_runs: the two runs' raw measurements side by side
 
 
-def validate(fit: CalibrationFit, other: pd.DataFrame, store_path: str | None = None) -> Validation:
-    """Predict another run's sweep of a store path (default: the fit's) with the fitted M_X, no refit."""
-    p = other[other["dest"] == (store_path or fit.model.store_path)].reset_index(drop=True)
+def validate(fit: CalibrationFit, other: pd.DataFrame, store_path: str | None = None, store: str | None = None) -> Validation:
+    """Predict another run's sweep of a store path and store instruction (default: the fit's) with the
+    fitted M_X, no refit."""
+    p = other[(other["dest"] == (store_path or fit.model.store_path)) & (store_of(other) == (store or fit.store))].reset_index(drop=True)
     pred = predict(p, fit.model)
     iso = predict_isolated(p, fit.model)
     keys = ["K", "B", "gap_ns"]

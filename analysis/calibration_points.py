@@ -1,7 +1,8 @@
 """Probe records of the calibration benchmark → one measurement point per launch (spec §3 inputs).
 
 The columns match ``h200_burst_gap_sweep.csv`` (dest, mode, K, B, V, gap_ns, tiss_med_ns,
-tiss_p90_ns, period_med_ns, ns_per_cycle) plus the measured gap, the bursts used and the count.
+tiss_p90_ns, period_med_ns, ns_per_cycle) plus the store instruction, the measured gap, the bursts
+used and the count.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ BURST_EVENT = "burst"
 CALIBRATION_MODES = ("periodic", "isolated")  # the calibration bench launch modes this reduces
 PERIODIC_WARMUP_BURSTS = 16  # steady-state statistics skip the first bursts of a periodic launch
 ISOLATED_WARMUP_BURSTS = 1
+DEFAULT_STORE = "stg"  # dumps whose label names no store: the bench before --store issued st.global only
 
 
 def burst_spans(probes: pd.DataFrame, event: str = BURST_EVENT) -> pd.DataFrame:
@@ -35,7 +37,8 @@ def burst_spans(probes: pd.DataFrame, event: str = BURST_EVENT) -> pd.DataFrame:
 
 def calibration_points(probes: pd.DataFrame, slices: pd.DataFrame, dumps: pd.DataFrame) -> pd.DataFrame:
     """Reduce burst spans per launch to the sweep's summary columns (medians and p90 over producers × bursts);
-    the sweep point (dest, mode, K, B, G) comes from each dump's run configuration (the ``dumps`` table)."""
+    the sweep point (dest, store, mode, K, B, G) comes from each dump's run configuration (the ``dumps`` table;
+    a dump whose label names no store instruction is ``DEFAULT_STORE``)."""
     if dumps.empty or not dumps["mode"].isin(CALIBRATION_MODES).any():  # no calibration launch (e.g. a fused kernel's):
         return pd.DataFrame()  # decided before the set-up below, which costs ~4 ms per dump
     meta = dumps.astype({"dump": str}).drop_duplicates("dump").set_index("dump")
@@ -62,7 +65,8 @@ def calibration_points(probes: pd.DataFrame, slices: pd.DataFrame, dumps: pd.Dat
     out["K"] = out["K"].astype(int)
     out["B"] = out["B"].astype(int)
     out["V"] = out["K"] * out["B"]
+    out["store"] = out["store"].fillna(DEFAULT_STORE).astype(str) if "store" in out.columns else DEFAULT_STORE
     out["gap_ns"] = out["gap_ns"].astype(float)
-    cols = ["dest", "mode", "K", "B", "V", "gap_ns", "tiss_med_ns", "tiss_p90_ns", "period_med_ns", "ns_per_cycle",
+    cols = ["dest", "store", "mode", "K", "B", "V", "gap_ns", "tiss_med_ns", "tiss_p90_ns", "period_med_ns", "ns_per_cycle",
             "gap_meas_med_ns", "bursts", "bursts_used"]
-    return out.reset_index().rename(columns={"index": "dump"})[["dump"] + cols].sort_values(["dest", "mode", "K", "B", "gap_ns"]).reset_index(drop=True)
+    return out.reset_index().rename(columns={"index": "dump"})[["dump"] + cols].sort_values(["dest", "store", "mode", "K", "B", "gap_ns"]).reset_index(drop=True)

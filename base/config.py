@@ -1,7 +1,7 @@
 """The run configuration of one probe dump: decoded once from the header's label, typed and validated.
 
 The instrumented program writes ``key=value`` pairs into the dump header's 256-byte label (the
-calibration bench: ``dest mode K B G_ns bursts``; the fused kernel: ``kernel rank dest shape schedule
+calibration bench: ``dest mode K B G_ns bursts threads store store_bytes``; the fused kernel: ``kernel rank dest shape schedule
 layout operands epilogue k1 k2 tiles l2_tiles ctas lead_rows control``). ``RunConfig.from_label`` is the
 one parser: every known key has a type and a range, a malformed value is an error naming the key, and
 unknown keys are kept as text in ``extra``. Analyses read the typed fields (stored as columns of the
@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, fields
 
 SCHEDULES = ("wave", "interleaved")
 MODES = ("periodic", "isolated")
+STORES = ("stg", "bulk")  # the calibration bench's store instruction: st.global from registers, cp.async.bulk from shared memory
 
 
 class ConfigError(ValueError):
@@ -70,7 +71,8 @@ _PARSERS = {
     "G_ns": lambda k, t: _float(k, t, 0.0, 1e12),
     "bursts": lambda k, t: _int(k, t, 1, 1 << 30),
     "threads": lambda k, t: _int(k, t, 1, 1 << 16),
-    "store_bytes": lambda k, t: _int(k, t, 1, 1 << 10),
+    "store": lambda k, t: _choice(k, t, STORES),
+    "store_bytes": lambda k, t: _int(k, t, 1, 1 << 30),
     "k1": lambda k, t: _int(k, t, 1, _BIG),
     "k2": lambda k, t: _int(k, t, 1, _BIG),
     "tiles": lambda k, t: _int(k, t, 0, _BIG),
@@ -104,6 +106,7 @@ class RunConfig:
     gap_ns: float | None = None
     bursts: int | None = None
     threads: int | None = None
+    store: str | None = None
     store_bytes: int | None = None
     k1: int | None = None
     k2: int | None = None

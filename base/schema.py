@@ -120,6 +120,7 @@ DUMPS = pa.schema(
         ("gap_ns", pa.float64()),
         ("bursts", pa.int64()),
         ("threads", pa.int64()),
+        ("store", pa.string()),
         ("store_bytes", pa.int64()),
         ("k1", pa.int64()),
         ("k2", pa.int64()),

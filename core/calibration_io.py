@@ -1,11 +1,13 @@
 """Calibration JSON: the fitted platform model M_X with its uncertainties, errors and input hash.
 
-Version 3 (docs/calibration-json.md lists every key): R(K, B) used in prediction (R from the
-drain-limited launches at any gap), R(K), Q(K) with a bootstrap interval and its knee / transient
-evidence, the isolated law's errors, the two prediction lines under their names ("Eq. 1 + loop
-overhead", "recurrence") with errors by regime, and an optional cross-run validation with the two
-runs' raw measured difference. Version-2 files still load and predict with their R(K); version-1
-files (single R, p90-knee Q) with their single R.
+Version 4 (docs/calibration-json.md lists every key): the store instruction the benchmark issued
+(``store``: stg = st.global from registers, bulk = cp.async.bulk from shared memory), R(K, B) used in
+prediction (R from the drain-limited launches at any gap), R(K), Q(K) with a bootstrap interval and its
+knee / transient evidence, the isolated law's errors, the two prediction lines under their names ("Eq. 1
++ loop overhead", "recurrence") with errors by regime, and an optional cross-run validation with the two
+runs' raw measured difference. Version-3 files (the same without ``store``: st.global) still load and
+predict with their R(K, B), version-2 files with their R(K), version-1 files (single R, p90-knee Q)
+with their single R.
 """
 
 from __future__ import annotations
@@ -15,12 +17,15 @@ from pathlib import Path
 
 from xstage_trace.analysis.calibration_capacity import CapacityEstimate, Knee
 from xstage_trace.analysis.calibration_fit import CalibratedPlatform, CalibrationFit, Validation
+from xstage_trace.analysis.calibration_points import DEFAULT_STORE
+from xstage_trace.base.config import STORES
 from xstage_trace.analysis.platform import PlatformModel
 from xstage_trace.base.errors import InputError
 from xstage_trace.base.jsonable import loads
 from xstage_trace.base.paths import require_file
 
-CALIBRATION_VERSION = 3
+CALIBRATION_VERSION = 4
+STORE_VERSION = 4  # the first version that records the store instruction
 EQ1_LINE = "Eq. 1 + loop overhead"
 RECURRENCE_LINE = "recurrence"
 
@@ -47,10 +52,11 @@ def _period_errors(errors: dict) -> dict:
             for tag, name in (("ss", "eq1_loop_overhead"), ("rec", "recurrence")) if tag in errors}
 
 
-def validation_document(v: Validation, input_sha256: str | None, input_name: str, store_path: str) -> dict:
+def validation_document(v: Validation, input_sha256: str | None, input_name: str, store_path: str,
+                        store: str = DEFAULT_STORE) -> dict:
     """The other run's errors under the fitted model (the JSON's ``validation`` object)."""
     periodic = v.points
-    return {"input": {"name": input_name, "sha256": input_sha256}, "store_path": store_path,
+    return {"input": {"name": input_name, "sha256": input_sha256}, "store_path": store_path, "store": store,
             "periodic_points": int(len(periodic)), "shared_points": v.shared_points,
             "period_errors": _period_errors(v.errors), "period_errors_shared_configurations": _period_errors(v.errors_shared),
             "isolated_law": v.isolated_errors, "measured_difference": v.measured_difference}
@@ -67,6 +73,7 @@ def calibration_document(fit: CalibrationFit, input_sha256: str | None, input_na
         "calibration_version": CALIBRATION_VERSION,
         "platform": m.platform,
         "store_path": m.store_path,
+        "store": fit.store,
         "producers": sorted({k for k, _ in m.issue_floor_ns}),
         "rate_gbps": m.rate_gbps,
         "rate_uncertainty_gbps": r.uncertainty_gbps if r else None,
@@ -99,6 +106,25 @@ def calibration_document(fit: CalibrationFit, input_sha256: str | None, input_na
     }
 
 
+def store_of_document(doc: dict) -> str:
+    """The store instruction a calibration document was measured with (before version 4: st.global, stg)."""
+    return str(doc.get("store", DEFAULT_STORE))
+
+
+def calibration_name(doc: dict) -> str:
+    """The document's store path, with its store instruction where that is not st.global (``host``,
+    ``host_bulk``): the stem of its report and figures."""
+    store = store_of_document(doc)
+    return doc["store_path"] if store == DEFAULT_STORE else f"{doc['store_path']}_{store}"
+
+
+def points_of_document(doc: dict, points):
+    """The calibration points a document describes: its store path and store instruction."""
+    from xstage_trace.analysis.calibration_fit import store_of
+
+    return points[(points["dest"] == doc["store_path"]) & (store_of(points) == store_of_document(doc))]
+
+
 def period_errors_of(doc: dict) -> dict:
     """{"eq1_loop_overhead": …, "recurrence": …} of a version-2 or version-1 document."""
     if "period_errors" in doc:
@@ -127,12 +153,14 @@ def _producer_key(text) -> int | None:
 
 def check_document(doc, path: str | Path | None) -> None:
     """InputError unless ``doc`` is a calibration document this version reads: calibration_version
-    1..CALIBRATION_VERSION, R > 0 finite, every T_iss^0(K, B) > 0 finite with K, B > 0, Q(K) > 0 finite, overhead ≥ 0."""
+    1..CALIBRATION_VERSION, a known store instruction from version 4 on, R > 0 finite, every T_iss^0(K, B) > 0 finite with K, B > 0, Q(K) > 0 finite, overhead ≥ 0."""
     if not isinstance(doc, dict):
         raise InputError(path, "not a calibration JSON (not an object)", "pass a file written by xstage-trace calibrate fit -o")
     version = doc.get("calibration_version")
     if isinstance(version, bool) or version not in range(1, CALIBRATION_VERSION + 1):
         raise InputError(path, f"calibration_version {version!r} is not supported (this xstage-trace reads versions 1 to {CALIBRATION_VERSION})", _REFIT)
+    if version >= STORE_VERSION and doc.get("store") not in STORES:
+        raise InputError(path, f"store {doc.get('store')!r} is not one of {', '.join(STORES)} (calibration_version {version} records it)", _REFIT)
     if not _finite(doc.get("rate_gbps"), 0.0, True):
         raise InputError(path, f"rate_gbps {doc.get('rate_gbps')!r} is not a positive finite number", _REFIT)
     floors = doc.get("issue_floor_ns")

@@ -137,6 +137,19 @@ def _store_path_of(pts: pd.DataFrame, path: Path, dest: str | None, option: str)
     return dest
 
 
+def _store_instruction_of(pts: pd.DataFrame, path: Path, dest: str, store: str | None, option: str) -> str:
+    """The store instruction to fit among ``dest``'s points (points without a store column are stg)."""
+    from xstage_trace.analysis.calibration_fit import store_of
+
+    stores = sorted(store_of(pts[pts["dest"].astype(str) == dest]).unique())
+    if store is None and len(stores) > 1:
+        raise InputError(path, f"points of {dest} hold several store instructions ({', '.join(stores)})", f"choose one with {option}")
+    store = store or stores[0]
+    if store not in stores:
+        raise InputError(path, f"no points of {dest} for {option} {store} (have {', '.join(stores)})", "pick one of those")
+    return store
+
+
 def check_calibration_output(output: Path, force: bool) -> None:
     """``calibrate fit -o`` never replaces a user's file: only an earlier calibration JSON, with ``force``."""
     from xstage_trace.calibration_io import read_document
@@ -155,10 +168,12 @@ def check_calibration_output(output: Path, force: bool) -> None:
 
 
 def fit_measurements(path: Path, dest: str | None, output: Path | None, platform: str = "",
-                     validate: Path | None = None, validate_dest: str | None = None, force: bool = False) -> dict:
-    """calibrate fit: load points, fit one store path, optionally predict another run with no
-    refit (``validate``, its store path ``validate_dest``, default the fitted one), check, write and
-    return the document (a fit whose R, T_iss^0 or Q is not positive and finite is refused, never written)."""
+                     validate: Path | None = None, validate_dest: str | None = None, force: bool = False,
+                     store: str | None = None, validate_store: str | None = None) -> dict:
+    """calibrate fit: load points, fit one store path and store instruction (``store``: stg | bulk),
+    optionally predict another run with no refit (``validate``, its store path ``validate_dest`` and
+    instruction ``validate_store``, default the fitted ones), check, write and return the document (a
+    fit whose R, T_iss^0 or Q is not positive and finite is refused, never written)."""
     from xstage_trace.analysis.calibration_fit import fit_calibration, validate as validate_fit
     from xstage_trace.calibration_io import calibration_document, check_document, validation_document
     from xstage_trace.base.hashing import sha256_of
@@ -167,15 +182,17 @@ def fit_measurements(path: Path, dest: str | None, output: Path | None, platform
         check_calibration_output(output, force)
     pts = load_measurements(path)
     dest = _store_path_of(pts, path, dest, "--dest")
+    store = _store_instruction_of(pts, path, dest, store, "--store")
     other = None
     if validate is not None:
         other = load_measurements(validate)
         validate_dest = _store_path_of(other, validate, validate_dest or (dest if dest in set(other["dest"].astype(str)) else None), "--validate-dest")
-    fit = fit_calibration(pts, platform=platform, store_path=dest)
+        validate_store = _store_instruction_of(other, validate, validate_dest, validate_store or store, "--validate-store")
+    fit = fit_calibration(pts, platform=platform, store_path=dest, store=store)
     vdoc = None
     if other is not None:
-        v = validate_fit(fit, other, validate_dest)
-        vdoc = validation_document(v, sha256_of(validate) if Path(validate).is_file() else None, Path(validate).name, validate_dest)
+        v = validate_fit(fit, other, validate_dest, validate_store)
+        vdoc = validation_document(v, sha256_of(validate) if Path(validate).is_file() else None, Path(validate).name, validate_dest, validate_store)
     digest = sha256_of(path) if Path(path).is_file() else None
     doc = calibration_document(fit, digest, Path(path).name, vdoc)
     try:
@@ -189,10 +206,15 @@ def fit_measurements(path: Path, dest: str | None, output: Path | None, platform
 
 
 def run_calibration(dest: str, output: Path, quick: bool, binary: Path | None, nvcc: str, device: int = 0,
-                    peer: int | None = None) -> dict:
-    """calibrate run: build (or take) the benchmark, run the sweep, collect, fit, write JSON and report."""
+                    peer: int | None = None, store: str = "stg") -> dict:
+    """calibrate run: build (or take) the benchmark, run the sweep with the ``store`` instruction (stg | bulk),
+    collect, fit, write JSON and report."""
+    from xstage_trace.base.config import STORES
+    from xstage_trace.calibration_io import calibration_name
     from xstage_trace.instrument import bench_source, include_dir
 
+    if store not in STORES:
+        raise InputError(None, f"--store {store!r} is not one of {', '.join(STORES)}", "pass --store stg or --store bulk")
     output = Path(output)
     dumps = output / "dumps"
     if binary is None:
@@ -205,7 +227,7 @@ def run_calibration(dest: str, output: Path, quick: bool, binary: Path | None, n
         if r.returncode != 0:
             raise InputError(bench_source(), f"nvcc failed: {r.stderr.strip().splitlines()[-1] if r.stderr.strip() else r.returncode}", "check the CUDA toolkit (sm_90a needs CUDA 12+)")
     dumps.mkdir(parents=True, exist_ok=True)
-    args = [str(binary), "--dest", dest, "--out", str(dumps), "--device", str(device)]
+    args = [str(binary), "--dest", dest, "--store", store, "--out", str(dumps), "--device", str(device)]
     args += (["--peer", str(peer)] if peer is not None else []) + (["--quick"] if quick else [])
     r = subprocess.run(args, capture_output=True, text=True)
     if r.returncode != 0:
@@ -213,13 +235,16 @@ def run_calibration(dest: str, output: Path, quick: bool, binary: Path | None, n
     summary = analyze_inputs([dumps], output / "run", force=True)  # this command owns output/run
     points = pd.read_csv(output / "run" / "calibration_points.csv")
     store_path = str(points["dest"].iloc[0])  # for peer runs this carries the direction (peer0to1)
-    doc = fit_measurements(output / "run", store_path, output / f"calibration_{store_path}.json", platform=(summary["gpus"] or [""])[0], force=True)
+    name = calibration_name({"store_path": store_path, "store": store})
+    doc = fit_measurements(output / "run", store_path, output / f"calibration_{name}.json", platform=(summary["gpus"] or [""])[0], force=True, store=store)
     write_report(output, doc, points)
     return doc
 
 
 def write_report(folder: Path, doc: dict, points: pd.DataFrame) -> None:
-    """report.md and its figures/ (SVG and PNG) for one fitted store path."""
+    """report_NAME.md and its figures/ (SVG and PNG) for one fitted store path and store instruction
+    (NAME: calibration_io.calibration_name)."""
+    from xstage_trace.calibration_io import calibration_name
     from xstage_trace.reports.calibration import calibration_figures, calibration_report
     from xstage_trace.reports.figures import save_figure
 
@@ -228,4 +253,4 @@ def write_report(folder: Path, doc: dict, points: pd.DataFrame) -> None:
         save_figure(fig, Path(folder) / "figures", stem)
     text = calibration_report(doc, points)
     text += "\n## Figures\n\n" + "\n".join(f"![{n}](figures/{n}.svg)" for n in sorted(figs)) + "\n"
-    write_text_atomic(Path(folder) / f"report_{doc['store_path']}.md", text)
+    write_text_atomic(Path(folder) / f"report_{calibration_name(doc)}.md", text)

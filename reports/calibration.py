@@ -74,9 +74,9 @@ def calibration_report(doc: dict, points: pd.DataFrame) -> str:
     Reads version-2 documents and the version-1 ones shipped before them.
     """
     from xstage_trace.analysis.calibration_fit import predict, predict_isolated
-    from xstage_trace.calibration_io import EQ1_LINE, RECURRENCE_LINE, period_errors_of
+    from xstage_trace.calibration_io import EQ1_LINE, RECURRENCE_LINE, period_errors_of, store_of_document
 
-    lines = [f"# Calibration: {doc['platform']} {doc['store_path']}", "",
+    lines = [f"# Calibration: {doc['platform']} {doc['store_path']}, store instruction {store_of_document(doc)}", "",
              "Timing scope: sender-visible (probe clock64 → ns per SM). Medians over producers × bursts.", "",
              f"- R = {_fmt(doc['rate_gbps'])} ± {_fmt(doc['rate_uncertainty_gbps'])} GB/s pooled ({doc['rate_points']} drain-limited launches)"]
     measured = doc.get("rate_measured_by_producers") or {}
@@ -105,10 +105,10 @@ def calibration_report(doc: dict, points: pd.DataFrame) -> str:
                   f"{EQ1_LINE} {_errs(vs.get('eq1_loop_overhead'))}"]
         lines += _iso_errs(v.get("isolated_law"))
         lines += _difference_lines(v.get("measured_difference"))
-    from xstage_trace.calibration_io import load_platform_from_doc
+    from xstage_trace.calibration_io import load_platform_from_doc, points_of_document
 
     model = load_platform_from_doc(doc)
-    pts = points[points["dest"] == doc["store_path"]]
+    pts = points_of_document(doc, points)
     pred = predict(pts, model)
     lines += ["", "## Period vs gap (periodic)", "",
               f"| K | B | G ns | period ns | {EQ1_LINE} ns | {RECURRENCE_LINE} ns | issue ns | issue, {EQ1_LINE} ns |", "|---|---|---|---|---|---|---|---|"]
@@ -132,16 +132,17 @@ def calibration_figures(doc: dict, points: pd.DataFrame) -> dict:
     import numpy as np
 
     from xstage_trace.analysis.calibration_fit import predict
-    from xstage_trace.calibration_io import load_platform_from_doc
+    from xstage_trace.calibration_io import calibration_name, load_platform_from_doc, points_of_document
     from xstage_trace.reports.figures import new_figure
 
     model = load_platform_from_doc(doc)
-    pts = points[points["dest"] == doc["store_path"]]
+    pts = points_of_document(doc, points)
+    name = calibration_name(doc)
     pred = predict(pts, model)
     figs: dict = {}
     for k, g in pred.groupby("K"):  # one chart per producer count
-        pf, pax = new_figure(f"{doc['store_path']}: period vs gap, K = {k}", "gap G (ns)", "period (ns)", log_y=True)
-        ifig, iax = new_figure(f"{doc['store_path']}: issue time vs gap, K = {k}", "gap G (ns)", "issue time (ns)", log_y=True)
+        pf, pax = new_figure(f"{name}: period vs gap, K = {k}", "gap G (ns)", "period (ns)", log_y=True)
+        ifig, iax = new_figure(f"{name}: issue time vs gap, K = {k}", "gap G (ns)", "issue time (ns)", log_y=True)
         for j, (b, gb) in enumerate(g.groupby("B")):  # one colour per burst size: dots measured, dashes Eq. 1, line recurrence
             gb = gb.sort_values("gap_ns")
             x, col, kib = gb["gap_ns"], f"C{j % 10}", f"B={b // 1024} KiB"
@@ -153,14 +154,14 @@ def calibration_figures(doc: dict, points: pd.DataFrame) -> dict:
                 pax.plot(x, gb["pred_period_rec_ns"], "-", color=col, label=f"{kib} recurrence")
         for ax in (pax, iax):
             ax.legend(fontsize=6, ncol=2)
-        figs[f"{doc['store_path']}_period_vs_gap_K{k}"] = pf
-        figs[f"{doc['store_path']}_issue_vs_gap_K{k}"] = ifig
+        figs[f"{name}_period_vs_gap_K{k}"] = pf
+        figs[f"{name}_issue_vs_gap_K{k}"] = ifig
     iso = pts[pts["mode"] == "isolated"]
     for k, g in iso.groupby("K"):
         g = g.sort_values("V")
         v = g["V"].to_numpy(dtype=float)
         t0 = model.floor_ns(g["K"].to_numpy(), g["B"].to_numpy())
-        fig, ax = new_figure(f"{doc['store_path']}: isolated burst issue vs volume, K = {k}", "volume V (bytes)", "issue time (ns)", log_x=True, log_y=True)
+        fig, ax = new_figure(f"{name}: isolated burst issue vs volume, K = {k}", "volume V (bytes)", "issue time (ns)", log_x=True, log_y=True)
         ax.plot(v, g["tiss_med_ns"], "o", ms=3, label="median")
         ax.plot(v, g["tiss_p90_ns"], "s", ms=3, label="p90")
         ax.plot(v, t0, "--", label="T_iss^0")
@@ -168,5 +169,5 @@ def calibration_figures(doc: dict, points: pd.DataFrame) -> dict:
         if q is not None:
             ax.plot(v, np.maximum(t0, (v - q[0]) / model.rate_gbps), "-", label="max(T0, (V-Q)/R)")
         ax.legend(fontsize=8)
-        figs[f"{doc['store_path']}_isolated_issue_K{k}"] = fig
+        figs[f"{name}_isolated_issue_K{k}"] = fig
     return figs

@@ -1,4 +1,4 @@
-"""``xstage-trace calibrate fit A --validate B`` as a user runs it: both runs' errors, JSON v3, one-line errors."""
+"""``xstage-trace calibrate fit A --validate B`` as a user runs it: both runs' errors, JSON v4, one-line errors."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def test_validate_writes_both_runs_errors(tmp_path):
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
     assert d == json.loads(out.read_text())
-    assert d["calibration_version"] == 3
+    assert d["calibration_version"] == 4 and d["store"] == "stg"  # points without a store column: st.global
     assert d["prediction_lines"] == {"eq1_loop_overhead": "Eq. 1 + loop overhead", "recurrence": "recurrence"}
     assert set(d["period_errors"]) == {"eq1_loop_overhead", "recurrence"}
     v = d["validation"]
@@ -59,7 +59,7 @@ def test_validate_table_labels_both_lines():
     assert "measured difference, same (K, B, G)" in text
 
 
-def test_version3_json_drives_analyze(tmp_path):
+def test_calibration_json_drives_analyze(tmp_path):
     out = tmp_path / "calib.json"
     assert run("calibrate", "fit", OURS, "--dest", "host", "-o", out).returncode == 0
     r = run("analyze", CALIB / "quick", "-o", tmp_path / "run", "--json", "--calibration", out)
@@ -67,7 +67,7 @@ def test_version3_json_drives_analyze(tmp_path):
     assert json.loads(r.stdout)["bursts"] > 0
 
 
-def test_version3_json_predicts_like_the_fit(tmp_path):
+def test_calibration_json_predicts_like_the_fit(tmp_path):
     """The JSON carries R(K, B): loaded back, it predicts the sweep as the fit did."""
     import pandas as pd
 

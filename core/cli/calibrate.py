@@ -51,9 +51,9 @@ def _fit_table(doc: dict):
     """The fit as a rich table (rich imported here: --json never loads it)."""
     from rich.table import Table
 
-    from xstage_trace.calibration_io import EQ1_LINE, RECURRENCE_LINE
+    from xstage_trace.calibration_io import EQ1_LINE, RECURRENCE_LINE, calibration_name, store_of_document
 
-    t = Table(title=f"M_X fit: {doc['platform']} {doc['store_path']}", show_header=False)
+    t = Table(title=f"M_X fit: {doc['platform']} {doc['store_path']}, store {store_of_document(doc)}", show_header=False)
     if doc["rate_points"]:
         per_k = ", ".join(f"K={k}: {m['rate_gbps']:.1f} ± {m['uncertainty_gbps']:.1f}" + (" (own)" if m["differs"] else " (pooled used)")
                           for k, m in doc["rate_measured_by_producers"].items())
@@ -77,7 +77,7 @@ def _fit_table(doc: dict):
     v = doc.get("validation")
     if v:
         ve, vs = v["period_errors"], v["period_errors_shared_configurations"]
-        name = f"{v['input']['name']} {v['store_path']}"
+        name = f"{v['input']['name']} {calibration_name(v)}"
         t.add_row(f"other run {name}, {RECURRENCE_LINE}", _err(ve.get("recurrence")) + f" ({v['periodic_points']} points)")
         t.add_row(f"other run {name}, {EQ1_LINE}", _err(ve.get("eq1_loop_overhead")))
         t.add_row(f"  shared (K, B, G) only, {RECURRENCE_LINE}", _err(vs.get("recurrence")) + f" ({v['shared_points']} points)")
@@ -92,17 +92,19 @@ def _fit_table(doc: dict):
 def calibrate_fit(
     measurements: Path = typer.Argument(..., help="CSV/Parquet of calibration points, a run folder, or a folder of calibration dumps"),
     dest: Optional[str] = typer.Option(None, "--dest", help="store path to fit (host, local, peer); required when the input holds several"),
+    store: Optional[str] = typer.Option(None, "--store", help="store instruction to fit (stg, bulk; points without a store column are stg); required when the store path's points hold several"),
     as_json: bool = typer.Option(False, "--json"),
     output: Optional[Path] = typer.Option(None, "-o", "--output", help="write the calibration JSON here"),
     platform: str = typer.Option("", "--platform", help="platform name recorded in the JSON (default: the GPU of the dumps)"),
     validate: Optional[Path] = typer.Option(None, "--validate", help="another run's points (same forms as MEASUREMENTS): predict them with this fit, no refit"),
     validate_dest: Optional[str] = typer.Option(None, "--validate-dest", help="store path of the --validate points (default: the fitted one)"),
+    validate_store: Optional[str] = typer.Option(None, "--validate-store", help="store instruction of the --validate points (default: the fitted one)"),
     force: bool = typer.Option(False, "--force", help="replace the -o file when it is an earlier calibration JSON (never anything else)"),
 ):
     """Fit M_X (spec §3), predict the whole sweep with no refit, optionally another run's sweep (--validate)."""
     from xstage_trace.runner import fit_measurements
 
-    doc = fit_measurements(measurements, dest, output, platform, validate, validate_dest, force=force)
+    doc = fit_measurements(measurements, dest, output, platform, validate, validate_dest, force=force, store=store, validate_store=validate_store)
     if as_json:
         emit(doc)
         return
@@ -114,6 +116,7 @@ def calibrate_fit(
 @calibrate_app.command("run")
 def calibrate_run(
     dest: str = typer.Option(..., "--dest", help="host | local | peer"),
+    store: str = typer.Option("stg", "--store", help="store instruction: stg (st.global from registers) | bulk (cp.async.bulk from shared memory)"),
     output: Path = typer.Option(..., "-o", "--output", help="folder for dumps, run dataset, calibration JSON and report"),
     quick: bool = typer.Option(False, "--quick", help="a small sweep (seconds)"),
     binary: Optional[Path] = typer.Option(None, "--binary", help="a built burst_gap (with -DXSTAGE_TRACE); default: build it with nvcc"),
@@ -125,8 +128,10 @@ def calibrate_run(
     """Build and run the calibration benchmark on this machine's GPU, then collect and fit."""
     from xstage_trace.runner import run_calibration
 
-    doc = run_calibration(dest, output, quick=quick, binary=binary, nvcc=nvcc, device=device, peer=peer)
+    doc = run_calibration(dest, output, quick=quick, binary=binary, nvcc=nvcc, device=device, peer=peer, store=store)
     if as_json:
         emit(doc)
     else:
-        out.print(f"R = {doc['rate_gbps']:.1f} GB/s, Q = {doc['capacity_bytes']}, report: {output / ('report_' + doc['store_path'] + '.md')}")
+        from xstage_trace.calibration_io import calibration_name
+
+        out.print(f"R = {doc['rate_gbps']:.1f} GB/s, Q = {doc['capacity_bytes']}, report: {output / ('report_' + calibration_name(doc) + '.md')}")

@@ -1,12 +1,20 @@
 // burst_gap.cu -- the X-Stage calibration microbenchmark (docs/xstage-model.md section 3).
 //
-// K producer CTAs (256 threads) each store B bytes per burst with 16-byte stores, then spin
-// G ns on clock64 with no memory traffic; many bursts per launch. Every timestamp comes from
-// <xstage/probe.cuh>: BURST begin before the first store, BURST end (payload = B) after the
-// __syncthreads() that follows the last store. One dump file and one NVTX range per launch.
+// K producer CTAs (256 threads) each store B bytes per burst, then spin G ns on clock64 with no
+// memory traffic; many bursts per launch. Two store instructions (--store):
+//   stg  (default) every thread issues 16-byte st.global.v4 from registers; BURST end after the
+//        __syncthreads() that follows the last store.
+//   bulk the bulk-copy (TMA) path of TMA epilogues: the burst's bytes are staged once in a 32 KiB
+//        shared-memory buffer, one thread issues cp.async.bulk.global.shared::cta copies of at
+//        most 32 KiB each from it (ceil(B / 32 KiB) per burst), commits the group and waits until the engine has read the
+//        shared memory (cp.async.bulk.wait_group.read 0, the point where an epilogue may reuse it);
+//        BURST end after that wait.
+// Every timestamp comes from <xstage/probe.cuh>: BURST begin before the first store, BURST end
+// (payload = B) as above. One dump file and one NVTX range per launch; the label names the store
+// instruction (store=stg|bulk) and its bytes (store_bytes).
 //
-//   burst_gap --dest host|local|peer --out DIR [--quick] [--capacity N] [--device D] [--peer P]
-//                                                          sweep, one dump per configuration
+//   burst_gap --dest host|local|peer --out DIR [--store stg|bulk] [--quick] [--capacity N]
+//             [--device D] [--peer P]                      sweep, one dump per configuration
 //   burst_gap --overhead --out DIR                         kernel time, median of trials, CSV
 //   burst_gap --probe-cost                                 cycles per probe (prints a line)
 //
@@ -59,6 +67,39 @@ __global__ void __launch_bounds__(kThreads) burst_kernel(uint4* dst, uint32_t ve
   if (threadIdx.x < 32) XSTAGE_PROBE_CLOSE();
 }
 
+constexpr uint32_t kBulkStageBytes = 32768;  // shared-memory staging buffer of the bulk kernel
+
+// The bulk-copy twin of burst_kernel: same producers, bursts, gap and probes; the stores are
+// cp.async.bulk copies of at most kBulkStageBytes each from one shared-memory buffer, issued by thread 0.
+__global__ void __launch_bounds__(kThreads) burst_bulk_kernel(char* dst, int bursts, uint64_t gap_cycles,
+                                                              uint32_t bytes_per_cta, xstage::DeviceBuffer buf) {
+  __shared__ __align__(128) uint4 stage[kBulkStageBytes / 16];
+  XSTAGE_PROBE_OPEN_IF(buf, 0, threadIdx.x < 32);
+  for (uint32_t i = threadIdx.x; i < kBulkStageBytes / 16; i += kThreads) stage[i] = make_uint4(0, blockIdx.x, i, 0x5a5a5a5a);
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // generic-proxy writes visible to the bulk copy
+  const unsigned src = (unsigned)__cvta_generic_to_shared(stage);
+  char* mine = dst + (size_t)blockIdx.x * bytes_per_cta;
+  for (int b = 0; b < bursts; ++b) {
+    __syncthreads();
+    if (threadIdx.x < 32) {
+      XSTAGE_BEGIN(EV_BURST, b);
+      if (threadIdx.x == 0) {
+        for (uint32_t off = 0; off < bytes_per_cta; off += kBulkStageBytes)
+          asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(mine + off), "r"(src),
+                       "r"(min(kBulkStageBytes, bytes_per_cta - off))
+                       : "memory");
+        asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+        asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+      }
+      __syncwarp();
+      XSTAGE_END_P(EV_BURST, b, bytes_per_cta);
+    }
+    spin_cycles(gap_cycles);
+  }
+  if (threadIdx.x == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");  // writes complete before exit
+  if (threadIdx.x < 32) XSTAGE_PROBE_CLOSE();
+}
+
 // Measures ns per clock64 cycle against %globaltimer over ~2 ms, to convert gap ns to cycles.
 __global__ void clock_rate_kernel(unsigned long long* out) {
   unsigned long long g0, g1;
@@ -94,6 +135,7 @@ struct Config {
 
 struct Dest {
   std::string name;
+  std::string store = "stg";  // store instruction: stg | bulk
   uint4* dev = nullptr;
   void* host = nullptr;
 };
@@ -136,8 +178,9 @@ static Dest make_dest(const std::string& name, size_t bytes) {
 
 static std::string label_of(const Dest& d, const Config& c) {
   char buf[256];
-  std::snprintf(buf, sizeof(buf), "dest=%s mode=%s K=%d B=%u G_ns=%.0f bursts=%d threads=%d store_bytes=16",
-                d.name.c_str(), c.mode, c.K, c.B, c.gap_ns, c.bursts, kThreads);
+  const uint32_t store_bytes = d.store == "bulk" ? std::min(c.B, kBulkStageBytes) : 16;  // the largest copy
+  std::snprintf(buf, sizeof(buf), "dest=%s mode=%s K=%d B=%u G_ns=%.0f bursts=%d threads=%d store=%s store_bytes=%u",
+                d.name.c_str(), c.mode, c.K, c.B, c.gap_ns, c.bursts, kThreads, d.store.c_str(), store_bytes);
   return buf;
 }
 
@@ -151,8 +194,11 @@ static float launch(const Dest& d, const Config& c, xstage::HostBuffer* tb) {
   {
     xstage::NvtxRange range(label.c_str());
     cudaEventRecord(e0);
-    burst_kernel<<<c.K, kThreads>>>(d.dev, c.B / 16, c.bursts, gap_cycles, c.B,
-                                    tb ? tb->view() : xstage::DeviceBuffer{});
+    const xstage::DeviceBuffer view = tb ? tb->view() : xstage::DeviceBuffer{};
+    if (d.store == "bulk")
+      burst_bulk_kernel<<<c.K, kThreads>>>(reinterpret_cast<char*>(d.dev), c.bursts, gap_cycles, c.B, view);
+    else
+      burst_kernel<<<c.K, kThreads>>>(d.dev, c.B / 16, c.bursts, gap_cycles, c.B, view);
     cudaEventRecord(e1);
     xstage::check_cuda(cudaGetLastError(), "burst_kernel launch");
     xstage::check_cuda(cudaEventSynchronize(e1), "burst_kernel");
@@ -189,13 +235,14 @@ static std::vector<Config> sweep(const std::string& dest, bool quick) {
 }
 
 int main(int argc, char** argv) {
-  std::string dest = "host", out = ".";
+  std::string dest = "host", out = ".", store = "stg";
   bool quick = false, overhead = false, probe_cost = false;
   int capacity_override = 0;  // > 0: records per slice (to show overflow accounting on real runs)
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--dest" && i + 1 < argc) dest = argv[++i];
     else if (a == "--out" && i + 1 < argc) out = argv[++i];
+    else if (a == "--store" && i + 1 < argc) store = argv[++i];
     else if (a == "--quick") quick = true;
     else if (a == "--overhead") overhead = true;
     else if (a == "--probe-cost") probe_cost = true;
@@ -203,9 +250,13 @@ int main(int argc, char** argv) {
     else if (a == "--device" && i + 1 < argc) g_device = std::atoi(argv[++i]);
     else if (a == "--peer" && i + 1 < argc) g_peer = std::atoi(argv[++i]);
     else {
-      std::fprintf(stderr, "usage: burst_gap --dest host|local|peer --out DIR [--quick] [--capacity N] [--device D] [--peer P] | --overhead --out DIR | --probe-cost\n");
+      std::fprintf(stderr, "usage: burst_gap --dest host|local|peer --out DIR [--store stg|bulk] [--quick] [--capacity N] [--device D] [--peer P] | --overhead --out DIR | --probe-cost\n");
       return 2;
     }
+  }
+  if (store != "stg" && store != "bulk") {
+    std::fprintf(stderr, "burst_gap: unknown --store %s (stg or bulk)\n", store.c_str());
+    return 2;
   }
   xstage::check_cuda(cudaSetDevice(g_device), "cudaSetDevice(--device)");
   {
@@ -268,6 +319,7 @@ int main(int argc, char** argv) {
   size_t max_bytes = 0;
   for (const Config& c : cfgs) max_bytes = std::max(max_bytes, (size_t)c.K * c.B);
   Dest d = make_dest(dest, max_bytes);
+  d.store = store;
   {
     xstage::HostBuffer warm(cfgs[0].K, 1, 2 * cfgs[0].bursts + 8);
     launch(d, cfgs[0], &warm);  // warm-up (module load, first touch of mapped pages)
@@ -277,8 +329,8 @@ int main(int argc, char** argv) {
     xstage::HostBuffer tb(c.K, 1, capacity_override > 0 ? capacity_override : 2 * c.bursts + 8);
     const float ms = launch(d, c, &tb);
     char name[256];
-    std::snprintf(name, sizeof(name), "%s/%s_%s_K%d_B%u_G%.0f.xsp", out.c_str(), d.name.c_str(), c.mode, c.K,
-                  c.B, c.gap_ns);
+    std::snprintf(name, sizeof(name), "%s/%s%s_%s_K%d_B%u_G%.0f.xsp", out.c_str(), d.name.c_str(),
+                  store == "bulk" ? "_bulk" : "", c.mode, c.K, c.B, c.gap_ns);
     tb.write_dump(name, kEventNames, label_of(d, c), g_device, (uint32_t)g_device);
     if (++idx % 20 == 0 || idx == (int)cfgs.size())
       std::printf("%d/%zu configs, last %s %.3f ms\n", idx, cfgs.size(), name, ms);

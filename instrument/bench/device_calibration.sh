@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
 # Runs the calibration benchmark on a GPU machine and packs what comes back into $OUT.
-# Used as: bash instrument/bench/device_calibration.sh  (from the repository root, OUT set).
-# Steps: provenance, build (probes on/off), probe cost, overhead, full sweeps (host, local),
+# Used as: [XSTAGE_GIT_COMMIT=<hash>] bash instrument/bench/device_calibration.sh  (from the repository
+# root, OUT set; XSTAGE_GIT_COMMIT names the sources' commit where the copy's git metadata is stale).
+# Steps: provenance, build (probes on/off), probe cost, overhead, full sweeps (host, local) with st.global
+# stores and with bulk copies (--store bulk),
 # a quick sweep under Nsight Systems (needs .device-carry from shared/tools/device-nsys-prep.sh),
 # a real overflow case, SASS of the probe, then one tarball split into <=15 MB parts.
 set -uo pipefail
 OUT=${OUT:-/tmp/xstage-out}
 W=/tmp/xstage-cal
-rm -rf "$W" && mkdir -p "$W"/{bin,host,local,quick,overflow,meta}
+rm -rf "$W" && mkdir -p "$W"/{bin,host,local,host_bulk,local_bulk,quick,overflow,meta}
 M=$W/meta
 {
   echo "date_utc=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
-  echo "git_commit=$(git rev-parse HEAD 2>/dev/null || echo unknown)"
+  echo "git_commit=${XSTAGE_GIT_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}"
   echo "host=$(hostname)"
   nvidia-smi --query-gpu=name,driver_version,pci.bus_id,clocks.sm,clocks.max.sm,memory.total --format=csv,noheader | sed 's/^/gpu=/'
   nvcc --version | tail -1 | sed 's/^/nvcc=/'
@@ -23,16 +25,21 @@ $NV -DXSTAGE_TRACE instrument/bench/burst_gap.cu -o $W/bin/burst_gap_on || exit 
 $NV instrument/bench/burst_gap.cu -o $W/bin/burst_gap_off || exit 1
 cuobjdump --dump-sass --function _Z17probe_cost_kernelN6xstage12DeviceBufferEiPy $W/bin/burst_gap_on > "$M/probe_cost_sass_on.txt" 2>&1
 cuobjdump --dump-sass --function _Z17probe_cost_kernelN6xstage12DeviceBufferEiPy $W/bin/burst_gap_off > "$M/probe_cost_sass_off.txt" 2>&1
+cuobjdump --dump-sass --function _Z12burst_kernelP5uint4jimjN6xstage12DeviceBufferE $W/bin/burst_gap_on > "$M/burst_kernel_sass_on.txt" 2>&1
+cuobjdump --dump-sass --function _Z17burst_bulk_kernelPcimjN6xstage12DeviceBufferE $W/bin/burst_gap_on > "$M/burst_bulk_kernel_sass_on.txt" 2>&1
 cuobjdump --dump-resource-usage $W/bin/burst_gap_on > "$M/resource_on.txt" 2>&1
 cuobjdump --dump-resource-usage $W/bin/burst_gap_off > "$M/resource_off.txt" 2>&1
 $W/bin/burst_gap_on --probe-cost | tee "$M/probe_cost.txt"
 $W/bin/burst_gap_off --probe-cost | tee -a "$M/probe_cost.txt"
 $W/bin/burst_gap_on --overhead --out "$M" | tail -3
 $W/bin/burst_gap_off --overhead --out "$M" | tail -3
-t0=$(date +%s.%N)
-$W/bin/burst_gap_on --dest host --out $W/host | tail -2
-$W/bin/burst_gap_on --dest local --out $W/local | tail -2
-echo "sweep_seconds=$(echo "$(date +%s.%N) - $t0" | bc)" | tee -a "$M/provenance.txt"
+for store in stg bulk; do
+  sfx=$([ $store = bulk ] && echo _bulk)
+  t0=$(date +%s.%N)
+  timeout 150 $W/bin/burst_gap_on --dest host --store $store --out $W/host$sfx | tail -2
+  timeout 60 $W/bin/burst_gap_on --dest local --store $store --out $W/local$sfx | tail -2
+  echo "sweep_seconds_$store=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}')" | tee -a "$M/provenance.txt"
+done
 $W/bin/burst_gap_on --dest host --quick --capacity 40 --out $W/overflow | tail -1
 if [ -f .device-carry/nsys-env.sh ]; then
   source .device-carry/nsys-env.sh
@@ -42,9 +49,9 @@ if [ -f .device-carry/nsys-env.sh ]; then
   nsys --version >> "$M/provenance.txt" 2>&1
   tail -3 "$M/nsys.log"
 fi
-ls $W/host | wc -l; ls $W/local | wc -l; ls -la $W/quick | tail -5
+for d in host local host_bulk local_bulk; do echo "$d $(ls $W/$d | wc -l)"; done; ls -la $W/quick | tail -5
 du -sh $W/*
-tar -C $W -cf - meta host local quick overflow | xz -T16 -6 > $W/cal.tar.xz
+tar -C $W -cf - meta host local host_bulk local_bulk quick overflow | xz -T16 -6 > $W/cal.tar.xz
 ls -la $W/cal.tar.xz
 split -b 15M -d $W/cal.tar.xz "$OUT/cal.tar.xz.part"
 ls -la "$OUT"
