@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Mapping
+
 import numpy as np
 import pandas as pd
 
@@ -38,16 +40,16 @@ def _us(x: float) -> float:
 def _filled_codes(col: pd.Series, fill: str) -> tuple[np.ndarray, list[str]]:
     """(code per row, names): the column as text codes, missing values as ``fill``."""
     if isinstance(col.dtype, pd.CategoricalDtype):
-        codes, names = col.cat.codes.to_numpy().astype(np.int64), [str(c) for c in col.cat.categories]
+        codes, names = col.cat.codes.to_numpy().astype(np.int32), [str(c) for c in col.cat.categories]
     else:
         codes, uniq = pd.factorize(col)
-        codes, names = codes.astype(np.int64), [str(c) for c in uniq]
+        codes, names = codes.astype(np.int32), [str(c) for c in uniq]
     if (codes < 0).any():
         if fill not in names:
             names.append(fill)
         codes[codes < 0] = names.index(fill)
     first: dict[str, int] = {}
-    remap = np.array([first.setdefault(n, i) for i, n in enumerate(names)], np.int64)  # equal names, one code
+    remap = np.array([first.setdefault(n, i) for i, n in enumerate(names)], np.int32)  # equal names, one code
     return (remap[codes] if len(remap) else codes), names
 
 
@@ -57,7 +59,7 @@ def _median(x: np.ndarray) -> float:
     return float(np.median(x)) if len(x) else np.nan
 
 
-def table3_from_tiles(tiles: pd.DataFrame) -> pd.DataFrame:
+def table3_from_tiles(tiles: pd.DataFrame | Mapping[str, pd.Series]) -> pd.DataFrame:
     """Spec §5 Table 3 for measured runs, one row per configuration (dest, shape, kernel variant):
     medians of the Linear-2 remote-store span per schedule and of the Linear-2 / Linear-1 mainloops;
     the predicted Δt both ways — the paper's ``[median span − median T^mma]₊`` (``*_pred_medians_us``,
@@ -69,7 +71,8 @@ def table3_from_tiles(tiles: pd.DataFrame) -> pd.DataFrame:
     path was traced). Timing scope: probe clock64 converted to ns per SM."""
     from xstage_trace.analysis.tiles import mainloop_inflated
 
-    if tiles.empty:
+    n = len(tiles["mainloop_ns"])
+    if not n:
         return pd.DataFrame()
     ok = (tiles["schedule"].notna() & tiles["dest"].notna() & tiles["shape"].notna()).to_numpy()  # as groupby drops missing keys
     dest, dest_names = _filled_codes(tiles["dest"], "")
@@ -78,7 +81,7 @@ def table3_from_tiles(tiles: pd.DataFrame) -> pd.DataFrame:
     sched, sched_names = _filled_codes(tiles["schedule"], "")
     kind, kind_names = _filled_codes(tiles["tile_kind"], "")
     config = (dest * len(shape_names) + shape) * len(variant_names) + variant
-    of_kind = {k: ok & (kind == kind_names.index(k)) if k in kind_names else np.zeros(len(tiles), bool) for k in ("linear1", "linear2")}
+    of_kind = {k: ok & (kind == kind_names.index(k)) if k in kind_names else np.zeros(n, bool) for k in ("linear1", "linear2")}
     l2 = of_kind["linear2"]
     num = {c: tiles[c].to_numpy(np.float64) for c in ("mainloop_ns", "rs_span_ns", "predicted_stall_ns", "measured_stall_ns", "control_mainloop_ns")}
     backpressured, inflated = tiles["backpressured"].to_numpy(bool), mainloop_inflated(tiles)

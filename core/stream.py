@@ -42,7 +42,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.feather as feather
 
-from xstage_trace.analyses import AnalysisContext, analyze_dumps
+from xstage_trace.analyses import SLICE_COLUMNS, AnalysisContext, analyze_dumps
 from xstage_trace.analysis.tiles import CONTROL_KEYS, ControlStats, control_stats, finish_tiles, with_dump_config
 from xstage_trace.collectors.collect import DumpTask, load_records
 from xstage_trace.collectors.dataset import table_part_path, write_table_part
@@ -278,7 +278,7 @@ def analyze_streaming(tasks: list[DumpTask], folder: Path, tables: dict[str, pa.
     """Both passes over ``tasks`` in batches (module text), writing the probes, tiles and bursts parts into
     the run's temporary ``folder``; then Table 3 per configuration from the tile parts."""
     pa.default_memory_pool().release_unused()  # what reading the exports and dump headers left in the pool
-    sl, dumps = tables["probe_slices"], tables["dumps"]
+    sl, dumps = tables["probe_slices"].select(SLICE_COLUMNS), tables["dumps"]  # a task gets its dumps' rows of what the steps read
     slice_rows, dump_rows = rows_by_dump(sl), rows_by_dump(dumps)
     dumps_frame = dumps.to_pandas()
     batches = make_batches(tasks, dumps_frame)
@@ -316,9 +316,9 @@ def analyze_streaming(tasks: list[DumpTask], folder: Path, tables: dict[str, pa.
 def table3_by_configuration(folder: Path, batches: list[DumpBatch], dumps: pd.DataFrame, kernels: pd.DataFrame,
                             ctx: AnalysisContext, results: list[DumpResult], mapper: Mapper | None = None) -> pd.DataFrame:
     """Spec §5 Table 3 (``table3_from_tiles`` + kernel times), each configuration's row from the tile
-    parts of that configuration's batches only (a batch holds one configuration), one configuration per
-    task on ``mapper`` (the workers; default: here): a row reads every tile of its configuration and none
-    of another's, so the rows equal those of the whole tile table."""
+    parts of that configuration's batches only (a batch holds one configuration), one configuration
+    after the other, each as a task on ``mapper`` (a worker; default: here): a row reads every tile of
+    its configuration and none of another's, so the rows equal those of the whole tile table."""
     from xstage_trace.analysis.stall import CONFIG, attach_kernel_times, kernel_trials
 
     written = [b for b, r in zip(batches, results) if r.tiles]
@@ -329,7 +329,9 @@ def table3_by_configuration(folder: Path, batches: list[DumpBatch], dumps: pd.Da
     for b in written:
         key = tuple(cfg.loc[(b.rank, b.tasks[0].dump)].astype(str))
         by_config.setdefault(key, []).append(str(table_part_path(folder, "tiles", b.rank, b.index)))
-    rows = list((mapper or (lambda f, a: (f(*x) for x in a)))(table3_task, ((files,) for _, files in sorted(by_config.items()))))
+    run = mapper or (lambda f, a: (f(*x) for x in a))
+    # one configuration at a time (its tiles are the largest thing a process holds), on a worker
+    rows = [next(iter(run(table3_task, [(files,)]))) for _, files in sorted(by_config.items())]
     table3 = pd.concat([r for r in rows if len(r)], ignore_index=True) if any(len(r) for r in rows) else pd.DataFrame()
     if table3.empty:
         return table3
@@ -344,13 +346,29 @@ def table3_task(files: list[str]) -> pd.DataFrame:
     return table3_from_tiles(_read_columns(files))
 
 
-def _read_columns(files: list[str]) -> pd.DataFrame:
-    """TABLE3_COLUMNS of the given tile parts as one frame, read part by part (no multi-file read
-    buffers) and converted with the Arrow columns freed as they go."""
+def _read_columns(files: list[str]) -> dict[str, pd.Series]:
+    """TABLE3_COLUMNS of the given tile parts, each column one Series over every part (text columns as
+    categoricals over the parts' shared categories), filled part by part into arrays of the final
+    size: what is held is the columns themselves (~60 B a tile) and one part as read."""
     import pyarrow.parquet as pq
 
-    parts = pa.concat_tables([pq.read_table(f, columns=TABLE3_COLUMNS, read_dictionary=TABLE3_CATEGORIES) for f in files]).unify_dictionaries()
-    frame = parts.to_pandas(self_destruct=True, split_blocks=True)
-    del parts
-    pa.default_memory_pool().release_unused()
-    return frame
+    text = [*TABLE3_CATEGORIES, "variant"]
+    sizes = [pq.ParquetFile(f).metadata.num_rows for f in files]
+    total, offsets = sum(sizes), np.r_[0, np.cumsum(sizes)]
+    cols: dict[str, np.ndarray] = {}
+    names: dict[str, dict[str, int]] = {c: {} for c in text}
+    for f, lo, hi in zip(files, offsets[:-1], offsets[1:]):
+        part = pq.read_table(f, columns=TABLE3_COLUMNS, read_dictionary=text)
+        for c in TABLE3_COLUMNS:
+            arr = part[c].combine_chunks()
+            if c in names:  # dictionary indices onto the categories seen so far (-1: missing)
+                own = np.array([names[c].setdefault(v, len(names[c])) for v in arr.dictionary.to_pylist()], np.int32)
+                values = own[arr.indices.fill_null(0).to_numpy()] if len(own) else np.zeros(len(arr), np.int32)
+                values[arr.is_null().to_numpy(zero_copy_only=False)] = -1
+                cols.setdefault(c, np.empty(total, np.int32))[lo:hi] = values
+            else:
+                values = arr.to_numpy(zero_copy_only=False)
+                cols.setdefault(c, np.empty(total, values.dtype))[lo:hi] = values
+        del part
+        pa.default_memory_pool().release_unused()  # the part as read: else the pool keeps it beside the columns
+    return {c: pd.Series(pd.Categorical.from_codes(v, list(names[c]))) if c in names else pd.Series(v, copy=False) for c, v in cols.items()}
