@@ -27,13 +27,14 @@ RECIPE = Recipe(
         Anchor("slot_init", _F, r"^[ \t]*while work_tile\.is_valid_tile:\n", "before", "xstage_slot = Int32(0)",
                "while work_tile.is_valid_tile:", after=_MMA, until=_NEXT),
         Anchor("tile_begin", _F, r"^[ \t]*m_block, head_idx, batch_idx, _ = work_tile\.tile_idx\n", "after",
-               "xstage_t_begin = xstage_probe.clock64()", "m_block, head_idx, batch_idx, _ = work_tile.tile_idx",
+               "xstage_t_begin = xstage_probe.clock64()\nxstage_gt_begin = xstage_probe.globaltimer()",
+               "m_block, head_idx, batch_idx, _ = work_tile.tile_idx",
                after=_MMA, until=_NEXT),
         Anchor("mainloop_end", _F, r"^[ \t]*self\.epilogue\(\n", "before", "xstage_t_mainloop = xstage_probe.clock64()",
                "self.epilogue(", after=_MMA, until=_NEXT),
         Anchor("tile_end", _F, r"^[ \t]*tile_scheduler\.advance_to_next_work\(\)\n", "before",
                "xstage_probe.write_tile(aux_tensors, xstage_slot, tidx, xstage_probe.tile_id(m_block, head_idx, batch_idx),\n"
-               "                        xstage_t_begin, xstage_t_mainloop, xstage_probe.clock64())\n"
+               "                        xstage_t_begin, xstage_gt_begin, xstage_t_mainloop, xstage_probe.clock64())\n"
                "xstage_slot = xstage_slot + 1",
                "tile_scheduler.advance_to_next_work()", after=_MMA, until=_NEXT),
     ),
