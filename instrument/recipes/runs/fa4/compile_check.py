@@ -46,8 +46,7 @@ def compile_one(interface, causal: bool, with_records: bool) -> None:
     with FakeTensorMode():
         q = torch.empty(BATCH, SEQLEN, HEADS, HEAD_DIM, dtype=torch.bfloat16, device="cuda")
         k, v, o = torch.empty_like(q), torch.empty_like(q), torch.empty_like(q)
-        n_ctas = BATCH * HEADS * (SEQLEN // 128)
-        rec = torch.zeros(n_ctas, 1, 8, dtype=torch.int64, device="cuda")
+        rec = torch.zeros(BATCH, HEADS, SEQLEN // 128, 8, dtype=torch.int64, device="cuda")
         interface._flash_attn_fwd(q, k, v, causal=causal, out=o, aux_tensors=[rec] if with_records else None, _arch=90)
 
 

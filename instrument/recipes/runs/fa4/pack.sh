@@ -3,7 +3,7 @@
 # wheels (~100 MB; the cu13 one's 193 MB .so packs to 63.5 MB as xz) exceed one device call's 64 MiB
 # with the repository beside them. Call 1 carries DEST/fa4a (the first part of the xz stream), call 2,
 # within the machine's warm window, carries DEST/fa4b (the rest, the small wheels, the two flash-attention
-# trees and this folder's scripts) and runs `bash .carry/fa4b/run.sh`.
+# trees and this folder's scripts) and runs `bash .carry/fa4b/run.sh` (see run.sh for the first call).
 #   usage: pack.sh UPSTREAM_GIT_DIR WHEEL_DIR DEST   (run from the repository root, its .venv holding xstage-trace)
 # UPSTREAM_GIT_DIR: a (bare) flash-attention clone at the commit to trace; WHEEL_DIR: nvidia_cutlass_dsl 4.8.1
 # (+ _libs_base, _libs_core, _libs_cu13 cp312), quack_kernels, apache_tvm_ffi, torch_c_dlpack_ext wheels.

@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
-# One FA4 device call (the second of two; pack.sh staged .carry/fa4a in the first): reassemble and install
+# One FA4 device call (the second of two): reassemble and install
 # the CuTe DSL into /tmp/site, compile the three builds (compile_check.py, SASS through cuobjdump), then
 # bench.py (check against SDPA, interleaved CUDA-event trials, per-tile rows), with the SM clock sampled
 # by nvidia-smi meanwhile. Results: $OUT/results.tar.gz (res/) and $OUT/log.txt.
 #   usage (repository root on the device): bash .carry/fa4b/run.sh [TRIALS]
+# The device lays the repository anew for each call (ignored files of an earlier call are gone), so the
+# first call, carrying .carry/fa4a, copies its part out of the tree: `mkdir -p /tmp/fa4stage && cp
+# .carry/fa4a/* /tmp/fa4stage/`; this call, carrying .carry/fa4b, must follow while the machine is warm.
 set -uo pipefail
 trials=${1:-100}
-A=.carry/fa4a; B=.carry/fa4b
+A=/tmp/fa4stage; B=.carry/fa4b
 W=/tmp/fa4run; R=$W/res; site=/tmp/site; rm -rf "$W"; mkdir -p "$R"
 trap 'tar -czf "$OUT/results.tar.gz" -C "$W" res' EXIT
 ts() { echo "[$(date -u +%H:%M:%S)] $*"; }
-[ -s "$A/cu13.tar.xz.part1" ] || { ts "no $A/cu13.tar.xz.part1: the machine went cold after the staging call; stage again"; exit 3; }
+[ -s "$A/cu13.tar.xz.part1" ] || { ts "no $A/cu13.tar.xz.part1: the machine went cold after the staging call (or it was not made); stage again"; exit 3; }
 [ "$(cat "$A/cu13.tar.xz.part1" "$B/cu13.tar.xz.part2" | sha256sum | cut -d' ' -f1)" = "$(cat "$B/cu13.tar.xz.sha256")" ] \
   || { ts "cu13.tar.xz parts do not match their sha256 (parts of two different stagings?)"; exit 3; }
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$site" "$B"/whl/*.whl || exit 4
