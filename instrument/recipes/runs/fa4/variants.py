@@ -35,7 +35,7 @@ def load_interface(v: Variant) -> ModuleType:
     for name in [m for m in sys.modules if m == "flash_attn" or m.startswith("flash_attn.")]:
         del sys.modules[name]
     importlib.invalidate_caches()
-    sys.path[:] = [p for p in sys.path if not p.startswith("/") or not (Path(p) / "flash_attn" / "cute").is_dir()]
+    sys.path[:] = [p for p in sys.path if not (Path(p or ".") / "flash_attn" / "cute").is_dir()]  # no other tree
     sys.path.insert(0, str(v.tree))
     os.environ["XSTAGE_TRACE"] = "1" if v.trace else "0"
     interface = importlib.import_module("flash_attn.cute.interface")
