@@ -252,9 +252,10 @@ def test_fa4_python_recipe_on_fixture_applies_inside_mma_only_and_reverts(tmp_pa
     before = snapshot(root)
     engine.apply(engine.plan(get("fa4"), root))
     text = (root / "flash_attn/cute/flash_fwd_sm90.py").read_text()
-    # the second `while` / tile_idx (in first_half_block_overlap) is outside the mma context
-    assert text.count("xstage_slot = Int32(0)") == 1 and text.count("xstage_t_begin = ") == 1
-    assert "        # >>> xstage-recipe fa4:slot_init\n        xstage_slot = Int32(0)\n" in text
+    # the second tile_idx (in first_half_block_overlap) is outside the mma context
+    assert text.count("xstage_probe.tile_begin(") == 1 and text.count("xstage_probe.tile_end(") == 1
+    assert ("            # >>> xstage-recipe fa4:tile_begin\n"
+            "            xstage_probe.tile_begin(aux_tensors, tidx, m_block, head_idx, batch_idx)\n") in text
     compile(text, "flash_fwd_sm90.py", "exec")  # still valid Python
     assert (root / "flash_attn/cute/xstage_probe.py").is_file()
     engine.revert(get("fa4"), root)

@@ -24,28 +24,26 @@ RECIPE = Recipe(
     anchors=(
         Anchor("import", _F, r"^from flash_attn\.cute\.utils import AuxData\n", "after",
                "from flash_attn.cute import xstage_probe", "from flash_attn.cute.utils import AuxData"),
-        Anchor("slot_init", _F, r"^[ \t]*while work_tile\.is_valid_tile:\n", "before", "xstage_slot = Int32(0)",
-               "while work_tile.is_valid_tile:", after=_MMA, until=_NEXT),
         Anchor("tile_begin", _F, r"^[ \t]*m_block, head_idx, batch_idx, _ = work_tile\.tile_idx\n", "after",
-               "xstage_t_begin = xstage_probe.clock64()", "m_block, head_idx, batch_idx, _ = work_tile.tile_idx",
-               after=_MMA, until=_NEXT),
-        Anchor("mainloop_end", _F, r"^[ \t]*self\.epilogue\(\n", "before", "xstage_t_mainloop = xstage_probe.clock64()",
+               "xstage_probe.tile_begin(aux_tensors, tidx, m_block, head_idx, batch_idx)",
+               "m_block, head_idx, batch_idx, _ = work_tile.tile_idx", after=_MMA, until=_NEXT),
+        Anchor("mainloop_end", _F, r"^[ \t]*self\.epilogue\(\n", "before",
+               "xstage_probe.mainloop_end(aux_tensors, tidx, m_block, head_idx, batch_idx)",
                "self.epilogue(", after=_MMA, until=_NEXT),
         Anchor("tile_end", _F, r"^[ \t]*tile_scheduler\.advance_to_next_work\(\)\n", "before",
-               "xstage_probe.write_tile(aux_tensors, xstage_slot, tidx, xstage_probe.tile_id(m_block, head_idx, batch_idx),\n"
-               "                        xstage_t_begin, xstage_t_mainloop, xstage_probe.clock64())\n"
-               "xstage_slot = xstage_slot + 1",
+               "xstage_probe.tile_end(aux_tensors, tidx, m_block, head_idx, batch_idx)",
                "tile_scheduler.advance_to_next_work()", after=_MMA, until=_NEXT),
     ),
     added=(AddedFile("flash_attn/cute/xstage_probe.py", "fa4/flash_attn/cute/xstage_probe.py"),),
-    flags={"XSTAGE_TRACE": "{on}", "FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED": "0", "CUTE_DSL_KEEP_PTX": "1"},
+    flags={"XSTAGE_TRACE": "{on}", "FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED": "0", "CUTE_DSL_KEEP": "ptx,cubin"},
     build_notes=(
         "No build: the DSL compiles at first call. XSTAGE_TRACE must be set before flash_attn.cute is imported (the "
         "flag is read at import and folded by const_expr); keep the on-disk DSL cache off or point "
-        "FLASH_ATTENTION_CUTE_DSL_CACHE_DIR at a separate folder; CUTE_DSL_KEEP_PTX=1 keeps the PTX to check that "
-        "the clock reads survive (mov.u64 %clock64)."),
+        "FLASH_ATTENTION_CUTE_DSL_CACHE_DIR at a separate folder; CUTE_DSL_KEEP=ptx,cubin keeps the PTX and cubin (in "
+        "CUTE_DSL_DUMP_DIR) to check that the clock reads survive (CS2R SR_CLOCKLO in the SASS). The DSL compiles without "
+        "a GPU (CUTE_DSL_ARCH=sm_90a, torch FakeTensorMode): instrument/recipes/runs/fa4/compile_check.py."),
     buffer_plumbing=(
-        "the last of aux_tensors: an int64 tensor (num_ctas, capacity, 4) the caller allocates and passes in "
+        "the last of aux_tensors: an int64 tensor (batch, heads, m_blocks, 8), zeroed, that the caller allocates and passes in "
         "flash_attn_func(..., aux_tensors=[..., records]); the kernel already receives aux tensors (AuxData) and keys "
         "its compile cache on their metadata."),
 )
