@@ -37,36 +37,37 @@ def analyze_inputs(inputs: list[Path], output: Path | None, nsys=None, calibrati
     from xstage_trace.collectors.collect import plan_run
     from xstage_trace.collectors.dataset import check_output_against_inputs, check_output_dir, write_run
     from xstage_trace.collectors.nvtx_filter import restrict_to_nvtx
-    from xstage_trace.stream import analyze_streaming
+    from xstage_trace.stream import analyze_streaming, early_pool
 
     run_dir = Path(output) if output else _default_run_dir(Path(inputs[0]))
     check_output_dir(run_dir, force)
     check_output_against_inputs(run_dir, [*inputs, calibration] if calibration else inputs)
     ctx = AnalysisContext(model=load_platform(calibration) if calibration else None, warmup_launches=warmup_launches)
-    plan = plan_run(inputs, nsys=nsys, allow_overflow=allow_overflow, rank_overrides=rank_overrides)
-    plan = restrict_to_nvtx(plan, nvtx, nvtx_domain) if (nvtx, nvtx_domain) != (None, None) else plan
-    tables = plan.tables
-    state: dict = {}
+    with early_pool(inputs, workers, scheduler) as pool:  # workers start while the plan is made
+        plan = plan_run(inputs, nsys=nsys, allow_overflow=allow_overflow, rank_overrides=rank_overrides)
+        plan = restrict_to_nvtx(plan, nvtx, nvtx_domain) if (nvtx, nvtx_domain) != (None, None) else plan
+        tables = plan.tables
+        state: dict = {}
 
-    def fill(tmp: Path) -> dict[str, int]:
-        tick = progress("analyzing probe dumps", len(plan.tasks)) if (progress and plan.tasks) else None
-        result = analyze_streaming(plan.tasks, tmp, tables, ctx, workers, tick, scheduler)
-        state["result"] = result
-        state["warnings"] = plan.warnings + result.warnings
-        points = result.calibration_points
-        if len(points):
-            points = points.sort_values(["dest", "mode", "K", "B", "gap_ns"]).reset_index(drop=True)
-        state["points"] = points
-        return result.counts
+        def fill(tmp: Path) -> dict[str, int]:
+            tick = progress("analyzing probe dumps", len(plan.tasks)) if (progress and plan.tasks) else None
+            result = analyze_streaming(plan.tasks, tmp, tables, ctx, workers, tick, scheduler, pool)
+            state["result"] = result
+            state["warnings"] = plan.warnings + result.warnings
+            points = result.calibration_points
+            if len(points):
+                points = points.sort_values(["dest", "mode", "K", "B", "gap_ns"]).reset_index(drop=True)
+            state["points"] = points
+            return result.counts
 
-    def manifest() -> dict:
-        return dict(plan.manifest, calibration=str(calibration) if calibration else None, warnings=state["warnings"],
-                    warmup_launches=warmup_launches, calibration_points=int(len(state["points"])))
+        def manifest() -> dict:
+            return dict(plan.manifest, calibration=str(calibration) if calibration else None, warnings=state["warnings"],
+                        warmup_launches=warmup_launches, calibration_points=int(len(state["points"])))
 
-    written = write_run(run_dir, tables, manifest,
-                        extra_files=lambda: {"calibration_points.csv": state["points"].to_csv(index=False)} if len(state["points"]) else {},
-                        results=lambda: {"table3": state["result"].table3} if len(state["result"].table3) else {},
-                        fill=fill, force=force)
+        written = write_run(run_dir, tables, manifest,
+                            extra_files=lambda: {"calibration_points.csv": state["points"].to_csv(index=False)} if len(state["points"]) else {},
+                            results=lambda: {"table3": state["result"].table3} if len(state["result"].table3) else {},
+                            fill=fill, force=force)
     table3 = state["result"].table3
     gm = tables["gpu_metrics"]
     metric_counts = {}

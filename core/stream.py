@@ -235,18 +235,63 @@ def _windowed(pool: ProcessPoolExecutor, func: Callable, args: Iterable[tuple], 
         yield pending.popleft().result()
 
 
+def _warm() -> None:
+    """A worker's first task: import what the batch tasks need while the main process plans the run."""
+    import pyarrow.parquet  # noqa: F401
+
+    import xstage_trace.analysis.bursts  # noqa: F401
+    import xstage_trace.analysis.stall  # noqa: F401
+    import xstage_trace.analysis.tiles  # noqa: F401
+    import xstage_trace.collectors.probe_format  # noqa: F401
+
+
+def expected_records(inputs: Iterable[str | Path]) -> int:
+    """The probe records ``inputs`` may hold, from file sizes alone: the bytes of their dumps (given, or
+    inside a given folder) at 16 B a record (a plain dump's header adds a little; a compressed dump
+    counts its compressed bytes, so it is underestimated)."""
+    from xstage_trace.collectors.probe_format import RECORD_BYTES, is_probe_dump_name
+
+    total = 0
+    for raw in inputs:
+        p = Path(raw)
+        files = [q for q in p.iterdir() if is_probe_dump_name(q.name)] if p.is_dir() else [p] if is_probe_dump_name(p.name) else []
+        total += sum(q.stat().st_size for q in files if q.is_file())
+    return total // RECORD_BYTES
+
+
 @contextmanager
-def task_mapper(workers: int, scheduler: str | None) -> Iterator[Mapper]:
+def early_pool(inputs: list[str | Path], workers: int | None, scheduler: str | None) -> Iterator[ProcessPoolExecutor | None]:
+    """The worker pool started before the plan is made, so that the workers' start-up (a new interpreter,
+    pandas, pyarrow: ~1 s) overlaps planning, where the inputs' sizes alone show a run large enough for
+    a pool (``expected_records`` ≥ PARALLEL_MIN_RECORDS); None otherwise. Shut down on leaving."""
+    workers = default_workers() if workers is None else workers
+    if scheduler is not None or workers <= 1 or expected_records(inputs) < PARALLEL_MIN_RECORDS:
+        yield None
+        return
+    pool = ProcessPoolExecutor(workers, mp_context=get_context("spawn"))
+    try:
+        for _ in range(workers):  # each submit to a pool with no idle worker starts one
+            pool.submit(_warm)
+        yield pool
+    finally:
+        pool.shutdown(cancel_futures=True)
+
+
+@contextmanager
+def task_mapper(workers: int, scheduler: str | None, pool: ProcessPoolExecutor | None = None) -> Iterator[Mapper]:
     """``map(func, arg_tuples)`` → results in order: on a Dask scheduler when one is named (``local:N``
     or an address; the run folder must then be on a file system the workers share), else in a pool
-    of ``workers`` processes (kept for both passes), else (``workers`` ≤ 1) in this process."""
+    of ``workers`` processes (``pool`` when given, left running; else one started here, kept for both
+    passes), else (``workers`` ≤ 1) in this process."""
     if scheduler is not None:
         from xstage_trace.collectors.distributed import map_tasks
 
         yield lambda func, args: iter(map_tasks(func, list(args), scheduler))
+    elif workers > 1 and pool is not None:
+        yield lambda func, args: _windowed(pool, func, args, WINDOW_PER_WORKER * workers)
     elif workers > 1:
-        with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
-            yield lambda func, args: _windowed(pool, func, args, WINDOW_PER_WORKER * workers)
+        with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as own:
+            yield lambda func, args: _windowed(own, func, args, WINDOW_PER_WORKER * workers)
     else:
         yield lambda func, args: (func(*a) for a in args)
 
@@ -274,9 +319,11 @@ def rows_by_dump(table: pa.Table) -> dict[tuple[int, str], np.ndarray]:
 
 
 def analyze_streaming(tasks: list[DumpTask], folder: Path, tables: dict[str, pa.Table], ctx: AnalysisContext,
-                      workers: int | None = None, tick=None, scheduler: str | None = None) -> StreamResult:
+                      workers: int | None = None, tick=None, scheduler: str | None = None,
+                      pool: ProcessPoolExecutor | None = None) -> StreamResult:
     """Both passes over ``tasks`` in batches (module text), writing the probes, tiles and bursts parts into
-    the run's temporary ``folder``; then Table 3 per configuration from the tile parts."""
+    the run's temporary ``folder``; then Table 3 per configuration from the tile parts. ``pool``: workers
+    already started (``early_pool``), used when the run is large enough for a pool."""
     pa.default_memory_pool().release_unused()  # what reading the exports and dump headers left in the pool
     sl, dumps = tables["probe_slices"].select(SLICE_COLUMNS), tables["dumps"]  # a task gets its dumps' rows of what the steps read
     slice_rows, dump_rows = rows_by_dump(sl), rows_by_dump(dumps)
@@ -291,7 +338,7 @@ def analyze_streaming(tasks: list[DumpTask], folder: Path, tables: dict[str, pa.
     big = sum(t.records for t in tasks) >= PARALLEL_MIN_RECORDS
     pool_size = min(workers, len(batches)) if (big and len(batches) > 1) else 1
     results: list[DumpResult] = []
-    with task_mapper(pool_size, scheduler) as mapper:
+    with task_mapper(pool_size, scheduler, pool) as mapper:
         first = list(mapper(control_task, ((b, folder, of(b, sl, slice_rows), of(b, dumps, dump_rows), ctx) for b in controls)))
         stats = run_stats([ctrl for ctrl, _ in first])
         partial = {(b.rank, b.index): r for b, (_, r) in zip(controls, first)}  # the part a batch writes: unique per batch

@@ -35,3 +35,21 @@ def test_a_dask_local_cluster_gives_the_same_run(tmp_path):
     a, b = xstage_trace.open_run(tmp_path / "one"), xstage_trace.open_run(tmp_path / "dask")
     for name in ("tiles", "bursts"):
         pd.testing.assert_frame_equal(getattr(a, name)(), getattr(b, name)())
+
+
+def test_expected_records_counts_dump_bytes_at_16_per_record(tmp_path):
+    folder = tmp_path / "dumps"
+    folder.mkdir()
+    (folder / "a.xsp").write_bytes(b"\0" * 1600)
+    (folder / "b.xsp.zst").write_bytes(b"\0" * 320)
+    (folder / "notes.txt").write_bytes(b"\0" * 10_000)  # not a dump
+    (tmp_path / "c.xsp").write_bytes(b"\0" * 160)
+    assert stream.expected_records([folder, tmp_path / "c.xsp"]) == (1600 + 320 + 160) // 16
+
+
+def test_no_pool_is_started_early_for_a_small_run_or_a_dask_scheduler(tmp_path):
+    (tmp_path / "a.xsp").write_bytes(b"\0" * 1600)
+    with stream.early_pool([tmp_path], 2, None) as pool:
+        assert pool is None  # 100 records: far below PARALLEL_MIN_RECORDS
+    with stream.early_pool([tmp_path], 2, "local:2") as pool:
+        assert pool is None
