@@ -128,27 +128,27 @@ def load_measurements(path: Path) -> pd.DataFrame:
     return pts
 
 
+def _one_of(values, path: Path, chosen: str | None, option: str, what: str, among: str = "") -> str:
+    """The value of ``option`` among the points' ``values`` (``chosen``, or the only one there is);
+    InputError naming ``path`` when there are several and none is chosen, or the chosen one is absent."""
+    have = sorted(set(values))
+    if chosen is None and len(have) > 1:
+        raise InputError(path, f"points{among} hold several {what} ({', '.join(have)})", f"choose one with {option}")
+    chosen = chosen or have[0]
+    if chosen not in have:
+        raise InputError(path, f"no points{among} for {option} {chosen} (have {', '.join(have)})", "pick one of those")
+    return chosen
+
+
 def _store_path_of(pts: pd.DataFrame, path: Path, dest: str | None, option: str) -> str:
-    dests = sorted(pts["dest"].astype(str).unique())
-    if dest is None and len(dests) > 1:
-        raise InputError(path, f"points hold several store paths ({', '.join(dests)})", f"choose one with {option}")
-    dest = dest or dests[0]
-    if dest not in dests:
-        raise InputError(path, f"no points for {option} {dest} (have {', '.join(dests)})", "pick one of those")
-    return dest
+    return _one_of(pts["dest"].astype(str), path, dest, option, "store paths")
 
 
 def _store_instruction_of(pts: pd.DataFrame, path: Path, dest: str, store: str | None, option: str) -> str:
     """The store instruction to fit among ``dest``'s points (points without a store column are stg)."""
     from xstage_trace.analysis.calibration_fit import store_of
 
-    stores = sorted(store_of(pts[pts["dest"].astype(str) == dest]).unique())
-    if store is None and len(stores) > 1:
-        raise InputError(path, f"points of {dest} hold several store instructions ({', '.join(stores)})", f"choose one with {option}")
-    store = store or stores[0]
-    if store not in stores:
-        raise InputError(path, f"no points of {dest} for {option} {store} (have {', '.join(stores)})", "pick one of those")
-    return store
+    return _one_of(store_of(pts[pts["dest"].astype(str) == dest]), path, store, option, "store instructions", f" of {dest}")
 
 
 def check_calibration_output(output: Path, force: bool) -> None:
