@@ -3,7 +3,7 @@
 Hand-built dumps with a known answer: two CTAs of three tiles each, the math role (slice role 0)
 recording mainloop, store_wait and epilogue spans, the producer role (1) the schedule marks. At
 1 GHz one clock cycle is one nanosecond, so every expected number below is arithmetic on the
-timeline the test writes. The real H200 dumps (sample_traces/h200_deepgemm/results.tar.gz) are
+timeline the test writes. The real H200 dumps (the results tarball in sample_traces/h200_deepgemm) are
 checked against the GEMM's own size: a launch stores all of D, M·N·sizeof(bf16) bytes.
 """
 
