@@ -3,7 +3,7 @@
 Hand-built dumps with a known answer: two CTAs of three tiles each, the math role (slice role 0)
 recording mainloop, store_wait and epilogue spans, the producer role (1) the schedule marks. At
 1 GHz one clock cycle is one nanosecond, so every expected number below is arithmetic on the
-timeline the test writes. The real H200 dumps (sample_traces/h200_deepgemm/results.tar.gz) are
+timeline the test writes. The real H200 dumps (the results tarball in sample_traces/h200_deepgemm) are
 checked against the GEMM's own size: a launch stores all of D, M·N·sizeof(bf16) bytes.
 """
 
@@ -215,3 +215,49 @@ def test_real_h200_launches_store_all_of_d(tmp_path):
         assert g["volume_bytes"].sum() == m * n * 2, (dump, shape)
     t = run.tiles()
     assert set(t["tile_kind"]) == {"gemm"} and t["slot_wait_ns"].notna().any()
+
+
+def _summarize():
+    """instrument/recipes/runs/deepgemm_sm90/summarize.py (a script beside the bench, not a package module)."""
+    import importlib.util
+
+    path = ROOT / "instrument/recipes/runs/deepgemm_sm90/summarize.py"
+    spec = importlib.util.spec_from_file_location("dg_summarize", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_paired_bootstrap_cancels_shared_trial_noise():
+    """Traced = cleared × 1.01 in every trial, the trials themselves spread ±5 %: the ratio of medians is
+    +1 % exactly and, resampled in pairs, every resample gives +1 % (median(1.01·x) = 1.01·median(x)), so the
+    paired interval is the point; resampled on their own, the two sides' spread widens the interval."""
+    s = _summarize()
+    rng = np.random.default_rng(7)
+    cleared = 0.4 * (1 + 0.05 * rng.standard_normal(201))
+    traced = cleared * 1.01
+    point, lo, hi = s.ratio_interval_pct(traced, cleared, paired=True, rng=np.random.default_rng(0))
+    assert (point, lo, hi) == pytest.approx((1.0, 1.0, 1.0), abs=1e-9)
+    point_u, lo_u, hi_u = s.ratio_interval_pct(traced, cleared, paired=False, rng=np.random.default_rng(0))
+    assert point_u == pytest.approx(1.0, abs=1e-9) and lo_u < 0.5 and hi_u > 1.5
+
+
+def test_committed_overhead_table_is_the_medians_of_the_committed_trials():
+    """overhead.json's medians are those of the raw per-trial times in the three summaries, every mode of every
+    case has the trials the bench ran, and the traced and cleared outputs were bitwise equal."""
+    import json
+
+    d = ROOT / "sample_traces/h200_deepgemm"
+    c1, p, c2 = (json.loads((d / f"summary_{n}.json").read_text()) for n in ("clean_1", "patched", "clean_2"))
+    rows = {(r["case"], r["dest"], r["protocol"]): r for r in json.loads((d / "overhead.json").read_text())}
+    assert len(rows) == 2 * len(p["cases"])
+    for a1, pc, a2 in zip(c1["cases"], p["cases"], c2["cases"]):
+        assert pc["bitwise_equal_traced_cleared"]
+        for protocol, key, n in (("single", "times_ms", p["trials"]), ("batch", "batch_ms", p["batch_trials"])):
+            r = rows[(pc["case"], pc["dest"], protocol)]
+            assert all(len(x[key][m]) == n for x, m in ((a1, "clean"), (a2, "clean"), (pc, "traced"), (pc, "cleared")))
+            assert r["traced_ms"] == pytest.approx(float(np.median(pc[key]["traced"])))
+            assert r["cleared_ms"] == pytest.approx(float(np.median(pc[key]["cleared"])))
+            assert r["clean_1_ms"] == pytest.approx(float(np.median(a1[key]["clean"])))
+            assert r["traced_vs_cleared_pct"] == pytest.approx(100 * (r["traced_ms"] / r["cleared_ms"] - 1))
+            assert r["traced_vs_cleared_lo_pct"] <= r["traced_vs_cleared_pct"] <= r["traced_vs_cleared_hi_pct"]

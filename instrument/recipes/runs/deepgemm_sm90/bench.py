@@ -1,22 +1,26 @@
 """DeepGEMM sm_90 under the deepgemm-sm90 recipe on one GPU: fp8_gemm_nt and the m-grouped contiguous
 FP8 GEMM at DeepSeek-V3 expert shapes, output D in local HBM and in host-mapped pinned memory.
 
-    python bench.py --build patched --out OUT [--trials 20]   # traced and cleared-buffer launches, interleaved
+    python bench.py --build patched --out OUT [--trials 400]  # traced and cleared-buffer launches
     python bench.py --build clean --out OUT                   # the unpatched DeepGEMM (no trace buffer at all)
 
-Per case and mode: warm-ups, then ``--trials`` launches timed with CUDA events (one launch per event pair,
-the modes of one trial back to back in alternating order). Traced launches reset the probe buffer first
-(outside the events); the traced launches named by ``--dump-trials`` are written as probe dumps. Results
-are checked against a float32 reference of the unquantized inputs and, between modes and destinations,
-bit for bit. Writes OUT/summary_<build>.json and OUT/dumps/*.xsp.
+Timing (CUDA events, ms), two protocols, each trial's cases and modes in a random order (seeded):
+- ``single``: a GPU busy-wait (``torch.cuda._sleep``, ~1 ms) is enqueued first, then the start event,
+  ONE GEMM call, the end event. The host enqueues the call while the GPU still spins, so the events
+  bracket the call's kernels and not the host's launch latency (``host_us``: the enqueue time of
+  event + call + event, to check that it stayed below the spin).
+- ``batch``: after the same spin, ``--batch`` calls back to back between one event pair; per call.
+Traced launches reset the probe buffer's slice table before the spin (outside the events; a launch
+rewrites its records from slot 0, so the batch's launches all store theirs); the single-protocol traced
+launches of the trials in ``--dump-trials`` are written as probe dumps. Results are checked against a
+float32 reference of the unquantized inputs and, between modes and destinations, bit for bit.
+Writes OUT/summary_<build><tag>.json and OUT/dumps/*.xsp; summarize.py compares the builds.
 """
 
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
-import os
 import random
 import statistics
 import subprocess
@@ -39,6 +43,7 @@ CASES = (
     ("grouped_contig_up", "m_grouped_contiguous", dict(groups=8, m_per_group=1024, n=4096, k=7168)),
 )
 EVENT_NAMES = ["mainloop", "store_wait", "epilogue", "schedule"]  # deep_gemm/xstage/sm90_trace.cuh, in id order
+SPIN_CYCLES = 2_000_000  # torch.cuda._sleep: ~1 ms at 1.98 GHz, longer than one call's host enqueue
 
 
 def shape_name(kind: str, s: dict) -> str:
@@ -166,6 +171,19 @@ def env_info() -> dict:
             "device": torch.cuda.get_device_name(), "sm_count": torch.cuda.get_device_properties(0).multi_processor_count}
 
 
+def spin_duration_ms(repeats: int = 5) -> float:
+    """The busy-wait's own length on this GPU (median of ``repeats``, CUDA events)."""
+    out = []
+    for _ in range(repeats):
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        e0.record()
+        torch.cuda._sleep(SPIN_CYCLES)
+        e1.record()
+        e1.synchronize()
+        out.append(e0.elapsed_time(e1))
+    return statistics.median(out)
+
+
 def median(xs):
     return statistics.median(xs) if xs else None
 
@@ -174,9 +192,12 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", choices=("patched", "clean"), required=True)
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--trials", type=int, default=20)
+    ap.add_argument("--trials", type=int, default=400, help="trials of the single-call protocol")
+    ap.add_argument("--batch", type=int, default=10, help="calls between one event pair in the batch protocol")
+    ap.add_argument("--batch-trials", type=int, default=40)
     ap.add_argument("--warmups", type=int, default=3)
-    ap.add_argument("--dump-trials", default="4,10,16")
+    ap.add_argument("--seed", type=int, default=20261201, help="seed of the per-trial order")
+    ap.add_argument("--dump-trials", default="4,150,300")
     ap.add_argument("--capacity", type=int, default=1024)
     ap.add_argument("--host-alloc", type=Path, required=True, help="host_mapped_alloc.so")
     ap.add_argument("--tag", default="", help="suffix of the summary file (a repeated clean pass)")
@@ -228,40 +249,66 @@ def main() -> None:
         r["kernels_per_call"] = kernels_of_one_call(r["fn"])
         log(f"warm {r['case']} dest={r['dest']}: rel diff {r['rel_diff']:.2e}; kernels per call {r['kernels_per_call']}")
 
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    for t in range(args.trials):
-        order = list(modes) if t % 2 == 0 else list(reversed(modes))
-        for r in (runs if t % 2 == 0 else list(reversed(runs))):
-            for mode in order:
-                set_mode(mode)
-                if mode == "traced":
-                    buf.reset()
+    spin_ms = spin_duration_ms()
+    log(f"spin of {SPIN_CYCLES} cycles: {spin_ms:.3f} ms")
+    rng = random.Random(args.seed)
+    for r in runs:
+        r["host_us"] = {m: [] for m in modes}
+        r["batch_ms"] = {m: [] for m in modes}
+
+    def timed(r: dict, mode: str, calls: int):
+        """Spin, start event, ``calls`` GEMM calls, end event (enqueued, not waited for); the enqueue time (µs)."""
+        set_mode(mode)
+        if mode == "traced":
+            buf.reset()
+        torch.cuda._sleep(SPIN_CYCLES)
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        h0 = time.perf_counter()
+        e0.record()
+        for _ in range(calls):
+            r["fn"]()
+        e1.record()
+        return e0, e1, (time.perf_counter() - h0) * 1e6
+
+    for protocol, trials, calls in (("single", args.trials, 1), ("batch", args.batch_trials, args.batch)):
+        for t in range(trials):
+            for r in rng.sample(runs, len(runs)):
+                done = [(mode, *timed(r, mode, calls)) for mode in rng.sample(modes, len(modes))]
                 torch.cuda.synchronize()
-                start.record()
-                r["fn"]()
-                end.record()
-                end.synchronize()
-                r["times"][mode].append(start.elapsed_time(end))
-                if mode == "traced" and t in dump_trials:
+                for mode, e0, e1, host_us in done:
+                    if protocol == "single":
+                        r["times"][mode].append(round(e0.elapsed_time(e1), 5))
+                        r["host_us"][mode].append(round(host_us, 1))
+                    else:
+                        r["batch_ms"][mode].append(round(e0.elapsed_time(e1) / calls, 5))
+                if protocol == "single" and traced and t in dump_trials:  # the buffer holds this trial's traced launch
                     label = (f"kernel=deepgemm_{r['kind']} dest={r['dest']} shape={r['shape']} layout=tma_store "
                              f"operands=fp8 epilogue=bf16 ctas={num_sms} trial={t}")
-                    buf.dump(args.out / "dumps" / f"{r['case']}_{r['dest']}_t{t:02d}.xsp", EVENT_NAMES, label=label)
-        if t % 5 == 4:
-            log(f"trial {t + 1}/{args.trials} done")
+                    buf.dump(args.out / "dumps" / f"{r['case']}_{r['dest']}_t{t:03d}.xsp", EVENT_NAMES, label=label)
+            if t % 100 == 99 or t == trials - 1:
+                log(f"{protocol}: trial {t + 1}/{trials} done")
 
     summary = {"build": args.build, "env": env_info(), "num_sms": num_sms, "trials": args.trials, "warmups": args.warmups,
-               "timing": "CUDA events around one launch (torch.cuda.Event), ms", "host_mapped_method": host.method,
+               "batch": args.batch, "batch_trials": args.batch_trials, "seed": args.seed, "spin_cycles": SPIN_CYCLES,
+               "spin_ms": spin_ms, "timing": ("CUDA events (torch.cuda.Event), ms; times_ms: one call after a ~1 ms GPU spin; "
+                                            "batch_ms: per call of `batch` back-to-back calls after the spin; "
+                                            "host_us: enqueue time of event + call(s) + event"),
+               "host_mapped_method": host.method,
                "host_mapped_error": host.error, "cases": []}
     for r in runs:
         row = {k: r[k] for k in ("case", "kind", "shape", "dest", "mem", "rel_diff", "kernels_per_call")}
         row["group_ms"] = r["x"].get("group_ms")
         row["d_bytes"] = r["d"].numel() * r["d"].element_size()
         row["times_ms"] = r["times"]
+        row["batch_ms"] = r["batch_ms"]
+        row["host_us"] = r["host_us"]
         row["median_ms"] = {m: median(v) for m, v in r["times"].items()}
+        row["batch_median_ms"] = {m: median(v) for m, v in r["batch_ms"].items()}
+        row["host_us_max"] = {m: max(v) for m, v in r["host_us"].items()}
         if traced:
             row["bitwise_equal_traced_cleared"] = bool(torch.equal(r["outputs"]["traced"], r["outputs"]["cleared"]))
-            c, tr = row["median_ms"]["cleared"], row["median_ms"]["traced"]
-            row["overhead_traced_vs_cleared_pct"] = 100.0 * (tr - c) / c
+            for key, med in (("overhead_traced_vs_cleared_pct", row["median_ms"]), ("batch_overhead_traced_vs_cleared_pct", row["batch_median_ms"])):
+                row[key] = 100.0 * (med["traced"] - med["cleared"]) / med["cleared"]
         summary["cases"].append(row)
     for ci in range(0, len(runs), 2):  # the same inputs into HBM and into host memory: the same bits
         loc, hst = runs[ci], runs[ci + 1]
@@ -269,8 +316,10 @@ def main() -> None:
     path = args.out / f"summary_{args.build}{args.tag}.json"
     path.write_text(json.dumps(summary, indent=1))
     for row in summary["cases"]:
-        log(f"{row['case']:18s} {row['dest']:5s} median ms {row['median_ms']} "
-            f"overhead {row.get('overhead_traced_vs_cleared_pct', float('nan')):+.2f} % diff {row['rel_diff']:.1e}")
+        log(f"{row['case']:18s} {row['dest']:5s} median ms {row['median_ms']} batch {row['batch_median_ms']} "
+            f"overhead {row.get('overhead_traced_vs_cleared_pct', float('nan')):+.2f} % "
+            f"(batch {row.get('batch_overhead_traced_vs_cleared_pct', float('nan')):+.2f} %) host_us max {row['host_us_max']} "
+            f"diff {row['rel_diff']:.1e}")
     log(f"wrote {path}")
 
 

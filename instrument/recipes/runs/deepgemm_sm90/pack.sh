@@ -5,7 +5,7 @@
 #                    csrc/, deep_gemm/, fmt headers), cute/cutlass headers once in stage/cutlass_include
 #                    (linked as deep_gemm/include/{cute,cutlass} and third-party/cutlass/include)
 #   xstage_src.tar.gz  git archive of this xstage-trace checkout's HEAD (installed there with pip --no-deps)
-#   bench.py run.sh host_mapped_alloc.cu
+#   bench.py summarize.py diag.py run.sh host_mapped_alloc.cu
 #   usage: pack.sh DEEPGEMM_ROOT [DEST]   (DEEPGEMM_ROOT: a clean checkout with third-party/{cutlass,fmt}/include)
 set -euo pipefail
 src=$(realpath "$1"); dest=${2:-/work/main/.carry/deepgemm}
@@ -26,5 +26,5 @@ done
 mkdir -p "$dest"
 tar -czf "$dest/dg_trees.tar.gz" -C "$work" stage
 git -C "$repo" archive --format=tar.gz -o "$dest/xstage_src.tar.gz" HEAD -- ':!sample_traces' ':!tests' ':!benchmarks' ':!docs'
-cp "$here/bench.py" "$here/diag.py" "$here/run.sh" "$here/host_mapped_alloc.cu" "$dest/"
+cp "$here/bench.py" "$here/summarize.py" "$here/diag.py" "$here/run.sh" "$here/host_mapped_alloc.cu" "$dest/"
 du -sh "$dest"/*

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One GPU call: build DeepGEMM's _C for the patched tree (deepgemm-sm90 applied) and the clean tree
-# in parallel, then run bench.py: clean, patched (traced + cleared, interleaved), clean again.
+# in parallel, then run bench.py: clean, patched (traced + cleared, random order per trial), clean again;
+# summarize.py: the probe cost per case with bootstrap intervals (overhead.{json,md}).
 # Run from a folder holding dg_trees.tar.gz (stage/{patched,clean,cutlass_include}, made by pack.sh),
 # xstage_src.tar.gz (git archive of xstage-trace) and this folder's files. Results: $OUT/results.tar.gz (dumps, logs, summaries) and the summaries.
 set -uo pipefail
@@ -53,5 +54,6 @@ bench() {  # build, tag, extra args
 bench clean "_1"
 bench patched ""
 bench clean "_2"
-tar -czf "$OUT/results.tar.gz" -C "$W" res; cp "$R"/summary_*.json "$OUT/" 2>/dev/null; ls -la "$OUT"
+python3 "$here/summarize.py" "$R" > "$R/summarize.log" 2>&1; cat "$R/summarize.log"
+tar -czf "$OUT/results.tar.gz" -C "$W" res; cp "$R"/summary_*.json "$R"/overhead.* "$OUT/" 2>/dev/null; ls -la "$OUT"
 ts "done"
