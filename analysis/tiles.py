@@ -34,6 +34,7 @@ Diagnosis per tile (beyond the paper; the slot model cannot see every stall):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Mapping
 
 import numpy as np
 import pandas as pd
@@ -232,11 +233,46 @@ def with_dump_config(t: pd.DataFrame, dumps: pd.DataFrame) -> pd.DataFrame:
     return t
 
 
-def control_stats(tiles: pd.DataFrame) -> ControlStats:
-    """The control statistics of ``tiles`` (with_dump_config's columns): its control tiles decide them."""
+def control_stats(tiles: pd.DataFrame | Mapping[str, pd.Series]) -> ControlStats:
+    """The control statistics of ``tiles`` (with_dump_config's columns, a frame or a mapping of columns):
+    its control tiles decide them. The p99 per (shape, tile kind, operand path) — missing keys a group of
+    their own, missing mainloops skipped — is pandas' linear-interpolation quantile, computed per group."""
     floor_ns, noise_ns = control_wait_stats(tiles)
-    ctrl = tiles[tiles["is_control"]].groupby(CONTROL_KEYS, dropna=False)["mainloop_ns"].quantile(0.99).rename("ctrl")
-    return ControlStats(floor_ns, noise_ns, ctrl.reset_index())
+    ctrl = np.asarray(tiles["is_control"], bool)
+    keys = [text_codes_with_missing(tiles[k], ctrl) for k in CONTROL_KEYS]
+    mainloop = tiles["mainloop_ns"].to_numpy(np.float64)[ctrl]
+    group = np.zeros(len(mainloop), np.int64)
+    for codes, names in keys:
+        group = group * (len(names) + 1) + codes + 1  # code -1 (missing) → 0
+    rows = []
+    for g in np.unique(group):  # one row per group (a few: shapes × kinds × operand paths)
+        v = np.sort(mainloop[group == g])
+        v = v[~np.isnan(v)]
+        key, rest = [], int(g)
+        for codes, names in reversed(keys):
+            rest, c = divmod(rest, len(names) + 1)
+            key.append(names[c - 1] if c else None)
+        rows.append([*reversed(key), _quantile_sorted(v, 0.99)])
+    p99 = pd.DataFrame(rows, columns=[*CONTROL_KEYS, "ctrl"]).astype({"ctrl": float, **{k: "str" for k in CONTROL_KEYS}})  # text, NaN where missing
+    return ControlStats(floor_ns, noise_ns, p99)
+
+
+def text_codes_with_missing(col: pd.Series, rows: np.ndarray) -> tuple[np.ndarray, list[str]]:
+    """(code per selected row, names) of a text column; -1 where the value is missing."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        return col.cat.codes.to_numpy()[rows].astype(np.int64), [str(c) for c in col.cat.categories]
+    codes, names = pd.factorize(pd.Series(col).iloc[np.flatnonzero(rows)])
+    return codes.astype(np.int64), [str(c) for c in names]
+
+
+def _quantile_sorted(v: np.ndarray, q: float) -> float:
+    """The ``q`` quantile of sorted values by linear interpolation, as pandas' group-by ``quantile`` computes
+    it (NaN for none)."""
+    if not len(v):
+        return np.nan
+    at = q * (len(v) - 1)
+    i = int(at)
+    return float(v[i]) if i + 1 >= len(v) else float(v[i] + (at % 1) * (v[i + 1] - v[i]))
 
 
 def mainloop_inflated(tiles: pd.DataFrame) -> np.ndarray:
@@ -249,12 +285,13 @@ def mainloop_inflated(tiles: pd.DataFrame) -> np.ndarray:
     return excess > np.maximum(tiles["noise_ns"].to_numpy(np.float64), INFLATION_FRACTION * ctrl)
 
 
-def control_wait_stats(tiles: pd.DataFrame) -> tuple[float, float]:
+def control_wait_stats(tiles: pd.DataFrame | Mapping[str, pd.Series]) -> tuple[float, float]:
     """(floor, noise) of the slot wait from the control runs (``RunConfig.is_control``: local-store
     destination or ``control=1``). Floor = median raw wait (the cost of the instrumented wait itself);
     noise = p99 of the floor-corrected waits, at least MIN_NOISE_NS. Without a control: (0, MIN_NOISE_NS)."""
-    waits = tiles.loc[tiles["is_control"], "slot_wait_ns"].dropna()
-    if waits.empty:
+    waits = tiles["slot_wait_ns"].to_numpy(np.float64)[np.asarray(tiles["is_control"], bool)]
+    waits = waits[~np.isnan(waits)]
+    if not len(waits):
         return 0.0, MIN_NOISE_NS
     floor = float(np.median(waits))
     return floor, float(max(np.percentile(waits - floor, 99), MIN_NOISE_NS))

@@ -298,18 +298,15 @@ def task_mapper(workers: int, scheduler: str | None, pool: ProcessPoolExecutor |
 
 def run_stats(frames: list[pd.DataFrame]) -> ControlStats:
     """The control statistics of the run from its control batches' tiles (CONTROL_COLUMNS, the keys
-    as categoricals), defaults when it has none. The keys of the mainloop p99 table come back as text."""
+    as categoricals), defaults when it has none; the columns are joined, not copied into one frame."""
     from pandas.api.types import union_categoricals
 
     frames = [f for f in frames if len(f)]
     if not frames:
         return control_stats(pd.DataFrame({c: pd.Series(dtype=bool if c == "is_control" else float if c.endswith("_ns") else object)
                                            for c in CONTROL_COLUMNS}))
-    ctrl = pd.DataFrame({c: union_categoricals([f[c] for f in frames]) if c in CONTROL_KEYS else np.concatenate([f[c].to_numpy() for f in frames])
-                         for c in CONTROL_COLUMNS})
-    stats = control_stats(ctrl)
-    p99 = stats.mainloop_p99.astype({c: stats.mainloop_p99[c].cat.categories.dtype for c in CONTROL_KEYS})
-    return ControlStats(stats.floor_ns, stats.noise_ns, p99)
+    return control_stats({c: pd.Series(union_categoricals([f[c] for f in frames])) if c in CONTROL_KEYS
+                          else pd.Series(np.concatenate([f[c].to_numpy() for f in frames]), copy=False) for c in CONTROL_COLUMNS})
 
 
 def rows_by_dump(table: pa.Table) -> dict[tuple[int, str], np.ndarray]:

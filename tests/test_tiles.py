@@ -122,3 +122,26 @@ def test_stg_epilogue_stalls_show_as_mainloop_inflation(tmp_path):
     for cfg in [("host", "S1", "split/smem/tma"), ("local", "S1", "split/smem/tma"), ("host", "S3", "split/smem/tma")]:
         # the bulk-copy epilogue leaves the mainloops alone: a few stray tiles at most, never a cause
         assert t3.loc[cfg, "inflated_wave"] < 0.05 * t3.loc[cfg, "tiles_l2"] and t3.loc[cfg, "inflated_interleaved"] < 0.05 * t3.loc[cfg, "tiles_l2"]
+
+
+def test_control_p99_equals_pandas_group_by_quantile_with_missing_keys_and_values():
+    """The control statistics' p99 per (shape, kind, operands) is pandas' group-by quantile (linear
+    interpolation, missing keys a group of their own, missing mainloops skipped), exactly."""
+    import numpy as np
+    import pandas as pd
+
+    from xstage_trace.analysis.tiles import CONTROL_KEYS, control_stats
+
+    rng = np.random.default_rng(7)
+    n = 5000
+    t = pd.DataFrame({
+        "shape": rng.choice(["S1", "S2", None], n), "tile_kind": rng.choice(["linear1", "linear2"], n),
+        "operands": rng.choice(["smem", "global", None], n), "is_control": rng.random(n) < 0.7,
+        "mainloop_ns": np.where(rng.random(n) < 0.1, np.nan, rng.gamma(2.0, 1e4, n)), "slot_wait_ns": rng.random(n),
+    })
+    want = (t[t["is_control"]].groupby(CONTROL_KEYS, dropna=False)["mainloop_ns"].quantile(0.99).rename("ctrl").reset_index()
+            .astype({k: "str" for k in CONTROL_KEYS}).sort_values(CONTROL_KEYS).reset_index(drop=True))
+    for frame in (t, t.astype({k: "category" for k in CONTROL_KEYS})):
+        got = control_stats(frame).mainloop_p99.sort_values(CONTROL_KEYS).reset_index(drop=True)
+        assert len(got) == len(want) == 3 * 2 * 3  # shapes (one missing) × kinds × operands (one missing)
+        pd.testing.assert_frame_equal(got, want, check_exact=True, check_dtype=False)
