@@ -246,13 +246,13 @@ def control_stats(tiles: pd.DataFrame | Mapping[str, pd.Series]) -> ControlStats
         group = group * (len(names) + 1) + codes + 1  # code -1 (missing) → 0
     rows = []
     for g in np.unique(group):  # one row per group (a few: shapes × kinds × operand paths)
-        v = np.sort(mainloop[group == g])
+        v = mainloop[group == g]
         v = v[~np.isnan(v)]
         key, rest = [], int(g)
         for codes, names in reversed(keys):
             rest, c = divmod(rest, len(names) + 1)
             key.append(names[c - 1] if c else None)
-        rows.append([*reversed(key), _quantile_sorted(v, 0.99)])
+        rows.append([*reversed(key), _quantile(v, 0.99)])
     p99 = pd.DataFrame(rows, columns=[*CONTROL_KEYS, "ctrl"]).astype({"ctrl": float, **{k: "str" for k in CONTROL_KEYS}})  # text, NaN where missing
     return ControlStats(floor_ns, noise_ns, p99)
 
@@ -265,14 +265,17 @@ def text_codes_with_missing(col: pd.Series, rows: np.ndarray) -> tuple[np.ndarra
     return codes.astype(np.int64), [str(c) for c in names]
 
 
-def _quantile_sorted(v: np.ndarray, q: float) -> float:
-    """The ``q`` quantile of sorted values by linear interpolation, as pandas' group-by ``quantile`` computes
-    it (NaN for none)."""
+def _quantile(v: np.ndarray, q: float) -> float:
+    """The ``q`` quantile of ``v`` (no NaN) by linear interpolation between the order statistics around
+    q·(n−1), as pandas' group-by ``quantile`` computes it (NaN for none)."""
     if not len(v):
         return np.nan
     at = q * (len(v) - 1)
     i = int(at)
-    return float(v[i]) if i + 1 >= len(v) else float(v[i] + (at % 1) * (v[i + 1] - v[i]))
+    if i + 1 >= len(v):
+        return float(np.partition(v, i)[i])
+    lo, hi = np.partition(v, [i, i + 1])[[i, i + 1]]
+    return float(lo + (at % 1) * (hi - lo))
 
 
 def mainloop_inflated(tiles: pd.DataFrame) -> np.ndarray:
