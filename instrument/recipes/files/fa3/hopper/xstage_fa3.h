@@ -39,12 +39,27 @@ inline ::xstage::DeviceBuffer& current() {
 }
 
 #ifdef __CUDACC__
-// Tile id: batch in bits 24..31, head in bits 12..23, m block in bits 0..11.
+// Tile id: batch in bits 24..31, head in bits 12..23, m block in bits 0..11. Computed in an asm volatile
+// block at each probe site so that the compiler cannot compute it once and keep it in a register across
+// the Q-loop (a C++ expression was merged across the sites: one more register live through the K/V
+// loop, and ptxas scheduled the causal kernel's K/V loop differently, +2 % at 16 K).
 template <class BlockCoord>
 __device__ __forceinline__ ::xstage::u32 tile_id(BlockCoord const& block_coord) {
-    return (static_cast<::xstage::u32>(cute::get<2>(block_coord)) << 24) |
-           ((static_cast<::xstage::u32>(cute::get<1>(block_coord)) & 0xFFFu) << 12) |
-           (static_cast<::xstage::u32>(cute::get<0>(block_coord)) & 0xFFFu);
+    ::xstage::u32 t;
+    asm volatile(
+        "{\n\t"
+        ".reg .u32 x, y;\n\t"
+        "and.b32 x, %1, 0xFFF;\n\t"
+        "and.b32 y, %2, 0xFFF;\n\t"
+        "shl.b32 y, y, 12;\n\t"
+        "or.b32 x, x, y;\n\t"
+        "shl.b32 y, %3, 24;\n\t"
+        "or.b32 %0, x, y;\n\t"
+        "}\n"
+        : "=r"(t)
+        : "r"(static_cast<::xstage::u32>(cute::get<0>(block_coord))), "r"(static_cast<::xstage::u32>(cute::get<1>(block_coord))),
+          "r"(static_cast<::xstage::u32>(cute::get<2>(block_coord))));
+    return t;
 }
 #endif
 
@@ -53,7 +68,10 @@ __device__ __forceinline__ ::xstage::u32 tile_id(BlockCoord const& block_coord) 
 // capacity. Only the writer thread reads or writes it.
 struct WriterState {
     ::xstage::u32 records_lo, records_hi, count, capacity;
+    ::xstage::u64 stamp;  // clock64 at the last XSTAGE_FA3_STAMP
+    ::xstage::u64 unused;
 };
+static_assert(sizeof(WriterState) == 32, "xstage fa3 writer state: 32 bytes");
 #ifdef XSTAGE_TRACE
 #define XSTAGE_FA3_SMEM_FIELD alignas(16) ::flash::xstage_fa3::WriterState xstage_state;
 #else
@@ -99,20 +117,21 @@ __device__ __forceinline__ void probe_open(::xstage::DeviceBuffer const& b, ::xs
 
 // The high half of a record's ts_ev without the clock bits (docs/probe-format.md): event in bits 16..23,
 // kind in 24..25.
-__device__ __forceinline__ ::xstage::u32 ev_bits(::xstage::u32 event, ::xstage::u32 kind) {
-    return ((event & 0xFFu) << 16) | ((kind & 0x3u) << 24);
-}
+constexpr ::xstage::u32 ev_bits(::xstage::u32 event, ::xstage::u32 kind) { return ((event & 0xFFu) << 16) | ((kind & 0x3u) << 24); }
 
-// A probe site in the tile loop: one clock read, then one record (event/kind bits hi0) with its
+// A probe site in the tile loop: one clock read, then one record (event/kind bits kHi0) with its
 // timestamp. Every consumer thread executes it as one straight-line block of predicated instructions
-// (w: the thread whose %tid.x is writer_tid; the store also needs count < capacity): no branch, so the
-// site splits none of the kernel's basic blocks, nothing of it stays live in a register between sites,
-// and the kernel parameters are not read.
-__device__ __forceinline__ void probe_site(::xstage::u32 writer_tid, WriterState& s, ::xstage::u32 hi0, ::xstage::u32 tile) {
+// (w: the thread whose %tid.x is kWriterTid; the store also needs count < capacity): no branch, so the
+// site splits none of the kernel's basic blocks, and the kernel parameters are not read. The writer's
+// thread index, the event bits and the zero payload are immediates in the asm text, not register
+// operands: the compiler merged register constants of several sites into one register that then lived
+// through the K/V loop, and ptxas scheduled that loop differently (causal kernel +2 % at 16 K).
+template <::xstage::u32 kWriterTid, ::xstage::u32 kHi0>
+__device__ __forceinline__ void probe_site(WriterState& s, ::xstage::u32 tile) {
     asm volatile(
         "{\n\t"
         ".reg .pred w, q0;\n\t"
-        ".reg .u32 t, rl, rh, n, cap, clo, chi, h0, n1;\n\t"
+        ".reg .u32 t, rl, rh, n, cap, clo, chi, h0, n1, z;\n\t"
         ".reg .u64 c, r, a;\n\t"
         "mov.u64 c, %%clock64;\n\t"
         "mov.u32 t, %%tid.x;\n\t"
@@ -121,41 +140,68 @@ __device__ __forceinline__ void probe_site(::xstage::u32 writer_tid, WriterState
         "mov.b64 {clo, chi}, c;\n\t"
         "and.b32 chi, chi, 0xFFFF;\n\t"
         "or.b32 h0, chi, %2;\n\t"
+        "mov.u32 z, 0;\n\t"
         "mov.b64 r, {rl, rh};\n\t"
         "mad.wide.u32 a, n, 16, r;\n\t"
         "setp.lt.and.u32 q0, n, cap, w;\n\t"
-        "@q0 st.global.cs.v4.u32 [a], {clo, h0, %3, %4};\n\t"
+        "@q0 st.global.cs.v4.u32 [a], {clo, h0, %3, z};\n\t"
         "add.u32 n1, n, 1;\n\t"
         "@w st.shared.u32 [%1+8], n1;\n\t"
-        "}\n" ::"r"(writer_tid), "r"(smem_addr(s)), "r"(hi0), "r"(tile), "r"(0u));
+        "}\n" ::"n"(kWriterTid), "r"(smem_addr(s)), "n"(kHi0), "r"(tile));
 }
 
-// The same with two records of one timestamp (hi0 then hi1): one span's end and the next span's begin.
-__device__ __forceinline__ void probe_site2(::xstage::u32 writer_tid, WriterState& s, ::xstage::u32 hi0, ::xstage::u32 hi1,
-                                            ::xstage::u32 tile) {
+// The clock read of a span boundary whose records are written later, by probe_site_stamped (the writer
+// keeps it in its state): one clock read and one predicated st.shared, the smallest footprint for the
+// point between the mainloop and the epilogue, where the accumulators are live (a site storing two
+// records there made ptxas schedule the causal kernel's K/V loop differently, +2 % at 8-16 K).
+template <::xstage::u32 kWriterTid>
+__device__ __forceinline__ void probe_stamp(WriterState& s) {
     asm volatile(
         "{\n\t"
-        ".reg .pred w, q0, q1;\n\t"
-        ".reg .u32 t, rl, rh, n, cap, clo, chi, h0, h1, n1, n2;\n\t"
+        ".reg .pred w;\n\t"
+        ".reg .u32 t;\n\t"
+        ".reg .u64 c;\n\t"
+        "mov.u64 c, %%clock64;\n\t"
+        "mov.u32 t, %%tid.x;\n\t"
+        "setp.eq.u32 w, t, %0;\n\t"
+        "@w st.shared.u64 [%1+16], c;\n\t"
+        "}\n" ::"n"(kWriterTid), "r"(smem_addr(s)));
+}
+
+// Three records of one tile: two at the stamped clock (kHi0, kHi1: one span's end, the next span's
+// begin), then one at this site's clock read (kHi2).
+template <::xstage::u32 kWriterTid, ::xstage::u32 kHi0, ::xstage::u32 kHi1, ::xstage::u32 kHi2>
+__device__ __forceinline__ void probe_site_stamped(WriterState& s, ::xstage::u32 tile) {
+    asm volatile(
+        "{\n\t"
+        ".reg .pred w, q0, q1, q2;\n\t"
+        ".reg .u32 t, rl, rh, n, cap, clo, chi, slo, shi, h0, h1, h2, n1, n2, n3, z;\n\t"
         ".reg .u64 c, r, a;\n\t"
         "mov.u64 c, %%clock64;\n\t"
         "mov.u32 t, %%tid.x;\n\t"
         "setp.eq.u32 w, t, %0;\n\t"
         "ld.shared.v4.u32 {rl, rh, n, cap}, [%1];\n\t"
+        "ld.shared.v2.u32 {slo, shi}, [%1+16];\n\t"
         "mov.b64 {clo, chi}, c;\n\t"
         "and.b32 chi, chi, 0xFFFF;\n\t"
-        "or.b32 h0, chi, %2;\n\t"
-        "or.b32 h1, chi, %3;\n\t"
+        "and.b32 shi, shi, 0xFFFF;\n\t"
+        "or.b32 h0, shi, %2;\n\t"
+        "or.b32 h1, shi, %3;\n\t"
+        "or.b32 h2, chi, %4;\n\t"
+        "mov.u32 z, 0;\n\t"
         "mov.b64 r, {rl, rh};\n\t"
         "mad.wide.u32 a, n, 16, r;\n\t"
         "add.u32 n1, n, 1;\n\t"
         "add.u32 n2, n, 2;\n\t"
+        "add.u32 n3, n, 3;\n\t"
         "setp.lt.and.u32 q0, n, cap, w;\n\t"
         "setp.lt.and.u32 q1, n1, cap, w;\n\t"
-        "@q0 st.global.cs.v4.u32 [a], {clo, h0, %4, %5};\n\t"
-        "@q1 st.global.cs.v4.u32 [a+16], {clo, h1, %4, %5};\n\t"
-        "@w st.shared.u32 [%1+8], n2;\n\t"
-        "}\n" ::"r"(writer_tid), "r"(smem_addr(s)), "r"(hi0), "r"(hi1), "r"(tile), "r"(0u));
+        "setp.lt.and.u32 q2, n2, cap, w;\n\t"
+        "@q0 st.global.cs.v4.u32 [a], {slo, h0, %5, z};\n\t"
+        "@q1 st.global.cs.v4.u32 [a+16], {slo, h1, %5, z};\n\t"
+        "@q2 st.global.cs.v4.u32 [a+32], {clo, h2, %5, z};\n\t"
+        "@w st.shared.u32 [%1+8], n3;\n\t"
+        "}\n" ::"n"(kWriterTid), "r"(smem_addr(s)), "n"(kHi0), "n"(kHi1), "n"(kHi2), "r"(tile));
 }
 
 // Once per CTA, after the tile loop: the slice metadata's close fields and the records attempted.
@@ -173,22 +219,25 @@ __device__ __forceinline__ void probe_close(::xstage::DeviceBuffer const& b, ::x
     ::xstage::store_meta_u32(&m->closed, 1u);
 }
 
-// buf: the DeviceBuffer (kernel parameter; read at open and close only), writer_tid: the writer's %tid.x,
+// buf: the DeviceBuffer (kernel parameter; read at open and close only), writer_tid: the writer's %tid.x (a constant),
 // state: XSTAGE_FA3_SMEM_FIELD's field. SPAN_SWITCH ends one span and begins the next at one clock read.
 #define XSTAGE_FA3_OPEN(buf, writer_tid, state) ::flash::xstage_fa3::probe_open((buf), (writer_tid), (state))
 #define XSTAGE_FA3_BEGIN(writer_tid, state, event, tile) \
-    ::flash::xstage_fa3::probe_site((writer_tid), (state), ::flash::xstage_fa3::ev_bits((event), ::xstage::kKindBegin), (tile))
+    ::flash::xstage_fa3::probe_site<(writer_tid), ::flash::xstage_fa3::ev_bits((event), ::xstage::kKindBegin)>((state), (tile))
 #define XSTAGE_FA3_END(writer_tid, state, event, tile) \
-    ::flash::xstage_fa3::probe_site((writer_tid), (state), ::flash::xstage_fa3::ev_bits((event), ::xstage::kKindEnd), (tile))
-#define XSTAGE_FA3_SPAN_SWITCH(writer_tid, state, ended, begun, tile)                                        \
-    ::flash::xstage_fa3::probe_site2((writer_tid), (state), ::flash::xstage_fa3::ev_bits((ended), ::xstage::kKindEnd), \
-                                     ::flash::xstage_fa3::ev_bits((begun), ::xstage::kKindBegin), (tile))
+    ::flash::xstage_fa3::probe_site<(writer_tid), ::flash::xstage_fa3::ev_bits((event), ::xstage::kKindEnd)>((state), (tile))
+#define XSTAGE_FA3_STAMP(writer_tid, state) ::flash::xstage_fa3::probe_stamp<(writer_tid)>((state))
+#define XSTAGE_FA3_END_STAMPED(writer_tid, state, ended, begun, event, tile)                                  \
+    ::flash::xstage_fa3::probe_site_stamped<(writer_tid), ::flash::xstage_fa3::ev_bits((ended), ::xstage::kKindEnd), \
+                                            ::flash::xstage_fa3::ev_bits((begun), ::xstage::kKindBegin),          \
+                                            ::flash::xstage_fa3::ev_bits((event), ::xstage::kKindEnd)>((state), (tile))
 #define XSTAGE_FA3_CLOSE(buf, writer_tid, state) ::flash::xstage_fa3::probe_close((buf), (writer_tid), (state))
 #else  // probes compiled out: no code, arguments not evaluated
 #define XSTAGE_FA3_OPEN(buf, writer_tid, state) do {} while (0)
 #define XSTAGE_FA3_BEGIN(writer_tid, state, event, tile) do {} while (0)
 #define XSTAGE_FA3_END(writer_tid, state, event, tile) do {} while (0)
-#define XSTAGE_FA3_SPAN_SWITCH(writer_tid, state, ended, begun, tile) do {} while (0)
+#define XSTAGE_FA3_STAMP(writer_tid, state) do {} while (0)
+#define XSTAGE_FA3_END_STAMPED(writer_tid, state, ended, begun, event, tile) do {} while (0)
 #define XSTAGE_FA3_CLOSE(buf, writer_tid, state) do {} while (0)
 #endif
 
