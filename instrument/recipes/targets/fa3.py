@@ -14,10 +14,8 @@ _E = "hopper/epilogue_fwd.hpp"
 _NS = "flash::xstage_fa3"
 _CONSUMER = r"warpgroup_reg_alloc<\s*MmaRegisterRequirement\s*>\(\);"
 _TILE = f"{_NS}::tile_id(block_coord)"
-# the writer thread (the first consumer thread) and its state (a field of ours in shared storage); open and close
-# also take the buffer (kernel parameter)
-_SITE = "MmaThreadOffset, shared_storage.pipelines.xstage_state"
-_BUF = f"params.epilogue.xstage_buf, {_SITE}"
+# the buffer, the writer thread (the first consumer thread) and the record count (a field of ours in shared storage)
+_BUF = "params.epilogue.xstage_buf, MmaThreadOffset, shared_storage.pipelines.xstage_record_count"
 
 RECIPE = Recipe(
     name="fa3",
@@ -33,21 +31,21 @@ RECIPE = Recipe(
     ),
     anchors=(
         Anchor("kernel.include", _K, r'^#include\s*"softmax\.h"\n', "after", '#include "xstage_fa3.h"', '#include "softmax.h"'),
-        Anchor("kernel.smem_state", _K, r"^[ \t]*alignas\(16\) typename TileScheduler::SharedStorage smem_scheduler;\n(?=[ \t]*\} pipelines;)",
+        Anchor("kernel.smem_count", _K, r"^[ \t]*alignas\(16\) typename TileScheduler::SharedStorage smem_scheduler;\n(?=[ \t]*\} pipelines;)",
                "after", "XSTAGE_FA3_SMEM_FIELD", "alignas(16) typename TileScheduler::SharedStorage smem_scheduler;\n} pipelines;"),
         Anchor("kernel.consumer_open", _K, rf"^[ \t]*cutlass::arch::{_CONSUMER}\n", "after",
                f"XSTAGE_FA3_OPEN({_BUF});",
                "cutlass::arch::warpgroup_reg_alloc<MmaRegisterRequirement>();"),
         Anchor("kernel.mainloop_begin", _K, r"^[ \t]*if constexpr \(!LargeHeadDimV\) \{\n[ \t]*tile_valid = mainloop\.mma\(", "before",
-               f"XSTAGE_FA3_BEGIN({_SITE}, {_NS}::kEvMainloop, {_TILE});",
+               f"XSTAGE_FA3_BEGIN({_BUF}, {_NS}::kEvMainloop, {_TILE});",
                "if constexpr (!LargeHeadDimV) {\n    tile_valid = mainloop.mma(", after=_CONSUMER),
-        # the mainloop's end and the epilogue's begin are one clock read, after the scheduler's get_next_work (the
-        # Q-loop span holds the consumer's fetch of its next tile), kept in the writer's state; the epilogue's end
-        # writes the tile's three remaining records
-        Anchor("kernel.span_switch", _K, r"^[ \t]*if \(tile_valid\) \{\n", "before", f"XSTAGE_FA3_STAMP({_SITE});",
-               "if (tile_valid) {", after=r"get_next_work</\*IsProducerWarp=\*/false>\(params\.scheduler, work_tile_info\);"),
+        # the mainloop's end and the epilogue's begin are one site (one clock read, two records), after the scheduler's
+        # get_next_work: the Q-loop span holds the consumer's fetch of its next tile
+        Anchor("kernel.span_switch", _K, r"^[ \t]*if \(tile_valid\) \{\n", "before",
+               f"XSTAGE_FA3_SPAN_SWITCH({_BUF}, {_NS}::kEvMainloop, {_NS}::kEvEpilogue, {_TILE});", "if (tile_valid) {",
+               after=r"get_next_work</\*IsProducerWarp=\*/false>\(params\.scheduler, work_tile_info\);"),
         Anchor("kernel.epilogue_end", _K, r"^[ \t]*epilogue\.store_zero\([^;]*\);\n[ \t]*\}\n", "after",
-               f"XSTAGE_FA3_END_STAMPED({_SITE}, {_NS}::kEvMainloop, {_NS}::kEvEpilogue, {_NS}::kEvEpilogue, {_TILE});",
+               f"XSTAGE_FA3_END({_BUF}, {_NS}::kEvEpilogue, {_TILE});",
                "epilogue.store_zero(params.epilogue, threadIdx.x - MmaThreadOffset, block_coord);\n}", after=_CONSUMER),
         Anchor("kernel.consumer_close", _K, r"^[ \t]*epilogue\.store_tail\(\);\n", "after", f"XSTAGE_FA3_CLOSE({_BUF});",
                "epilogue.store_tail();", after=_CONSUMER),
