@@ -1,5 +1,6 @@
 """The FA3 H200 capture in sample_traces/h200_fa3/ (recipe fa3, instrument/recipes/runs/fa3/driver.cu):
-every output tile the launch issued is traced once, and the causal Q-loops scale with their K/V blocks."""
+every output tile the launch issued is traced once, the causal Q-loops scale with their K/V blocks, and a
+tile's Q-loop end and epilogue begin share one clock read."""
 
 from __future__ import annotations
 
@@ -23,11 +24,16 @@ def fa3_tiles(tmp_path_factory):
     out = tmp_path_factory.mktemp("fa3") / "run"
     analyze_inputs([FA3 / "dumps"], out)
     run = open_run(out)
-    return qloop_tiles(run.probes(), run.dumps()), run.dumps()
+    return qloop_tiles(run.probes(), run.dumps()), run.dumps(), run.probes()
+
+
+@pytest.fixture(scope="module")
+def fa3_probes(fa3_tiles):
+    return fa3_tiles[2]
 
 
 def test_every_issued_output_tile_is_traced_once(fa3_tiles):
-    tiles, dumps = fa3_tiles
+    tiles, dumps, _ = fa3_tiles
     assert set(tiles["dump"]) == set(dumps["dump"])
     for name, g in tiles.groupby("dump"):
         words = dict(w.split("=") for w in dumps.set_index("dump").loc[name, "label"].split())
@@ -39,7 +45,7 @@ def test_every_issued_output_tile_is_traced_once(fa3_tiles):
 
 
 def test_causal_qloops_follow_their_kv_blocks(fa3_tiles):
-    tiles, _ = fa3_tiles
+    tiles, _, _ = fa3_tiles
     causal = tiles[(tiles["causal"] == 1) & (tiles["dest"] == "local") & (tiles["seqlen"] >= 4096)]
     assert len(causal)
     for name, g in causal.groupby("dump"):
@@ -48,3 +54,16 @@ def test_causal_qloops_follow_their_kv_blocks(fa3_tiles):
         # the last m block visits every K/V block, the first one only its own
         assert g["kv_blocks"].max() == -(-int(g["seqlen"].iloc[0]) // int(g["block_n"].iloc[0])) and g["kv_blocks"].min() == 1
     assert np.isfinite(tiles["gap_after_ns"]).any()
+
+
+def test_each_tiles_qloop_end_and_epilogue_begin_are_one_clock_read(fa3_probes):
+    """The recipe writes a tile's mainloop end and its epilogue begin at one site with one clock read
+    (XSTAGE_FA3_SPAN_SWITCH): the two records carry the same raw clock64 value."""
+    p = fa3_probes
+    keys = ["dump", "cta", "tile"]
+    ml_end = p[(p["event"] == "mainloop") & (p["kind"] == "end")].set_index(keys)["clock"]
+    ep_begin = p[(p["event"] == "epilogue") & (p["kind"] == "begin")].set_index(keys)["clock"]
+    assert ml_end.index.is_unique and ep_begin.index.is_unique
+    both = ml_end.to_frame("ml_end").join(ep_begin.rename("ep_begin"), how="inner")
+    assert len(both) == len(ml_end) == len(ep_begin) > 0
+    assert (both["ml_end"] == both["ep_begin"]).all()

@@ -39,13 +39,11 @@ RECIPE = Recipe(
         Anchor("kernel.mainloop_begin", _K, r"^[ \t]*if constexpr \(!LargeHeadDimV\) \{\n[ \t]*tile_valid = mainloop\.mma\(", "before",
                f"XSTAGE_FA3_BEGIN({_BUF}, {_NS}::kEvMainloop, {_TILE});",
                "if constexpr (!LargeHeadDimV) {\n    tile_valid = mainloop.mma(", after=_CONSUMER),
-        Anchor("kernel.mainloop_end", _K,
-               r"^[ \t]*work_tile_info = scheduler\.template get_next_work</\*IsProducerWarp=\*/false>\(params\.scheduler, work_tile_info\);\n",
-               "before", f"XSTAGE_FA3_END({_BUF}, {_NS}::kEvMainloop, {_TILE});",
-               "work_tile_info = scheduler.template get_next_work</*IsProducerWarp=*/false>(params.scheduler, work_tile_info);",
-               after=_CONSUMER),
-        Anchor("kernel.epilogue_begin", _K, r"^[ \t]*if \(tile_valid\) \{\n", "before",
-               f"XSTAGE_FA3_BEGIN({_BUF}, {_NS}::kEvEpilogue, {_TILE});", "if (tile_valid) {", after=_CONSUMER),
+        # the mainloop's end and the epilogue's begin are one site (one clock read, two records), after the scheduler's
+        # get_next_work: the Q-loop span holds the consumer's fetch of its next tile
+        Anchor("kernel.span_switch", _K, r"^[ \t]*if \(tile_valid\) \{\n", "before",
+               f"XSTAGE_FA3_SPAN_SWITCH({_BUF}, {_NS}::kEvMainloop, {_NS}::kEvEpilogue, {_TILE});", "if (tile_valid) {",
+               after=r"get_next_work</\*IsProducerWarp=\*/false>\(params\.scheduler, work_tile_info\);"),
         Anchor("kernel.epilogue_end", _K, r"^[ \t]*epilogue\.store_zero\([^;]*\);\n[ \t]*\}\n", "after",
                f"XSTAGE_FA3_END({_BUF}, {_NS}::kEvEpilogue, {_TILE});",
                "epilogue.store_zero(params.epilogue, threadIdx.x - MmaThreadOffset, block_coord);\n}", after=_CONSUMER),

@@ -6,7 +6,8 @@
 //
 //   fa3_driver check OUT_DIR
 //       small cases (non-causal and causal, O in HBM and host-mapped, both builds) against the CPU;
-//       writes OUT_DIR/check.csv, exit status 6 when a result is wrong.
+//       writes OUT_DIR/check.csv, and OUT_DIR/records.csv (the traced launch's records against the
+//       recipe's layout), exit status 6 when a result is wrong.
 //   fa3_driver bench OUT_DIR TRIALS CASE...        CASE = batch,heads,seqlen,causal,dest
 //       dest = local (O in HBM) or host (O in cudaHostAllocMapped memory: the PCIe store path).
 //       Per trial the three variants run in rotating order: plain (probes compiled out), traced
@@ -198,11 +199,67 @@ void reference(const Case& c, const std::vector<float>& q, const std::vector<flo
       }
 }
 
+// The traced launch's records against the recipe's layout: every issued tile exactly once, as four
+// records of its tile id -- mainloop begin, mainloop end, epilogue begin, epilogue end -- with
+// non-decreasing clocks, the mainloop's end and the epilogue's begin one clock read (the recipe's
+// XSTAGE_FA3_SPAN_SWITCH); every slice holding records closed, its count a multiple of 4 within the
+// capacity. One row per case in records.csv; false when anything differs.
+bool records_ok(const xstage::HostBuffer& tb, const Case& c, FILE* f) {
+  xstage::check_cuda(cudaDeviceSynchronize(), "FA3 kernel");
+  const xstage::DeviceBuffer v = tb.view();
+  std::vector<xstage::SliceMeta> meta(v.num_slices);
+  std::vector<xstage::Record> rec((size_t)v.num_slices * v.capacity);
+  xstage::check_cuda(cudaMemcpy(meta.data(), v.meta, meta.size() * sizeof(meta[0]), cudaMemcpyDeviceToHost), "copy meta");
+  xstage::check_cuda(cudaMemcpy(rec.data(), v.records, rec.size() * sizeof(rec[0]), cudaMemcpyDeviceToHost), "copy records");
+  const auto [bm, bn] = block_mn(c.causal);
+  const int m_blocks = (c.seqlen + bm - 1) / bm;
+  std::vector<int> seen((size_t)c.batch * c.heads * m_blocks, 0);
+  static const uint64_t kExpected[4][2] = {{0, xstage::kKindBegin}, {0, xstage::kKindEnd}, {1, xstage::kKindBegin}, {1, xstage::kKindEnd}};
+  size_t records = 0;
+  int bad_slices = 0, bad_tiles = 0, same_clock = 0;
+  for (uint32_t s = 0; s < v.num_slices; ++s) {
+    const xstage::SliceMeta& m = meta[s];
+    records += m.count;
+    if ((m.count && !m.closed) || m.count % 4 || m.count > v.capacity) {
+      ++bad_slices;
+      continue;
+    }
+    for (uint32_t g = 0; g < m.count / 4; ++g) {
+      const xstage::Record* r = &rec[(size_t)s * v.capacity + 4 * g];
+      bool ok = true;
+      uint64_t clk[4];
+      for (int j = 0; j < 4; ++j) {
+        clk[j] = r[j].ts_ev & 0xFFFFFFFFFFFFull;
+        ok = ok && ((r[j].ts_ev >> 48) & 0xFF) == kExpected[j][0] && ((r[j].ts_ev >> 56) & 0x3) == kExpected[j][1] &&
+             r[j].tile == r[0].tile && r[j].payload == 0;
+      }
+      ok = ok && clk[0] <= clk[1] && clk[1] <= clk[2] && clk[2] <= clk[3];
+      same_clock += clk[1] == clk[2];
+      const uint32_t b = r[0].tile >> 24, h = (r[0].tile >> 12) & 0xFFF, mb = r[0].tile & 0xFFF;
+      if (ok && b < (uint32_t)c.batch && h < (uint32_t)c.heads && mb < (uint32_t)m_blocks) {
+        ++seen[((size_t)b * c.heads + h) * m_blocks + mb];
+      } else {
+        ++bad_tiles;
+      }
+    }
+  }
+  const int traced_once = (int)std::count(seen.begin(), seen.end(), 1);
+  const bool ok = bad_slices == 0 && bad_tiles == 0 && traced_once == (int)seen.size() && records == 4 * seen.size() &&
+                  same_clock == (int)seen.size();
+  std::fprintf(f, "%d,%d,%d,%d,%s,%zu,%d,%zu,%d,%d,%d,%d\n", c.batch, c.heads, c.seqlen, (int)c.causal, c.dest.c_str(), seen.size(),
+               traced_once, records, bad_slices, bad_tiles, same_clock, ok);
+  std::printf("records causal=%d dest=%s: %d of %zu tiles traced once, %zu records, switch at one clock %d -> %s\n", (int)c.causal,
+              c.dest.c_str(), traced_once, seen.size(), records, same_clock, ok ? "ok" : "WRONG");
+  return ok;
+}
+
 int check(const std::string& out, int num_sm) {
   // seqlen 520 is no multiple of either block size (128 x 176 non-causal, 128 x 128 causal): partial m and n blocks
   const Case base{2, 2, 520, false, "local"};
   FILE* f = std::fopen((out + "/check.csv").c_str(), "w");
   std::fprintf(f, "batch,heads,seqlen,causal,dest,build,o_max_abs_err,lse_max_abs_err,same_as_plain,ok\n");
+  FILE* fr = std::fopen((out + "/records.csv").c_str(), "w");
+  std::fprintf(fr, "batch,heads,seqlen,causal,dest,tiles,tiles_traced_once,records,bad_slices,bad_tiles,switch_one_clock,ok\n");
   int bad = 0;
   for (int causal = 0; causal < 2; ++causal) {
     Case c = base;
@@ -223,6 +280,7 @@ int check(const std::string& out, int num_sm) {
         xstage::check_cuda(cudaMemset(t.o, 0, t.elems * 2), "memset(o)");
         launch(b, p, &tb);
         xstage::check_cuda(cudaDeviceSynchronize(), "FA3 kernel");
+        if (b == Build::kTraced) bad += !records_ok(tb, c, fr);
         const std::vector<float> o = to_host(t.o, t.elems);
         std::vector<float> lse(ref_lse.size());
         xstage::check_cuda(cudaMemcpy(lse.data(), t.lse, lse.size() * 4, cudaMemcpyDeviceToHost), "copy lse");
@@ -241,6 +299,7 @@ int check(const std::string& out, int num_sm) {
     }
   }
   std::fclose(f);
+  std::fclose(fr);
   return bad ? 6 : 0;
 }
 

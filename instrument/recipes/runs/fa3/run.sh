@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU call: FA3 correctness check, then interleaved trials (plain / traced / cleared) and one
 # probe dump per case. Run from a folder holding fa3_driver (build.sh) and this script:
-#   OUT=... bash run.sh [TRIALS]   results: $OUT/results.tar.gz (res/: check.csv, times.csv, *.xsp, device.txt,
+#   OUT=... bash run.sh [TRIALS]   results: $OUT/results.tar.gz (res/: check.csv, records.csv, times.csv, *.xsp, device.txt,
 #   logs) and $OUT/summary.txt
 # Cases: 16 heads and 16 K tokens per launch (2048 Q tiles: 15.5 per CTA on 132 SMs) at sequence
 # lengths 1 K, 2 K, 4 K, 8 K and 16 K, non-causal and causal, O in HBM (local) and in host-mapped memory (host).

@@ -11,7 +11,7 @@ work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 tar -xzf "$tarball" -C "$work"
 mkdir -p "$out/dumps"
 for f in "$work"/res/*.xsp; do zstd -q -19 -f "$f" -o "$out/dumps/$(basename "$f").zst"; done
-cp "$work/res/check.csv" "$work/res/times.csv" "$work/res/device.txt" "$out/"
+cp "$work/res/check.csv" "$work/res/records.csv" "$work/res/times.csv" "$work/res/device.txt" "$out/"
 python3 - "$out/times.csv" "$out/overhead.csv" <<'PY'
 import csv, statistics, sys
 from collections import defaultdict

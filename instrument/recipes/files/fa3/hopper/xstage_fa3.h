@@ -114,6 +114,25 @@ __device__ __forceinline__ void probe_close(::xstage::DeviceBuffer const& b, ::x
     m->closed = 1;
 }
 
+// One clock read, two records: one span's end and the next span's begin (the mainloop's end and the
+// epilogue's begin), so that the tile loop has three probe sites instead of four.
+__device__ __forceinline__ void probe_put2(::xstage::DeviceBuffer const& b, ::xstage::u32 writer_tid, ::xstage::u32& count,
+                                           ::xstage::u32 ended, ::xstage::u32 begun, ::xstage::u32 tile) {
+    if (!is_writer(b, writer_tid)) return;
+    const ::xstage::u64 c = ::xstage::clock_cycles();
+    const ::xstage::u32 i = load_count(count);
+    const ::xstage::u64 t = c & 0xFFFFFFFFFFFFull;
+    if (i < b.capacity) {
+        ::xstage::store_record_cs(b.records + (::xstage::u64)slice_of(b) * b.capacity + i,
+                                  t | ((::xstage::u64)(ended & 0xFF) << 48) | ((::xstage::u64)::xstage::kKindEnd << 56), tile, 0u);
+    }
+    if (i + 1 < b.capacity) {
+        ::xstage::store_record_cs(b.records + (::xstage::u64)slice_of(b) * b.capacity + i + 1,
+                                  t | ((::xstage::u64)(begun & 0xFF) << 48) | ((::xstage::u64)::xstage::kKindBegin << 56), tile, 0u);
+    }
+    store_count(count, i + 2);
+}
+
 // buf: the DeviceBuffer (kernel parameter), writer_tid: the writer's %tid.x, count: XSTAGE_FA3_SMEM_FIELD's field
 // (read and written in shared memory at each record, never held in a register across the loop)
 #define XSTAGE_FA3_OPEN(buf, writer_tid, count) ::flash::xstage_fa3::probe_open((buf), (writer_tid), (count))
@@ -121,11 +140,14 @@ __device__ __forceinline__ void probe_close(::xstage::DeviceBuffer const& b, ::x
     ::flash::xstage_fa3::probe_put((buf), (writer_tid), (count), (event), ::xstage::kKindBegin, (tile))
 #define XSTAGE_FA3_END(buf, writer_tid, count, event, tile) \
     ::flash::xstage_fa3::probe_put((buf), (writer_tid), (count), (event), ::xstage::kKindEnd, (tile))
+#define XSTAGE_FA3_SPAN_SWITCH(buf, writer_tid, count, ended, begun, tile) \
+    ::flash::xstage_fa3::probe_put2((buf), (writer_tid), (count), (ended), (begun), (tile))
 #define XSTAGE_FA3_CLOSE(buf, writer_tid, count) ::flash::xstage_fa3::probe_close((buf), (writer_tid), (count))
 #else  // probes compiled out: no code, arguments not evaluated
 #define XSTAGE_FA3_OPEN(buf, writer_tid, count) do {} while (0)
 #define XSTAGE_FA3_BEGIN(buf, writer_tid, count, event, tile) do {} while (0)
 #define XSTAGE_FA3_END(buf, writer_tid, count, event, tile) do {} while (0)
+#define XSTAGE_FA3_SPAN_SWITCH(buf, writer_tid, count, ended, begun, tile) do {} while (0)
 #define XSTAGE_FA3_CLOSE(buf, writer_tid, count) do {} while (0)
 #endif
 
