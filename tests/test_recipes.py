@@ -114,7 +114,7 @@ def test_dry_run_prints_the_diff_and_writes_nothing(dg_tree: Path):
     assert r.returncode == 0, r.stderr
     assert snapshot(dg_tree) == before
     assert "+++ b/deep_gemm/include/deep_gemm/impls/sm90_fp8_gemm_1d2d.cuh" in r.stdout
-    assert "+            XSTAGE_BEGIN(::xstage::dg::kEvStoreWait" in r.stdout
+    assert "+            XSTAGE_DG_CLOCK(xstage_mainloop_end_);" in r.stdout
     assert "+++ b/deep_gemm/include/deep_gemm/xstage/probe.cuh" in r.stdout
 
 
@@ -128,13 +128,15 @@ def test_apply_is_idempotent_and_writes_its_diff(dg_tree: Path):
     assert diff == p.diff()
     # the patched tree still checks (anchors located in the clean text)
     assert all(isinstance(r, Found) for r in engine.locate(get("deepgemm-sm90"), dg_tree))
-    # every probe sits inside the branch it belongs to: open before close, begin before end
+    # every probe sits inside the branch it belongs to: open before close, the mainloop-end stamp
+    # before the store wait, the store-done stamp after it, the tile's records after its TMA store
     text = (dg_tree / "deep_gemm/include/deep_gemm/impls/sm90_fp8_gemm_1d2d.cuh").read_text()
     order = [text.index(s) for s in ("XSTAGE_PROBE_OPEN_ELECTED", "kEvSchedule", "XSTAGE_PROBE_CLOSE",
-                                     "XSTAGE_PROBE_OPEN_IF", "XSTAGE_BEGIN(::xstage::dg::kEvMainloop",
-                                     "XSTAGE_END(::xstage::dg::kEvMainloop", "cute::tma_store_wait<0>",
-                                     "XSTAGE_END(::xstage::dg::kEvStoreWait", "cute::tma_store_arrive",
-                                     "XSTAGE_END_P(::xstage::dg::kEvEpilogue")]
+                                     "XSTAGE_DG_MATH_OPEN", "XSTAGE_DG_TILE_BEGIN(scheduler.current_iter",
+                                     "XSTAGE_DG_CLOCK(xstage_mainloop_end_)", "cute::tma_store_wait<0>",
+                                     "XSTAGE_DG_CLOCK(xstage_store_done_)", "cute::tma_store_arrive",
+                                     "XSTAGE_DG_TILE_END(scheduler.current_iter",
+                                     "XSTAGE_DG_MATH_CLOSE(scheduler.current_iter)")]
     assert order == sorted(order)
     assert "const __grid_constant__ cute::TmaDescriptor tensor_map_d/*>>>xstage" in text
 

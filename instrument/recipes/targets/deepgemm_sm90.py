@@ -9,6 +9,7 @@ from xstage_trace.instrument.recipes.model import Anchor, Event, Recipe
 _DEALLOC = r"warpgroup_reg_dealloc<\s*kNumTMARegisters\s*>\(\);"
 _ALLOC = r"warpgroup_reg_alloc<\s*kNumMathRegisters\s*>\(\);"
 _TILE = "::xstage::dg::tile_id(m_block_idx, n_block_idx)"
+_ITER = "scheduler.current_iter"  # the tile loop's iteration (0-based); after the loop: the tiles it ran
 
 # (anchor prefix, kernel header, kernel function, launcher header, bytes of one stored tile)
 _KERNELS = (
@@ -37,24 +38,24 @@ def _kernel_anchors(key: str, stem: str, tile_bytes: str) -> list[Anchor]:
         Anchor(f"{key}.producer_close", f, r"^[ \t]*\}\n[ \t]*\} else \{\n", "before", "XSTAGE_PROBE_CLOSE();",
                "}\n} else {", after=_DEALLOC, until=_ALLOC, indent=4),
         Anchor(f"{key}.math_open", f, rf"^[ \t]*cutlass::arch::{_ALLOC}\n", "after",
-               "XSTAGE_PROBE_OPEN_IF(xstage_buf, ::xstage::dg::kRoleMath, warp_idx == 0);",
+               "XSTAGE_DG_MATH_OPEN(xstage_buf);",
                "cutlass::arch::warpgroup_reg_alloc<kNumMathRegisters>();"),
         Anchor(f"{key}.mainloop_begin", f,
                r"^[ \t]*while\s*\(scheduler\.get_next_block\(m_block_idx,\s*n_block_idx\)\)\s*\{\n", "after",
-               f"XSTAGE_BEGIN(::xstage::dg::kEvMainloop, {_TILE});",
+               f"XSTAGE_DG_TILE_BEGIN({_ITER}, {_TILE});",
                "while (scheduler.get_next_block(m_block_idx, n_block_idx)) {", after=_ALLOC, indent=4),
         Anchor(f"{key}.store_wait_begin", f, r"^[ \t]*if\s*\([^\n]*\)\n[ \t]*cute::tma_store_wait<0>\(\);\n", "before",
-               f"XSTAGE_END(::xstage::dg::kEvMainloop, {_TILE});\nXSTAGE_BEGIN(::xstage::dg::kEvStoreWait, {_TILE});",
+               "XSTAGE_DG_CLOCK(xstage_mainloop_end_);",
                "if (threadIdx.x < BLOCK_N / TMA_D_BLOCK_N)\n    cute::tma_store_wait<0>();"),
         Anchor(f"{key}.store_wait_end", f,
                r"^[ \t]*cute::tma_store_wait<0>\(\);\n[ \t]*cutlass::arch::NamedBarrier::sync\([^;\n]*\);\n", "after",
-               f"XSTAGE_END(::xstage::dg::kEvStoreWait, {_TILE});\nXSTAGE_BEGIN(::xstage::dg::kEvEpilogue, {_TILE});",
+               "XSTAGE_DG_CLOCK(xstage_store_done_);",
                "cute::tma_store_wait<0>();\ncutlass::arch::NamedBarrier::sync(kNumWGMMAStoreThreads, 1);"),
         Anchor(f"{key}.epilogue_end", f, r"^[ \t]*cute::tma_store_arrive\(\);\n[ \t]*\}\n[ \t]*__syncwarp\(\);\n", "after",
-               f"XSTAGE_END_P(::xstage::dg::kEvEpilogue, {_TILE}, {tile_bytes});",
+               f"XSTAGE_DG_TILE_END({_ITER}, {_TILE}, {tile_bytes}, xstage_mainloop_end_, xstage_store_done_);",
                "cute::tma_store_arrive();\n}\n__syncwarp();"),
         Anchor(f"{key}.math_close", f, r"^[ \t]*__syncwarp\(\);\n[ \t]*\}\n(?=[ \t]*\}\n#else)", "after",
-               "XSTAGE_PROBE_CLOSE();", "__syncwarp();\n}\n}\n#else"),
+               f"XSTAGE_DG_MATH_CLOSE({_ITER});", "__syncwarp();\n}\n}\n#else"),
         *launcher_anchors(key, stem, "trace_buffer.hpp", "xstage_trace",
                           "DG_CUDA_UNIFIED_CHECK(launch_kernel(kernel, config, ..., args.tensor_map_d));"),
     ]
