@@ -24,13 +24,13 @@ def sort_codes(col: pd.Series) -> np.ndarray:
     return pd.factorize(col, sort=True, use_na_sentinel=False)[0].astype(np.int64)
 
 
-def text_codes(col: pd.Series) -> tuple[np.ndarray, pd.Index]:
-    """(code per row, the distinct values as text): a categorical's own codes and categories (no
-    per-row work), text factorized otherwise; ``names[codes]`` is the column as text."""
-    if isinstance(col.dtype, pd.CategoricalDtype) and not col.isna().any():
-        return col.cat.codes.to_numpy().astype(np.int64), col.cat.categories.astype(str)
-    codes, names = pd.factorize(col.astype(str))
-    return codes.astype(np.int64), pd.Index(names, dtype=object).astype(str)
+def text_codes(col: pd.Series) -> tuple[np.ndarray, list[str]]:
+    """(code per row, the distinct values as text), -1 where a value is missing: a categorical's own
+    codes and categories (no per-row work), the column as text factorized otherwise."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        return col.cat.codes.to_numpy().astype(np.int64), [str(c) for c in col.cat.categories]
+    codes, names = pd.factorize(col.astype("str"))
+    return codes.astype(np.int64), [str(c) for c in names]
 
 
 def as_text(col: pd.Series) -> pd.Series:

@@ -7,6 +7,7 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
+from xstage_trace.analysis.columnar import text_codes
 from xstage_trace.analysis.platform import PlatformModel
 from xstage_trace.analysis.stall_law import predicted_stall_ns
 
@@ -38,19 +39,14 @@ def _us(x: float) -> float:
 
 
 def _filled_codes(col: pd.Series, fill: str) -> tuple[np.ndarray, list[str]]:
-    """(code per row, names): the column as text codes, missing values as ``fill``."""
-    if isinstance(col.dtype, pd.CategoricalDtype):
-        codes, names = col.cat.codes.to_numpy().astype(np.int32), [str(c) for c in col.cat.categories]
-    else:
-        codes, uniq = pd.factorize(col)
-        codes, names = codes.astype(np.int32), [str(c) for c in uniq]
+    """(code per row, names): the column as text codes (``columnar.text_codes``), missing values as ``fill``."""
+    codes, names = text_codes(col)
+    codes = codes.astype(np.int32)
     if (codes < 0).any():
         if fill not in names:
             names.append(fill)
         codes[codes < 0] = names.index(fill)
-    first: dict[str, int] = {}
-    remap = np.array([first.setdefault(n, i) for i, n in enumerate(names)], np.int32)  # equal names, one code
-    return (remap[codes] if len(remap) else codes), names
+    return codes, names
 
 
 def _median(x: np.ndarray) -> float:

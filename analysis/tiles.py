@@ -91,7 +91,7 @@ def dump_layouts(probes: pd.DataFrame) -> dict[str, str]:
     out: dict[str, str] = {}
     for lay in reversed(LAYOUTS):  # the first layout in LAYOUTS whose wait event a dump holds wins
         held = np.bincount(codes[(probes["event"] == lay.wait_event).to_numpy()], minlength=len(names)) > 0
-        out.update({str(names[i]): lay.name for i in np.flatnonzero(held)})
+        out.update({names[i]: lay.name for i in np.flatnonzero(held)})
     return out
 
 
@@ -239,7 +239,7 @@ def control_stats(tiles: pd.DataFrame | Mapping[str, pd.Series]) -> ControlStats
     their own, missing mainloops skipped — is pandas' linear-interpolation quantile, computed per group."""
     floor_ns, noise_ns = control_wait_stats(tiles)
     ctrl = np.asarray(tiles["is_control"], bool)
-    keys = [text_codes_with_missing(tiles[k], ctrl) for k in CONTROL_KEYS]
+    keys = [(codes[ctrl], names) for codes, names in (text_codes(tiles[k]) for k in CONTROL_KEYS)]  # -1: missing
     mainloop = tiles["mainloop_ns"].to_numpy(np.float64)[ctrl]
     group = np.zeros(len(mainloop), np.int64)
     for codes, names in keys:
@@ -255,14 +255,6 @@ def control_stats(tiles: pd.DataFrame | Mapping[str, pd.Series]) -> ControlStats
         rows.append([*reversed(key), _quantile(v, 0.99)])
     p99 = pd.DataFrame(rows, columns=[*CONTROL_KEYS, "ctrl"]).astype({"ctrl": float, **{k: "str" for k in CONTROL_KEYS}})  # text, NaN where missing
     return ControlStats(floor_ns, noise_ns, p99)
-
-
-def text_codes_with_missing(col: pd.Series, rows: np.ndarray) -> tuple[np.ndarray, list[str]]:
-    """(code per selected row, names) of a text column; -1 where the value is missing."""
-    if isinstance(col.dtype, pd.CategoricalDtype):
-        return col.cat.codes.to_numpy()[rows].astype(np.int64), [str(c) for c in col.cat.categories]
-    codes, names = pd.factorize(pd.Series(col).iloc[np.flatnonzero(rows)])
-    return codes.astype(np.int64), [str(c) for c in names]
 
 
 def _quantile(v: np.ndarray, q: float) -> float:

@@ -151,8 +151,8 @@ def dump_groups(probes: pd.DataFrame, dumps: pd.DataFrame) -> list[tuple[list[st
     for i in held:
         by_key.setdefault((layout.get(names[i]), str(dest.get(names[i]))), []).append(i)
     if len(by_key) <= 1:
-        return [([str(names[i]) for i in held], np.ones(len(probes), bool))]
-    return [([str(names[i]) for i in ids], np.isin(codes, ids)) for ids in by_key.values()]
+        return [([names[i] for i in held], np.ones(len(probes), bool))]
+    return [([names[i] for i in ids], np.isin(codes, ids)) for ids in by_key.values()]
 
 
 def analyze_dump(probes: pd.DataFrame, slices: pd.DataFrame, dump: pd.DataFrame, ctx: AnalysisContext) -> dict[str, pd.DataFrame]:
