@@ -84,10 +84,13 @@ BATCH_RECORDS = 500_000  # dumps of one configuration analysed together up to th
 
 @dataclass(frozen=True)
 class DumpBatch:
-    """Consecutive dumps of one rank and one configuration (``dumps``: dest, shape, variant, control),
-    analysed together and written as one part of each table (``index``: its first dump's)."""
+    """Consecutive dumps of one rank and one configuration (``config``: the ``dumps`` table's dest,
+    shape and variant as text, ``control``: its ``is_control``), analysed together and written as one
+    part of each table (``index``: its first dump's)."""
 
     tasks: tuple[DumpTask, ...]
+    config: tuple[str, str, str]
+    control: bool
 
     @property
     def rank(self) -> int:
@@ -107,18 +110,19 @@ def make_batches(tasks: list[DumpTask], dumps: pd.DataFrame, batch_records: int 
     or where the batch would pass ``batch_records`` records (default BATCH_RECORDS; a larger dump is a
     batch of its own)."""
     batch_records = BATCH_RECORDS if batch_records is None else batch_records
-    cfg = dumps.astype({"dump": str}).assign(variant=dumps["variant"].fillna("-")).drop_duplicates(["rank", "dump"]).set_index(["rank", "dump"])
-    key = {k: tuple(map(str, v)) for k, v in zip(cfg.index, cfg[["dest", "shape", "variant", "is_control"]].to_numpy())}
-    out: list[list[DumpTask]] = []
-    last, size = None, 0
+    d = dumps.astype({"dump": str}).drop_duplicates(["rank", "dump"])
+    cfg = d.assign(variant=d["variant"].fillna("-"), is_control=d["is_control"].fillna(False).astype(bool))
+    key = {(r, n): (tuple(map(str, c)), bool(ctl)) for r, n, *c, ctl in cfg[["rank", "dump", "dest", "shape", "variant", "is_control"]].to_numpy()}
+    out: list[tuple[tuple, list[DumpTask]]] = []
+    size = 0
     for t in tasks:
-        k = (t.rank, key.get((t.rank, t.dump)))
-        if not out or k != last or size + t.records > batch_records:
-            out.append([])
-            last, size = k, 0
-        out[-1].append(t)
+        k = (t.rank, key.get((t.rank, t.dump), (("None", "None", "-"), False)))
+        if not out or k != out[-1][0] or size + t.records > batch_records:
+            out.append((k, []))
+            size = 0
+        out[-1][1].append(t)
         size += t.records
-    return [DumpBatch(tuple(b)) for b in out]
+    return [DumpBatch(tuple(b), *k[1]) for k, b in out]
 
 
 def _scratch_path(folder: Path, batch: DumpBatch) -> Path:
@@ -330,7 +334,7 @@ def analyze_streaming(tasks: list[DumpTask], folder: Path, tables: dict[str, pa.
     def of(b: DumpBatch, table: pa.Table, rows: dict) -> pa.Table:
         return table.take(np.concatenate([rows.get((t.rank, t.dump), np.zeros(0, np.int64)) for t in b.tasks]))
 
-    controls = [b for b in batches if any(of(b, dumps, dump_rows)["is_control"].to_pylist())]
+    controls = [b for b in batches if b.control]
     workers = default_workers() if workers is None else workers
     big = sum(t.records for t in tasks) >= PARALLEL_MIN_RECORDS
     pool_size = min(workers, len(batches)) if (big and len(batches) > 1) else 1
@@ -368,11 +372,9 @@ def table3_by_configuration(folder: Path, batches: list[DumpBatch], dumps: pd.Da
     written = [b for b, r in zip(batches, results) if r.tiles]
     if not written:
         return pd.DataFrame()
-    cfg = dumps.astype({"dump": str}).assign(variant=dumps["variant"].fillna("-")).set_index(["rank", "dump"])[["dest", "shape", "variant"]]
     by_config: dict[tuple, list[str]] = {}
     for b in written:
-        key = tuple(cfg.loc[(b.rank, b.tasks[0].dump)].astype(str))
-        by_config.setdefault(key, []).append(str(table_part_path(folder, "tiles", b.rank, b.index)))
+        by_config.setdefault(b.config, []).append(str(table_part_path(folder, "tiles", b.rank, b.index)))
     run = mapper or (lambda f, a: (f(*x) for x in a))
     # one configuration at a time (its tiles are the largest thing a process holds), on a worker
     rows = [next(iter(run(table3_task, [(files,)]))) for _, files in sorted(by_config.items())]
