@@ -60,22 +60,23 @@ GPU_METRICS = pa.schema(
     ]
 )
 
+# A decoded record has every field: the columns are required (Parquet writes no definition levels for them).
 PROBES = pa.schema(
     [
-        ("rank", pa.int32()),
-        ("dump", pa.dictionary(pa.int32(), pa.string())),
-        ("slice", pa.int32()),
-        ("cta", pa.int32()),
-        ("role", pa.int32()),
-        ("sm_id", pa.int32()),
-        ("event", pa.dictionary(pa.int32(), pa.string())),
-        ("event_id", pa.int16()),
-        ("kind", pa.dictionary(pa.int8(), pa.string())),
-        ("tile", pa.uint32()),
-        ("payload", pa.uint32()),
-        ("clock", pa.int64()),
-        ("t_gt_ns", pa.int64()),
-        ("t_ns", pa.float64()),
+        pa.field("rank", pa.int32(), nullable=False),
+        pa.field("dump", pa.dictionary(pa.int32(), pa.string()), nullable=False),
+        pa.field("slice", pa.int32(), nullable=False),
+        pa.field("cta", pa.int32(), nullable=False),
+        pa.field("role", pa.int32(), nullable=False),
+        pa.field("sm_id", pa.int32(), nullable=False),
+        pa.field("event", pa.dictionary(pa.int32(), pa.string()), nullable=False),
+        pa.field("event_id", pa.int16(), nullable=False),
+        pa.field("kind", pa.dictionary(pa.int8(), pa.string()), nullable=False),
+        pa.field("tile", pa.uint32(), nullable=False),
+        pa.field("payload", pa.uint32(), nullable=False),
+        pa.field("clock", pa.int64(), nullable=False),
+        pa.field("t_gt_ns", pa.int64(), nullable=False),
+        pa.field("t_ns", pa.float64(), nullable=False),
     ]
 )
 
