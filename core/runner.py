@@ -33,12 +33,14 @@ def analyze_inputs(inputs: list[Path], output: Path | None, nsys=None, calibrati
     The output folder is checked before any input is read: it must be new, or an earlier run folder
     with ``force``, and it must neither be, lie inside, nor hold an input."""
     from xstage_trace.analyses import AnalysisContext
+    from xstage_trace.base.malloc import keep_freed_memory
     from xstage_trace.calibration_io import load_platform
     from xstage_trace.collectors.collect import plan_run
     from xstage_trace.collectors.dataset import check_output_against_inputs, check_output_dir, write_run
     from xstage_trace.collectors.nvtx_filter import restrict_to_nvtx
     from xstage_trace.stream import analyze_streaming, early_pool
 
+    keep_freed_memory()  # this process reads every dump's header and, for a small run, analyzes it
     run_dir = Path(output) if output else _default_run_dir(Path(inputs[0]))
     check_output_dir(run_dir, force)
     check_output_against_inputs(run_dir, [*inputs, calibration] if calibration else inputs)

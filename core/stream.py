@@ -42,6 +42,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.feather as feather
 
+from xstage_trace.base.malloc import keep_freed_memory
 from xstage_trace.analyses import SLICE_COLUMNS, AnalysisContext, analyze_dumps
 from xstage_trace.analysis.tiles import CONTROL_KEYS, ControlStats, control_stats, finish_tiles, with_dump_config
 from xstage_trace.collectors.collect import DumpTask, load_records
@@ -272,7 +273,7 @@ def early_pool(inputs: list[str | Path], workers: int | None, scheduler: str | N
     if scheduler is not None or workers <= 1 or expected_records(inputs) < PARALLEL_MIN_RECORDS:
         yield None
         return
-    pool = ProcessPoolExecutor(workers, mp_context=get_context("spawn"))
+    pool = ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=keep_freed_memory)
     try:
         for _ in range(workers):  # each submit to a pool with no idle worker starts one
             pool.submit(_warm)
@@ -294,7 +295,7 @@ def task_mapper(workers: int, scheduler: str | None, pool: ProcessPoolExecutor |
     elif workers > 1 and pool is not None:
         yield lambda func, args: _windowed(pool, func, args, WINDOW_PER_WORKER * workers)
     elif workers > 1:
-        with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as own:
+        with ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=keep_freed_memory) as own:
             yield lambda func, args: _windowed(own, func, args, WINDOW_PER_WORKER * workers)
     else:
         yield lambda func, args: (func(*a) for a in args)

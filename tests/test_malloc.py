@@ -1,0 +1,37 @@
+"""base/malloc.py: with the thresholds set, the arrays freed by one batch are reused by the next
+instead of being returned to the kernel and faulted in again. Truth: the kernel's minor page-fault
+counter (getrusage)."""
+
+import ctypes
+import subprocess
+import sys
+
+import pytest
+
+# Ten "batches", each holding eight 8 MiB arrays at once (every page written), then freeing them. With
+# glibc's defaults the freed heap top (64 MiB) is over its trim threshold, so it goes back to the
+# kernel and every batch faults its pages in again; kept, only the first batch does.
+SCRIPT = """
+import resource, sys
+import numpy as np
+if sys.argv[1] == "set":
+    from xstage_trace.base.malloc import keep_freed_memory
+    assert keep_freed_memory()
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for batch in range(10):
+    arrays = [np.ones(1 << 20) for _ in range(8)]
+    del arrays
+print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+"""
+BATCH_PAGES = 8 * (8 << 20) // 4096  # 4 KiB pages of one batch (fewer faults where the kernel maps huge pages)
+
+
+def _faults(mode: str) -> int:
+    return int(subprocess.run([sys.executable, "-c", SCRIPT, mode], check=True, capture_output=True, text=True).stdout)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or not hasattr(ctypes.CDLL(None), "mallopt"), reason="glibc's mallopt only")
+def test_freed_batch_arrays_are_reused_instead_of_faulted_in_again():
+    default, kept = _faults("default"), _faults("set")
+    assert kept <= 1.2 * BATCH_PAGES  # about one batch's pages: the first batch's
+    assert kept * 4 < default  # the defaults fault most batches in again
