@@ -233,28 +233,59 @@ def with_dump_config(t: pd.DataFrame, dumps: pd.DataFrame) -> pd.DataFrame:
     return t
 
 
-def control_stats(tiles: pd.DataFrame | Mapping[str, pd.Series]) -> ControlStats:
-    """The control statistics of ``tiles`` (with_dump_config's columns, a frame or a mapping of columns):
-    its control tiles decide them. The p99 per (shape, tile kind, operand path) — missing keys a group of
-    their own, missing mainloops skipped — is pandas' linear-interpolation quantile, computed per group."""
-    floor_ns, noise_ns = control_wait_stats(tiles)
+@dataclass
+class ControlSample:
+    """What the control statistics are taken of, from some control tiles: their slot waits (NaN dropped)
+    and, per (shape, tile kind, operand path) — None where a key is missing — their mainloops (NaN
+    dropped; a group whose mainloops are all missing holds none). The samples of disjoint sets of
+    tiles merge (``merge_control_samples``) into the sample of all of them."""
+
+    waits_ns: np.ndarray
+    mainloops_ns: dict[tuple, np.ndarray]
+
+
+def control_sample(tiles: pd.DataFrame | Mapping[str, pd.Series]) -> ControlSample:
+    """The control tiles' values in ``tiles`` (with_dump_config's columns, a frame or a mapping of columns)."""
     ctrl = np.asarray(tiles["is_control"], bool)
+    waits = tiles["slot_wait_ns"].to_numpy(np.float64)[ctrl]
     keys = [(codes[ctrl], names) for codes, names in (text_codes(tiles[k]) for k in CONTROL_KEYS)]  # -1: missing
     mainloop = tiles["mainloop_ns"].to_numpy(np.float64)[ctrl]
     group = np.zeros(len(mainloop), np.int64)
     for codes, names in keys:
         group = group * (len(names) + 1) + codes + 1  # code -1 (missing) → 0
-    rows = []
-    for g in np.unique(group):  # one row per group (a few: shapes × kinds × operand paths)
+    groups = {}
+    for g in np.unique(group):  # a few: shapes × kinds × operand paths
         v = mainloop[group == g]
-        v = v[~np.isnan(v)]
         key, rest = [], int(g)
         for codes, names in reversed(keys):
             rest, c = divmod(rest, len(names) + 1)
             key.append(names[c - 1] if c else None)
-        rows.append([*reversed(key), _quantile(v, 0.99)])
+        groups[tuple(reversed(key))] = v[~np.isnan(v)]
+    return ControlSample(waits[~np.isnan(waits)], groups)
+
+
+def merge_control_samples(samples: list[ControlSample]) -> ControlSample:
+    """The sample of the union of the tiles the ``samples`` were taken of."""
+    keys = dict.fromkeys(k for s in samples for k in s.mainloops_ns)
+    return ControlSample(np.concatenate([np.zeros(0), *(s.waits_ns for s in samples)]),
+                         {k: np.concatenate([s.mainloops_ns[k] for s in samples if k in s.mainloops_ns]) for k in keys})
+
+
+def control_stats_of(sample: ControlSample) -> ControlStats:
+    """Spec §5's control statistics of a control sample: the slot-wait floor and noise
+    (``_wait_stats``) and the mainloop p99 per (shape, tile kind, operand path), pandas'
+    linear-interpolation quantile (NaN for a group with no mainloop)."""
+    floor_ns, noise_ns = _wait_stats(sample.waits_ns)
+    order = sorted(sample.mainloops_ns, key=lambda k: tuple((x is not None, x or "") for x in k))  # missing keys first
+    rows = [[*k, _quantile(sample.mainloops_ns[k], 0.99)] for k in order]
     p99 = pd.DataFrame(rows, columns=[*CONTROL_KEYS, "ctrl"]).astype({"ctrl": float, **{k: "str" for k in CONTROL_KEYS}})  # text, NaN where missing
     return ControlStats(floor_ns, noise_ns, p99)
+
+
+def control_stats(tiles: pd.DataFrame | Mapping[str, pd.Series]) -> ControlStats:
+    """The control statistics of ``tiles`` (with_dump_config's columns, a frame or a mapping of columns):
+    its control tiles decide them (``control_stats_of`` their ``control_sample``)."""
+    return control_stats_of(control_sample(tiles))
 
 
 def _quantile(v: np.ndarray, q: float) -> float:
@@ -280,12 +311,10 @@ def mainloop_inflated(tiles: pd.DataFrame) -> np.ndarray:
     return excess > np.maximum(tiles["noise_ns"].to_numpy(np.float64), INFLATION_FRACTION * ctrl)
 
 
-def control_wait_stats(tiles: pd.DataFrame | Mapping[str, pd.Series]) -> tuple[float, float]:
-    """(floor, noise) of the slot wait from the control runs (``RunConfig.is_control``: local-store
-    destination or ``control=1``). Floor = median raw wait (the cost of the instrumented wait itself);
+def _wait_stats(waits: np.ndarray) -> tuple[float, float]:
+    """(floor, noise) of the control runs' slot waits (``RunConfig.is_control``: local-store destination
+    or ``control=1``; no NaN). Floor = median raw wait (the cost of the instrumented wait itself);
     noise = p99 of the floor-corrected waits, at least MIN_NOISE_NS. Without a control: (0, MIN_NOISE_NS)."""
-    waits = tiles["slot_wait_ns"].to_numpy(np.float64)[np.asarray(tiles["is_control"], bool)]
-    waits = waits[~np.isnan(waits)]
     if not len(waits):
         return 0.0, MIN_NOISE_NS
     floor = float(np.median(waits))

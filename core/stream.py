@@ -13,7 +13,7 @@ Two passes over the batches, on the same workers:
    statistics every tile is judged by (slot-wait floor and noise, control mainloop p99; spec §5),
    ``ControlStats``. Each control batch is read and analysed here once (``control_task``: its probes
    and bursts parts are written, its unfinished tile spans kept in a scratch Arrow file of the run's
-   temporary folder); only the control tiles' few columns and the counts come back.
+   temporary folder); only the control tiles' sample (their slot waits and mainloops, ``ControlSample``) and the counts come back.
 2. every batch (``process_task``): read its records onto the run's time base, write them as one part
    of the ``probes`` table, run the per-dump analyses (core/analyses.py), finish its tiles with the
    control statistics and write them and its bursts as one part each of the ``tiles`` and ``bursts``
@@ -44,12 +44,12 @@ import pyarrow.feather as feather
 
 from xstage_trace.base.malloc import keep_freed_memory
 from xstage_trace.analyses import SLICE_COLUMNS, AnalysisContext, analyze_dumps
-from xstage_trace.analysis.tiles import CONTROL_KEYS, ControlStats, control_stats, finish_tiles, with_dump_config
+from xstage_trace.analysis.tiles import (ControlSample, ControlStats, control_sample, control_stats_of, finish_tiles,
+                                          merge_control_samples, with_dump_config)
 from xstage_trace.collectors.collect import DumpTask, load_records
 from xstage_trace.collectors.dataset import table_part_path, write_table_part
 
 PARALLEL_MIN_RECORDS = 2_000_000  # below this, starting worker processes costs more than it saves
-CONTROL_COLUMNS = ["shape", "tile_kind", "operands", "is_control", "mainloop_ns", "slot_wait_ns"]  # what control_stats reads
 TABLE3_COLUMNS = ["dest", "shape", "variant", "schedule", "tile_kind", "mainloop_ns", "rs_span_ns", "predicted_stall_ns",
                   "measured_stall_ns", "backpressured", "noise_ns", "control_mainloop_ns", "diagnosis"]  # what table3_from_tiles reads
 TABLE3_CATEGORIES = ["dest", "shape", "schedule", "tile_kind", "diagnosis"]  # read as categoricals (a few values each: ~1 B a row, not ~10)
@@ -169,10 +169,10 @@ def _result(records: int, tiles: pd.DataFrame, done: dict[str, pd.DataFrame], wa
                       done.get("calibration_points", pd.DataFrame()), warnings)
 
 
-def control_task(batch: DumpBatch, folder: Path, slices: pa.Table, dump_rows: pa.Table, ctx: AnalysisContext) -> tuple[pd.DataFrame, DumpResult]:
+def control_task(batch: DumpBatch, folder: Path, slices: pa.Table, dump_rows: pa.Table, ctx: AnalysisContext) -> tuple[ControlSample, DumpResult]:
     """Pass 1, one batch of control dumps: everything ``process_task`` does but finishing the tiles (which
     needs every control dump's statistics); its tile spans wait in a scratch file for ``finish_control_task``.
-    Returns its tiles' CONTROL_COLUMNS (the input of ``control_stats``) and its result so far."""
+    Returns its control tiles' sample (slot waits, mainloops per group: 16 B a tile) and its result so far."""
     dump = dump_rows.to_pandas()
     records, done, warnings = _analyze_and_write(batch, folder, slices, dump, ctx)
     spans = done.get("tile_spans", pd.DataFrame())
@@ -180,11 +180,10 @@ def control_task(batch: DumpBatch, folder: Path, slices: pa.Table, dump_rows: pa
         path = _scratch_path(folder, batch)
         path.parent.mkdir(parents=True, exist_ok=True)
         feather.write_feather(pa.Table.from_pandas(spans, preserve_index=False), path, compression="uncompressed")
-        t = with_dump_config(spans, dump)
-        ctrl = t.loc[t["is_control"], CONTROL_COLUMNS].reset_index(drop=True).astype({c: "category" for c in CONTROL_KEYS})  # ~1 B a key
+        sample = control_sample(with_dump_config(spans, dump))
     else:
-        ctrl = pd.DataFrame()
-    return ctrl, _result(records.num_rows, pd.DataFrame(), done, warnings)
+        sample = ControlSample(np.zeros(0), {})
+    return sample, _result(records.num_rows, pd.DataFrame(), done, warnings)
 
 
 def finish_control_task(batch: DumpBatch, folder: Path, dump_rows: pa.Table, ctx: AnalysisContext, control: ControlStats,
@@ -301,17 +300,9 @@ def task_mapper(workers: int, scheduler: str | None, pool: ProcessPoolExecutor |
         yield lambda func, args: (func(*a) for a in args)
 
 
-def run_stats(frames: list[pd.DataFrame]) -> ControlStats:
-    """The control statistics of the run from its control batches' tiles (CONTROL_COLUMNS, the keys
-    as categoricals), defaults when it has none; the columns are joined, not copied into one frame."""
-    from pandas.api.types import union_categoricals
-
-    frames = [f for f in frames if len(f)]
-    if not frames:
-        return control_stats(pd.DataFrame({c: pd.Series(dtype=bool if c == "is_control" else float if c.endswith("_ns") else object)
-                                           for c in CONTROL_COLUMNS}))
-    return control_stats({c: pd.Series(union_categoricals([f[c] for f in frames])) if c in CONTROL_KEYS
-                          else pd.Series(np.concatenate([f[c].to_numpy() for f in frames]), copy=False) for c in CONTROL_COLUMNS})
+def run_stats(samples: list[ControlSample]) -> ControlStats:
+    """The control statistics of the run from its control batches' samples (defaults when it has none)."""
+    return control_stats_of(merge_control_samples(samples))
 
 
 def rows_by_dump(table: pa.Table) -> dict[tuple[int, str], np.ndarray]:
@@ -342,7 +333,7 @@ def analyze_streaming(tasks: list[DumpTask], folder: Path, tables: dict[str, pa.
     results: list[DumpResult] = []
     with task_mapper(pool_size, scheduler, pool) as mapper:
         first = list(mapper(control_task, ((b, folder, of(b, sl, slice_rows), of(b, dumps, dump_rows), ctx) for b in controls)))
-        stats = run_stats([ctrl for ctrl, _ in first])
+        stats = run_stats([sample for sample, _ in first])
         partial = {(b.rank, b.index): r for b, (_, r) in zip(controls, first)}  # the part a batch writes: unique per batch
         del first
         args = ((b, folder, None if (b.rank, b.index) in partial else of(b, sl, slice_rows), of(b, dumps, dump_rows), ctx, stats,
