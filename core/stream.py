@@ -21,8 +21,9 @@ Two passes over the batches, on the same workers:
    dump). A control batch only has its scratch spans finished and written (``finish_control_task``).
    Only counts and the calibration points come back.
 
-Table 3 is then computed one configuration at a time from that configuration's tile parts (the
-columns it needs only), so the largest thing held is one configuration's tiles, never the run's.
+Table 3 is computed one configuration at a time from that configuration's tile parts (the columns it
+needs only), on a worker, as soon as the configuration's last batch is in (``Table3ByConfiguration``),
+so the largest thing held is one configuration's tiles, never the run's.
 """
 
 from __future__ import annotations
@@ -224,6 +225,7 @@ def default_workers() -> int:
 
 
 Mapper = Callable[[Callable, Iterable[tuple]], Iterator]
+Submit = Callable[..., Callable[[], object]]  # submit(func, *args) → a handle; calling it waits for the result
 WINDOW_PER_WORKER = 2  # tasks handed to the pool ahead of the results read back, per worker
 
 
@@ -281,23 +283,30 @@ def early_pool(inputs: list[str | Path], workers: int | None, scheduler: str | N
         pool.shutdown(cancel_futures=True)
 
 
+def _now(func: Callable, *args) -> Callable[[], object]:
+    """``func(*args)`` run here at once, as a handle whose call returns the result."""
+    result = func(*args)
+    return lambda: result
+
+
 @contextmanager
-def task_mapper(workers: int, scheduler: str | None, pool: ProcessPoolExecutor | None = None) -> Iterator[Mapper]:
-    """``map(func, arg_tuples)`` → results in order: on a Dask scheduler when one is named (``local:N``
-    or an address; the run folder must then be on a file system the workers share), else in a pool
-    of ``workers`` processes (``pool`` when given, left running; else one started here, kept for both
-    passes), else (``workers`` ≤ 1) in this process."""
+def task_mapper(workers: int, scheduler: str | None, pool: ProcessPoolExecutor | None = None) -> Iterator[tuple[Mapper, Submit]]:
+    """(``map(func, arg_tuples)`` → results in order, ``submit(func, *args)`` → a handle whose call
+    returns the result): on a Dask scheduler when one is named (``local:N`` or an address; the run folder
+    must then be on a file system the workers share), else in a pool of ``workers`` processes (``pool``
+    when given, left running; else one started here, kept for both passes), else (``workers`` ≤ 1) in
+    this process. A submitted task queues behind the tasks mapped before it; on Dask and here it runs at once."""
     if scheduler is not None:
         from xstage_trace.collectors.distributed import map_tasks
 
-        yield lambda func, args: iter(map_tasks(func, list(args), scheduler))
+        yield (lambda func, args: iter(map_tasks(func, list(args), scheduler))), (lambda func, *a: _now(lambda: map_tasks(func, [a], scheduler)[0]))
     elif workers > 1 and pool is not None:
-        yield lambda func, args: _windowed(pool, func, args, WINDOW_PER_WORKER * workers)
+        yield (lambda func, args: _windowed(pool, func, args, WINDOW_PER_WORKER * workers)), (lambda func, *a: pool.submit(func, *a).result)
     elif workers > 1:
         with ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=keep_freed_memory) as own:
-            yield lambda func, args: _windowed(own, func, args, WINDOW_PER_WORKER * workers)
+            yield (lambda func, args: _windowed(own, func, args, WINDOW_PER_WORKER * workers)), (lambda func, *a: own.submit(func, *a).result)
     else:
-        yield lambda func, args: (func(*a) for a in args)
+        yield (lambda func, args: (func(*a) for a in args)), _now
 
 
 def run_stats(samples: list[ControlSample]) -> ControlStats:
@@ -331,18 +340,20 @@ def analyze_streaming(tasks: list[DumpTask], folder: Path, tables: dict[str, pa.
     big = sum(t.records for t in tasks) >= PARALLEL_MIN_RECORDS
     pool_size = min(workers, len(batches)) if (big and len(batches) > 1) else 1
     results: list[DumpResult] = []
-    with task_mapper(pool_size, scheduler, pool) as mapper:
+    with task_mapper(pool_size, scheduler, pool) as (mapper, submit):
         first = list(mapper(control_task, ((b, folder, of(b, sl, slice_rows), of(b, dumps, dump_rows), ctx) for b in controls)))
         stats = run_stats([sample for sample, _ in first])
         partial = {(b.rank, b.index): r for b, (_, r) in zip(controls, first)}  # the part a batch writes: unique per batch
         del first
         args = ((b, folder, None if (b.rank, b.index) in partial else of(b, sl, slice_rows), of(b, dumps, dump_rows), ctx, stats,
                  partial.get((b.rank, b.index))) for b in batches)
-        for b, r in zip(batches, mapper(pass2_task, args)):
+        table3 = Table3ByConfiguration(folder, batches, submit)
+        for i, (b, r) in enumerate(zip(batches, mapper(pass2_task, args))):
             results.append(r)
+            table3.batch_done(i, r)
             for _ in b.tasks if tick else ():
                 tick()
-        table3 = table3_by_configuration(folder, batches, dumps_frame, tables["kernels"].to_pandas(), ctx, results, mapper)
+        table3 = table3.table(dumps_frame, tables["kernels"].to_pandas(), ctx)
     shutil.rmtree(Path(folder) / SCRATCH, ignore_errors=True)
     counts = {name: sum(getattr(r, name) for r in results) for name in ("tiles", "bursts")}
     counts["probes"] = sum(r.records for r in results)
@@ -353,28 +364,47 @@ def analyze_streaming(tasks: list[DumpTask], folder: Path, tables: dict[str, pa.
                         backpressured=sum(r.backpressured for r in results), warnings=[w for r in results for w in r.warnings])
 
 
-def table3_by_configuration(folder: Path, batches: list[DumpBatch], dumps: pd.DataFrame, kernels: pd.DataFrame,
-                            ctx: AnalysisContext, results: list[DumpResult], mapper: Mapper | None = None) -> pd.DataFrame:
-    """Spec §5 Table 3 (``table3_from_tiles`` + kernel times), each configuration's row from the tile
-    parts of that configuration's batches only (a batch holds one configuration), one configuration
-    after the other, each as a task on ``mapper`` (a worker; default: here): a row reads every tile of
-    its configuration and none of another's, so the rows equal those of the whole tile table."""
-    from xstage_trace.analysis.stall import CONFIG, attach_kernel_times, kernel_trials
+class Table3ByConfiguration:
+    """Spec §5 Table 3 (``table3_from_tiles`` + kernel times), each configuration's rows from the tile
+    parts of that configuration's batches only (a batch holds one configuration): a row reads every tile
+    of its configuration and none of another's, so the rows equal those of the whole tile table. A
+    configuration's rows are computed (``table3_task``, submitted to the workers) as soon as the last of
+    its batches is in, while later batches are still analysed; one configuration's task at a time (its
+    tiles' columns are the largest thing a worker holds)."""
 
-    written = [b for b, r in zip(batches, results) if r.tiles]
-    if not written:
-        return pd.DataFrame()
-    by_config: dict[tuple, list[str]] = {}
-    for b in written:
-        by_config.setdefault(b.config, []).append(str(table_part_path(folder, "tiles", b.rank, b.index)))
-    run = mapper or (lambda f, a: (f(*x) for x in a))
-    # one configuration at a time (its tiles are the largest thing a process holds), on a worker
-    rows = [next(iter(run(table3_task, [(files,)]))) for _, files in sorted(by_config.items())]
-    table3 = pd.concat([r for r in rows if len(r)], ignore_index=True) if any(len(r) for r in rows) else pd.DataFrame()
-    if table3.empty:
-        return table3
-    table3 = table3.sort_values(CONFIG, kind="stable").reset_index(drop=True)
-    return attach_kernel_times(table3, kernel_trials(kernels, dumps, ctx.warmup_launches))
+    def __init__(self, folder: Path, batches: list[DumpBatch], submit: Submit):
+        self.folder, self.batches, self.submit = folder, batches, submit
+        self.last = {b.config: i for i, b in enumerate(batches)}  # the index of each configuration's last batch
+        self.files: dict[tuple, list[str]] = {}
+        self.rows: dict[tuple, pd.DataFrame] = {}
+        self.pending: tuple[tuple, Callable[[], object]] | None = None
+
+    def batch_done(self, i: int, result: DumpResult) -> None:
+        """Batch ``i`` is analysed (``result``; the batches before it are too): its configuration's rows are
+        submitted when it was the configuration's last batch."""
+        b = self.batches[i]
+        if result.tiles:
+            self.files.setdefault(b.config, []).append(str(table_part_path(self.folder, "tiles", b.rank, b.index)))
+        if self.last[b.config] == i and b.config in self.files:
+            self._collect()
+            self.pending = (b.config, self.submit(table3_task, self.files.pop(b.config)))
+
+    def _collect(self) -> None:
+        if self.pending is not None:
+            config, result = self.pending
+            self.rows[config] = result()
+            self.pending = None
+
+    def table(self, dumps: pd.DataFrame, kernels: pd.DataFrame, ctx: AnalysisContext) -> pd.DataFrame:
+        """Every configuration's rows, in configuration order, with the kernel times (``kernels``, ``dumps``)."""
+        from xstage_trace.analysis.stall import CONFIG, attach_kernel_times, kernel_trials
+
+        self._collect()
+        rows = [r for _, r in sorted(self.rows.items()) if len(r)]
+        if not rows:
+            return pd.DataFrame()
+        table3 = pd.concat(rows, ignore_index=True).sort_values(CONFIG, kind="stable").reset_index(drop=True)
+        return attach_kernel_times(table3, kernel_trials(kernels, dumps, ctx.warmup_launches))
 
 
 def table3_task(files: list[str]) -> pd.DataFrame:
