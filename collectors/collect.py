@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,7 +16,7 @@ from xstage_trace.collectors.nsys_reader import read_nsys_export
 from xstage_trace.collectors.nsys_rep import export_report
 from xstage_trace.collectors.align import Alignment
 from xstage_trace.collectors.pairing import AlignBounds, dump_span_gt_ns, export_ranks, pair_dumps
-from xstage_trace.base.hashing import sha256_of
+from xstage_trace.base.hashing import hash_all, sha256_of
 from xstage_trace.collectors.probe_format import decode_probe_dump, is_probe_dump_name
 from xstage_trace.base.errors import InputError
 from xstage_trace.base.paths import display_name, input_kind
@@ -66,8 +65,6 @@ def classify(path: Path) -> str:
     raise InputError(path, "unrecognized input", "pass a .nsys-rep, .sqlite, parquetdir, .xsp dumps or a run folder")
 
 
-HASH_THREADS = 4  # inputs hashed at once (duplicate detection): 1.6 GB of dumps in 1.6 s on 2 cores instead of 3 s
-
 
 def _content_key(path: Path, kind: str) -> str:
     """What makes two inputs the same: the bytes of a file, the manifest of a run folder, the
@@ -103,8 +100,7 @@ def unique_inputs(inputs: list[str | Path], warnings: list[str], digests: dict[P
     seeded = bool(seen)
     counts = Counter(sizes)
     hashed = [(path, kind) for (path, kind), size in zip(expanded, sizes) if not (size >= 0 and not seeded and counts[size] == 1)]
-    with ThreadPoolExecutor(HASH_THREADS) as threads:  # hashlib and file reads release the GIL
-        keys = dict(zip((path for path, _ in hashed), threads.map(lambda pk: _content_key(*pk), hashed)))
+    keys = dict(zip((path for path, _ in hashed), hash_all(_content_key, hashed)))
     keep: list[Path] = []
     for path, kind in expanded:
         if path not in keys:

@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 
 from xstage_trace.base.atomic import atomic_dir
 from xstage_trace.base.errors import InputError
-from xstage_trace.base.hashing import sha256_of
+from xstage_trace.base.hashing import hash_all, sha256_of
 from xstage_trace.base.jsonable import dumps, loads
 from xstage_trace.base.schema import SCHEMA_VERSION, TABLES, conform, empty_table
 
@@ -136,7 +136,8 @@ def _write_run(run_dir, tables, manifest, extra_files, results, fill, force) -> 
             pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), tmp / f"{name}.parquet", compression="zstd")
         for name, text in ((extra_files() if callable(extra_files) else extra_files) or {}).items():
             (tmp / name).write_text(text)
-        files = {q.relative_to(tmp).as_posix(): sha256_of(q) for q in sorted(tmp.rglob("*")) if q.is_file()}
+        written = [q for q in sorted(tmp.rglob("*")) if q.is_file()]
+        files = dict(zip((q.relative_to(tmp).as_posix() for q in written), hash_all(sha256_of, written)))
         doc = dict(manifest() if callable(manifest) else manifest, tool=TOOL, schema_version=SCHEMA_VERSION, tables=counts, files=files)
         (tmp / MANIFEST).write_text(dumps(doc, indent=2, sort_keys=True))
     return counts

@@ -245,3 +245,20 @@ def test_sha256_without_following_refuses_links_and_hashes_regular_files(tmp_pat
         sha256_of(tmp_path / "link", follow_symlinks=False)
     with pytest.raises(OSError):
         sha256_of(tmp_path, follow_symlinks=False)
+
+
+def test_files_hashed_on_threads_get_each_its_own_sha256_in_order(tmp_path):
+    """``hash_all`` (the run's inputs and outputs are hashed on threads) gives what hashlib gives for
+    each file alone, in the order asked; a file that cannot be read is an error, not a missing entry."""
+    import hashlib
+
+    from xstage_trace.base.hashing import hash_all, sha256_of
+
+    paths = []
+    for i in range(9):
+        p = tmp_path / f"f{i}"
+        p.write_bytes(bytes([i]) * (i * 700_001))  # sizes over and under one read chunk; one empty file
+        paths.append(p)
+    assert hash_all(sha256_of, paths) == [hashlib.sha256(p.read_bytes()).hexdigest() for p in paths]
+    with pytest.raises(OSError):
+        hash_all(sha256_of, [*paths, tmp_path / "missing"])
