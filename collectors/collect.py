@@ -134,7 +134,8 @@ def refuse_same_capture(exports) -> None:
 def _concat(name: str, parts: list[pa.Table]) -> pa.Table:
     if not parts:
         return empty_table(name)
-    return pa.concat_tables([conform(name, p) for p in parts]).unify_dictionaries().combine_chunks()
+    schema = TABLES[name]
+    return pa.concat_tables([p if p.schema.equals(schema) else conform(name, p) for p in parts]).unify_dictionaries().combine_chunks()
 
 
 PRIOR_TABLES = ("kernels", "nvtx", "gpu_metrics", "probe_slices", "dumps")
