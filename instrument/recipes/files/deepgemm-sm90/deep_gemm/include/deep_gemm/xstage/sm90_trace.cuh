@@ -32,8 +32,10 @@ __device__ __forceinline__ u32 tile_id(u32 m_block_idx, u32 n_block_idx) {
 namespace xstage::dg {
 
 // The math role's probe: the slice and record layout of <xstage/probe.cuh>, written by thread 0,
-// placed so that the WGMMA warpgroups keep upstream's schedule (the SASS of the tile loop's top and of
-// its k-loop is upstream's; what the probe adds sits between the tile's TMA store and the loop's end):
+// placed so that the WGMMA warpgroups keep upstream's schedule (the tile loop's top compiles as upstream's,
+// the scheduler in uniform registers; in the k-loop ptxas keeps the pipeline phase in uniform registers,
+// 8 instructions more, with the k-block's first WGMMAs reordered; what the probe adds sits between the
+// tile's TMA store and the loop's end):
 //  - no probe code at the top of the tile loop: a tile's mainloop begins where the previous tile's
 //    epilogue ended (the same clock read; the first tile's where the role opened). The begin record
 //    is written in two halves: its timestamp at the previous tile's end (or at open), its tile id at
