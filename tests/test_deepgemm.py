@@ -192,29 +192,54 @@ def test_store_wait_command_writes_the_table_and_refuses_a_foreign_calibration(d
 SHAPE = re.compile(r"^m(\d+)n(\d+)k\d+$")
 
 
-def test_real_h200_launches_store_all_of_d(tmp_path):
-    """Every plain fp8_gemm_nt launch of the committed H200 run stores D once: Σ of its store rounds
-    = M·N·2 bytes (bf16), the shape being the one the bench launched (its dump label)."""
+@pytest.fixture(scope="module")
+def h200_run(tmp_path_factory):
+    """The committed H200 run's probe dumps (the results tarball in sample_traces/h200_deepgemm), analyzed."""
     from xstage_trace import open_run
     from xstage_trace.runner import analyze_inputs
 
+    tmp = tmp_path_factory.mktemp("h200_dg")
     tars = sorted((ROOT / "sample_traces/h200_deepgemm").glob("results*.tar*"))
     assert tars, "sample_traces/h200_deepgemm holds no results tarball"
     with tarfile.open(tars[0]) as tf:
         members = [m for m in tf.getmembers() if m.isfile() and re.search(r"\.xsp(\.zst)?$", m.name)]
         for m in members:
             m.name = Path(m.name).name
-        tf.extractall(tmp_path / "dumps", members=members, filter="data")
-    analyze_inputs([tmp_path / "dumps"], tmp_path / "run")
-    run = open_run(tmp_path / "run")
-    b = run.bursts()
+        tf.extractall(tmp / "dumps", members=members, filter="data")
+    analyze_inputs([tmp / "dumps"], tmp / "run")
+    return open_run(tmp / "run")
+
+
+def test_real_h200_launches_store_all_of_d(h200_run):
+    """Every plain fp8_gemm_nt launch of the committed H200 run stores D once: Σ of its store rounds
+    = M·N·2 bytes (bf16), the shape being the one the bench launched (its dump label)."""
+    b = h200_run.bursts()
     plain = b[b["shape"].str.match(SHAPE)]
     assert plain["dump"].nunique() >= 2
     for (shape, dump), g in plain.groupby(["shape", "dump"]):
         m, n = map(int, SHAPE.match(shape).groups())
         assert g["volume_bytes"].sum() == m * n * 2, (dump, shape)
-    t = run.tiles()
+    t = h200_run.tiles()
     assert set(t["tile_kind"]) == {"gemm"} and t["slot_wait_ns"].notna().any()
+
+
+def test_real_h200_mainloop_begins_where_the_previous_epilogue_ended(h200_run):
+    """The math probe's contract (deep_gemm/xstage/sm90_trace.cuh): nothing runs at the tile loop's top, a
+    tile's mainloop-begin record takes the previous tile's epilogue-end clock (timestamp half written at
+    that tile's end, tile half at its own end), so on every math slice of the real launches begin(i+1) ==
+    epilogue end(i) to the cycle, and each begin carries the tile of the mainloop end it pairs with."""
+    p = h200_run.probes()
+    math_slices = p[p["event"] == "mainloop"]
+    key = ["dump", "slice"]
+    begins = math_slices[math_slices["kind"] == "begin"].sort_values([*key, "clock"])
+    ends = math_slices[math_slices["kind"] == "end"].sort_values([*key, "clock"])
+    epi_ends = p[(p["event"] == "epilogue") & (p["kind"] == "end")].sort_values([*key, "clock"])
+    assert len(begins) == len(ends) == len(epi_ends) > 0
+    assert (begins["tile"].to_numpy() == ends["tile"].to_numpy()).all()
+    nxt = begins.groupby(key).nth(slice(1, None))  # every tile but each slice's first
+    prev = epi_ends.groupby(key).nth(slice(None, -1))  # every tile but each slice's last
+    assert len(nxt) == len(prev) == len(begins) - begins.groupby(key).ngroups
+    assert (nxt["clock"].to_numpy() == prev["clock"].to_numpy()).all()
 
 
 def _summarize():

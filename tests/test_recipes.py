@@ -129,11 +129,13 @@ def test_apply_is_idempotent_and_writes_its_diff(dg_tree: Path):
     # the patched tree still checks (anchors located in the clean text)
     assert all(isinstance(r, Found) for r in engine.locate(get("deepgemm-sm90"), dg_tree))
     # every probe sits inside the branch it belongs to: open before close, the mainloop-end stamp
-    # before the store wait, the store-done stamp after it, the tile's records after its TMA store
+    # before the store wait, the store-done stamp after it, the tile's records after its TMA store;
+    # nothing at the math tile loop's top (a tile's mainloop begins at the previous tile's end)
     text = (dg_tree / "deep_gemm/include/deep_gemm/impls/sm90_fp8_gemm_1d2d.cuh").read_text()
+    math_loop = text.index("while (scheduler.get_next_block(m_block_idx, n_block_idx)) {", text.index("XSTAGE_DG_MATH_OPEN"))
+    assert "XSTAGE" not in text[math_loop:text.index("\n", text.index("\n", math_loop) + 1)]
     order = [text.index(s) for s in ("XSTAGE_PROBE_OPEN_ELECTED", "kEvSchedule", "XSTAGE_PROBE_CLOSE",
-                                     "XSTAGE_DG_MATH_OPEN", "XSTAGE_DG_TILE_BEGIN(scheduler.current_iter",
-                                     "XSTAGE_DG_CLOCK(xstage_mainloop_end_)", "cute::tma_store_wait<0>",
+                                     "XSTAGE_DG_MATH_OPEN", "XSTAGE_DG_CLOCK(xstage_mainloop_end_)", "cute::tma_store_wait<0>",
                                      "XSTAGE_DG_CLOCK(xstage_store_done_)", "cute::tma_store_arrive",
                                      "XSTAGE_DG_TILE_END(scheduler.current_iter",
                                      "XSTAGE_DG_MATH_CLOSE(scheduler.current_iter)")]

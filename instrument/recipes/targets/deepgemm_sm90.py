@@ -40,10 +40,6 @@ def _kernel_anchors(key: str, stem: str, tile_bytes: str) -> list[Anchor]:
         Anchor(f"{key}.math_open", f, rf"^[ \t]*cutlass::arch::{_ALLOC}\n", "after",
                "XSTAGE_DG_MATH_OPEN(xstage_buf);",
                "cutlass::arch::warpgroup_reg_alloc<kNumMathRegisters>();"),
-        Anchor(f"{key}.mainloop_begin", f,
-               r"^[ \t]*while\s*\(scheduler\.get_next_block\(m_block_idx,\s*n_block_idx\)\)\s*\{\n", "after",
-               f"XSTAGE_DG_TILE_BEGIN({_ITER}, {_TILE});",
-               "while (scheduler.get_next_block(m_block_idx, n_block_idx)) {", after=_ALLOC, indent=4),
         Anchor(f"{key}.store_wait_begin", f, r"^[ \t]*if\s*\([^\n]*\)\n[ \t]*cute::tma_store_wait<0>\(\);\n", "before",
                "XSTAGE_DG_CLOCK(xstage_mainloop_end_);",
                "if (threadIdx.x < BLOCK_N / TMA_D_BLOCK_N)\n    cute::tma_store_wait<0>();"),
@@ -70,7 +66,9 @@ RECIPE = Recipe(
     roles=("math: lane 0 of math warp 0 (tile loop of the WGMMA warpgroups)",
            "producer: the elected lane of the TMA-load warp (scheduler order)"),
     events=(
-        Event(0, "mainloop", "span", "math", "", "tile start to the last k-block's WGMMA retired and promoted"),
+        Event(0, "mainloop", "span", "math", "",
+              "from the previous tile's epilogue end (the first tile: the role's open; so the scheduler step and the "
+              "B-scale load are in it) to the last k-block's WGMMA retired and promoted"),
         Event(1, "store_wait", "span", "math", "",
               "tma_store_wait<0> on the previous tile's TMA store plus the named barrier: the staging-slot wait (spec §5)"),
         Event(2, "epilogue", "span", "math", "tile bytes",

@@ -32,70 +32,88 @@ __device__ __forceinline__ u32 tile_id(u32 m_block_idx, u32 n_block_idx) {
 namespace xstage::dg {
 
 // The math role's probe: the slice and record layout of <xstage/probe.cuh>, written by thread 0,
-// placed so that the WGMMA warpgroups keep their schedule:
-//  - nothing of the probe is live through the main loop: thread 0 writes exactly kRecordsPerTile
-//    records per tile (it always reaches the epilogue), so a record's index follows from the tile's
-//    iteration number, which the scheduler keeps anyway (DeepGEMM's `scheduler.current_iter`); the
-//    writer test is recomputed at each write (see writer(); a count register carrying a writer bit, as
-//    <xstage/probe.cuh>'s Probe has, stays live through the main loop and shifts its schedule);
+// placed so that the WGMMA warpgroups keep upstream's schedule (the tile loop's top compiles as upstream's,
+// the scheduler in uniform registers; in the k-loop ptxas keeps the pipeline phase in uniform registers,
+// 8 instructions more, with the k-block's first WGMMAs reordered; what the probe adds sits between the
+// tile's TMA store and the loop's end):
+//  - no probe code at the top of the tile loop: a tile's mainloop begins where the previous tile's
+//    epilogue ended (the same clock read; the first tile's where the role opened). The begin record
+//    is written in two halves: its timestamp at the previous tile's end (or at open), its tile id at
+//    the tile's own end. A store at the loop's top, or a stamp held through the k-loop, moved the
+//    scheduler out of DeepGEMM's uniform registers or reordered the k-loop (ptxas, sm_90a);
+//  - nothing of the probe is live through the main loop but one predicate: thread 0 writes exactly
+//    kRecordsPerTile records per tile (it always reaches the epilogue), so a record's index follows
+//    from the tile's iteration number, which the scheduler keeps anyway (`scheduler.current_iter`);
 //  - from the main loop's end to the tile's TMA store the math threads only read the clock (mainloop
-//    end = store-wait begin, store-wait end = epilogue begin, held as 32-bit stamps); the tile's
-//    other five records are written after its TMA store is issued.
+//    end = store-wait begin, store-wait end = epilogue begin, held as 32-bit stamps).
 constexpr u32 kRecordsPerTile = 6;
 
-__device__ __forceinline__ u32 tid_x() {
-  u32 t;
-  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
-  return t;
+__device__ __forceinline__ u64 ts_event(u64 c, u32 event, u32 kind) {
+  return (c & 0xFFFFFFFFFFFFull) | ((u64)(event & 0xFF) << 48) | ((u64)(kind & 0x3) << 56);
 }
 
 struct MathProbe {
   DeviceBuffer b;
 
-  __device__ __forceinline__ u32 slice() const { return ctaid_x() * b.roles_per_cta + kRoleMath; }
   // Thread 0 of a CTA with a slice. A cleared buffer is all zero (num_slices 0; the setter in
   // csrc/xstage/trace_buffer.hpp refuses a null meta or records pointer otherwise), so the slice test
-  // also covers "no buffer". Both operands come from asm volatile reads (%tid.x, %ctaid.x), which the
-  // compiler cannot hoist: a writer predicate computed once would stay live through the main loop.
-  __device__ __forceinline__ bool writer() const { return tid_x() == 0 && slice() < b.num_slices; }
-  __device__ __forceinline__ void store(u32 i, u64 c, u32 event, u32 kind, u32 tile, u32 payload) const {
+  // also covers "no buffer". Plain threadIdx/blockIdx: the compiler keeps the test as one predicate
+  // register through the kernel, so a site costs a clock read and a branch when the buffer is cleared
+  // (the test re-read at each site through asm volatile %tid.x / %ctaid.x put a chain of special-register
+  // reads and constant loads on warp 0's path between two tiles).
+  __device__ __forceinline__ bool writer() const {
+    return threadIdx.x == 0 && blockIdx.x * b.roles_per_cta + kRoleMath < b.num_slices;
+  }
+  // The slice's records, from %ctaid.x read through asm volatile: computed where a record is written,
+  // never held through the main loop.
+  __device__ __forceinline__ Record* records() const {
+    return b.records + (u64)(ctaid_x() * b.roles_per_cta + kRoleMath) * b.capacity;
+  }
+  __device__ __forceinline__ void store(Record* r, u32 i, u64 c, u32 event, u32 kind, u32 tile, u32 payload) const {
+    if (i < b.capacity) store_record_cs(r + i, ts_event(c, event, kind), tile, payload);
+  }
+  // The record's first 8 bytes (timestamp, event, kind) and its last 8 (tile, payload), stored apart.
+  __device__ __forceinline__ void store_ts(Record* r, u32 i, u64 c, u32 event, u32 kind) const {
     if (i < b.capacity) {
-      const u64 ts_ev = (c & 0xFFFFFFFFFFFFull) | ((u64)(event & 0xFF) << 48) | ((u64)(kind & 0x3) << 56);
-      store_record_cs(b.records + (u64)slice() * b.capacity + i, ts_ev, tile, payload);
+      const u64 ts_ev = ts_event(c, event, kind);
+      asm volatile("st.global.cs.v2.u32 [%0], {%1, %2};" ::"l"(&r[i].ts_ev), "r"((u32)ts_ev), "r"((u32)(ts_ev >> 32)));
     }
   }
+  __device__ __forceinline__ void store_tile(Record* r, u32 i, u32 tile, u32 payload) const {
+    if (i < b.capacity) asm volatile("st.global.cs.v2.u32 [%0], {%1, %2};" ::"l"(&r[i].tile), "r"(tile), "r"(payload));
+  }
 
+  // Slice open; the first tile's mainloop begins here (its timestamp half).
   __device__ __forceinline__ void open(const DeviceBuffer& buf) {
     b = buf;
     if (writer()) {
       const u64 g = globaltimer_ns();
       const u64 c = clock_cycles();
-      SliceMeta* m = b.meta + slice();
+      SliceMeta* m = b.meta + ctaid_x() * b.roles_per_cta + kRoleMath;
       store_meta_u32(&m->smid_open, smid());
       store_meta_u64(&m->gt_open, g);
       store_meta_u64(&m->clk_open, c);
+      store_ts(records(), 0u, c, kEvMainloop, kKindBegin);
     }
   }
 
-  // mainloop begin of the iter-th tile (0-based), stored at once (top of the tile loop).
-  __device__ __forceinline__ void tile_begin(u32 iter, u32 tile) const {
-    const u64 c = clock_cycles();
-    if (writer()) store(iter * kRecordsPerTile, c, kEvMainloop, kKindBegin, tile, 0u);
-  }
-
-  // The tile's other five records, from its two clock stamps (low 32 bits) and the clock now
-  // (epilogue end; payload = tile bytes).
+  // After the iter-th tile's TMA store (0-based iter): its records from its two clock stamps (low 32
+  // bits) and the clock now (epilogue end; payload = tile bytes), the tile half of its mainloop-begin
+  // record, and the timestamp half of the next tile's (a record past the last tile is past the count).
   __device__ __forceinline__ void tile_end(u32 iter, u32 tile, u32 bytes, u32 t_mainloop_end, u32 t_store_done) const {
     const u64 now = clock_cycles();
     if (writer()) {
       const u64 mainloop_end = now - (u32)((u32)now - t_mainloop_end);
       const u64 store_done = now - (u32)((u32)now - t_store_done);
       const u32 i = iter * kRecordsPerTile;
-      store(i + 1, mainloop_end, kEvMainloop, kKindEnd, tile, 0u);
-      store(i + 2, mainloop_end, kEvStoreWait, kKindBegin, tile, 0u);
-      store(i + 3, store_done, kEvStoreWait, kKindEnd, tile, 0u);
-      store(i + 4, store_done, kEvEpilogue, kKindBegin, tile, 0u);
-      store(i + 5, now, kEvEpilogue, kKindEnd, tile, bytes);
+      Record* r = records();
+      store_tile(r, i, tile, 0u);
+      store(r, i + 1, mainloop_end, kEvMainloop, kKindEnd, tile, 0u);
+      store(r, i + 2, mainloop_end, kEvStoreWait, kKindBegin, tile, 0u);
+      store(r, i + 3, store_done, kEvStoreWait, kKindEnd, tile, 0u);
+      store(r, i + 4, store_done, kEvEpilogue, kKindBegin, tile, 0u);
+      store(r, i + 5, now, kEvEpilogue, kKindEnd, tile, bytes);
+      store_ts(r, i + kRecordsPerTile, now, kEvMainloop, kKindBegin);
     }
   }
 
@@ -104,7 +122,7 @@ struct MathProbe {
     if (writer()) {
       const u64 g = globaltimer_ns();
       const u64 c = clock_cycles();
-      SliceMeta* m = b.meta + slice();
+      SliceMeta* m = b.meta + ctaid_x() * b.roles_per_cta + kRoleMath;
       store_meta_u32(&m->smid_close, smid());
       store_meta_u64(&m->gt_close, g);
       store_meta_u64(&m->clk_close, c);
@@ -120,7 +138,6 @@ struct MathProbe {
 #define XSTAGE_DG_MATH_OPEN(buf)        \
   ::xstage::dg::MathProbe xstage_math_; \
   xstage_math_.open((buf))
-#define XSTAGE_DG_TILE_BEGIN(iter, tile) xstage_math_.tile_begin((::xstage::u32)(iter), (tile))
 // A clock stamp of this tile, held (32 bits) until XSTAGE_DG_TILE_END writes the tile's records.
 #define XSTAGE_DG_CLOCK(name) const ::xstage::u32 name = (::xstage::u32)::xstage::clock_cycles()
 #define XSTAGE_DG_TILE_END(iter, tile, bytes, t_mainloop_end, t_store_done) \
@@ -131,9 +148,6 @@ struct MathProbe {
 
 #define XSTAGE_DG_MATH_OPEN(buf) \
   do {                           \
-  } while (0)
-#define XSTAGE_DG_TILE_BEGIN(iter, tile) \
-  do {                                   \
   } while (0)
 #define XSTAGE_DG_CLOCK(name) \
   do {                        \
