@@ -112,6 +112,7 @@ def main() -> None:
         work = Path(tempfile.mkdtemp(prefix=f"xstage-bench-analyze-synthetic-{int(target):d}-"))
         try:
             replicate(dumps, copies, work / "dumps")
+            os.sync()  # a user's dumps are on disk already: not dirty pages the kernel writes back during the run
             records = copies * per_copy
             gb = sum(p.stat().st_size for p in (work / "dumps").iterdir()) / 1e9
             t = time_v([exe, "analyze", str(report), str(work / "dumps"), "--calibration", str(CALIBRATION), "-o", str(work / "run"), "--json"])
