@@ -15,10 +15,11 @@
 // set at open and read and written with ld.shared / st.shared, so no count or address is held in a
 // register across the loop (with probe.cuh's Probe handle, the count live in a register, the
 // 240-register consumer's softmax and GEMMs were scheduled differently and ran 1.5-3.6 % slower).
-// Sites: the mainloop's begin (before the mainloop's first barrier wait) and the mainloop's end /
-// epilogue's begin (after the scheduler's get_next_work, right before the epilogue's barrier) only
-// stamp their clocks into the state (a predicated clock read and st.shared each, no branch); the
-// epilogue's end writes the tile's four records: the two stamps' three and its own.
+// Sites: the mainloop's begin writes its record (clock read, two ld.shared, the store predicated on the
+// capacity, one st.shared); the mainloop's end / epilogue's begin, after the scheduler's get_next_work
+// and right before the epilogue's barrier, only stamps its clock into the state (a predicated clock
+// read and st.shared, no branch); the epilogue's end writes three records: the stamped clock's two
+// (mainloop end, epilogue begin) and its own.
 // Why the flag: every form that re-tested the thread index (or the buffer) at the site after the
 // scheduler's get_next_work made ptxas re-allocate and re-schedule the causal kernel's K/V loops (their
 // instructions out of place against the probes-off build; +2-3 % at long tiles on the H200); with the
@@ -57,7 +58,7 @@ __device__ __forceinline__ ::xstage::u32 tile_id(BlockCoord const& block_coord) 
 
 // The writer's state in FA3's SharedStorage::PipelineStorage (32 bytes; none without probes): [0] records
 // attempted, [1] the slice's capacity (0: no slice for this CTA), [2..3] its first record, [4..5] the clock
-// stamp of XSTAGE_FA3_SPAN_STAMP, [6..7] that of XSTAGE_FA3_BEGIN_STAMP.
+// stamp of XSTAGE_FA3_SPAN_STAMP.
 #ifdef XSTAGE_TRACE
 #define XSTAGE_FA3_SMEM_FIELD alignas(16) ::xstage::u32 xstage_writer_state[8];
 #else
@@ -120,9 +121,14 @@ __device__ __forceinline__ void probe_open(::xstage::DeviceBuffer const& b, Writ
                  "l"(reinterpret_cast<::xstage::u64>(b.records + (::xstage::u64)slice_of(b) * b.capacity)));
 }
 
-// The writer only: a span's begin, its record written by probe_put4.
-__device__ __forceinline__ void probe_begin_stamp(WriterState& s) {
-    asm volatile("st.shared.u64 [%0+24], %1;" ::"r"(state_addr(s)), "l"(::xstage::clock_cycles()));
+// The writer only: one record at this clock.
+__device__ __forceinline__ void probe_put(WriterState& s, ::xstage::u32 event, ::xstage::u32 kind, ::xstage::u32 tile) {
+    const ::xstage::u64 c = ::xstage::clock_cycles();
+    ::xstage::u32 i, capacity;
+    ::xstage::Record* first;
+    load_state(s, i, capacity, first);
+    if (i < capacity) ::xstage::store_record_cs(first + i, ts_ev(c, event, kind), tile, 0u);
+    store_count(s, i + 1);
 }
 
 // The writer only: the clock of a span boundary (one span's end and the next span's begin: the mainloop's
@@ -131,20 +137,20 @@ __device__ __forceinline__ void probe_stamp(WriterState& s) {
     asm volatile("st.shared.u64 [%0+16], %1;" ::"r"(state_addr(s)), "l"(::xstage::clock_cycles()));
 }
 
-// The writer only: the tile's four records -- `ended`'s begin stamp, the boundary stamp's two (`ended`'s
-// end, `begun`'s begin) and, at this clock, `begun`'s end.
-__device__ __forceinline__ void probe_put4(WriterState& s, ::xstage::u32 ended, ::xstage::u32 begun, ::xstage::u32 tile) {
+// The writer only: the stamped boundary's two records (`ended`'s end, `begun`'s begin) and, at this
+// clock, the end of `event`.
+__device__ __forceinline__ void probe_put3(WriterState& s, ::xstage::u32 ended, ::xstage::u32 begun, ::xstage::u32 event,
+                                           ::xstage::u32 tile) {
     const ::xstage::u64 c = ::xstage::clock_cycles();
     ::xstage::u32 i, capacity;
     ::xstage::Record* first;
     load_state(s, i, capacity, first);
-    ::xstage::u64 stamp, begin;
-    asm volatile("ld.shared.v2.u64 {%0, %1}, [%2+16];" : "=l"(stamp), "=l"(begin) : "r"(state_addr(s)));
-    if (i < capacity) ::xstage::store_record_cs(first + i, ts_ev(begin, ended, ::xstage::kKindBegin), tile, 0u);
-    if (i + 1 < capacity) ::xstage::store_record_cs(first + i + 1, ts_ev(stamp, ended, ::xstage::kKindEnd), tile, 0u);
-    if (i + 2 < capacity) ::xstage::store_record_cs(first + i + 2, ts_ev(stamp, begun, ::xstage::kKindBegin), tile, 0u);
-    if (i + 3 < capacity) ::xstage::store_record_cs(first + i + 3, ts_ev(c, begun, ::xstage::kKindEnd), tile, 0u);
-    store_count(s, i + 4);
+    ::xstage::u64 stamp;
+    asm volatile("ld.shared.u64 %0, [%1+16];" : "=l"(stamp) : "r"(state_addr(s)));
+    if (i < capacity) ::xstage::store_record_cs(first + i, ts_ev(stamp, ended, ::xstage::kKindEnd), tile, 0u);
+    if (i + 1 < capacity) ::xstage::store_record_cs(first + i + 1, ts_ev(stamp, begun, ::xstage::kKindBegin), tile, 0u);
+    if (i + 2 < capacity) ::xstage::store_record_cs(first + i + 2, ts_ev(c, event, ::xstage::kKindEnd), tile, 0u);
+    store_count(s, i + 3);
 }
 
 __device__ __forceinline__ void probe_close(::xstage::DeviceBuffer const& b, ::xstage::u32 writer_tid, WriterState const& s) {
@@ -167,18 +173,18 @@ __device__ __forceinline__ void probe_close(::xstage::DeviceBuffer const& b, ::x
 #define XSTAGE_FA3_OPEN(buf, writer_tid, state)                                              \
     const bool xstage_fa3_writer = ::flash::xstage_fa3::is_writer((buf), (writer_tid)); \
     if (xstage_fa3_writer) ::flash::xstage_fa3::probe_open((buf), (state))
-#define XSTAGE_FA3_BEGIN_STAMP(state) \
-    if (xstage_fa3_writer) ::flash::xstage_fa3::probe_begin_stamp((state))
+#define XSTAGE_FA3_BEGIN(state, event, tile) \
+    if (xstage_fa3_writer) ::flash::xstage_fa3::probe_put((state), (event), ::xstage::kKindBegin, (tile))
 #define XSTAGE_FA3_SPAN_STAMP(state) \
     if (xstage_fa3_writer) ::flash::xstage_fa3::probe_stamp((state))
-#define XSTAGE_FA3_END_STAMPED(state, ended, begun, tile) \
-    if (xstage_fa3_writer) ::flash::xstage_fa3::probe_put4((state), (ended), (begun), (tile))
+#define XSTAGE_FA3_END_STAMPED(state, ended, begun, event, tile) \
+    if (xstage_fa3_writer) ::flash::xstage_fa3::probe_put3((state), (ended), (begun), (event), (tile))
 #define XSTAGE_FA3_CLOSE(buf, writer_tid, state) ::flash::xstage_fa3::probe_close((buf), (writer_tid), (state))
 #else  // probes compiled out: no code, arguments not evaluated
 #define XSTAGE_FA3_OPEN(buf, writer_tid, state) do {} while (0)
-#define XSTAGE_FA3_BEGIN_STAMP(state) do {} while (0)
+#define XSTAGE_FA3_BEGIN(state, event, tile) do {} while (0)
 #define XSTAGE_FA3_SPAN_STAMP(state) do {} while (0)
-#define XSTAGE_FA3_END_STAMPED(state, ended, begun, tile) do {} while (0)
+#define XSTAGE_FA3_END_STAMPED(state, ended, begun, event, tile) do {} while (0)
 #define XSTAGE_FA3_CLOSE(buf, writer_tid, state) do {} while (0)
 #endif
 
