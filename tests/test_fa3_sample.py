@@ -57,8 +57,9 @@ def test_causal_qloops_follow_their_kv_blocks(fa3_tiles):
 
 
 def test_each_tiles_qloop_end_and_epilogue_begin_are_one_clock_read(fa3_probes):
-    """The recipe writes a tile's mainloop end and its epilogue begin at one site with one clock read
-    (XSTAGE_FA3_SPAN_SWITCH): the two records carry the same raw clock64 value."""
+    """The recipe takes a tile's mainloop end and its epilogue begin at one site with one clock read
+    (XSTAGE_FA3_SPAN_STAMP, both records written at the epilogue's end): the two records carry the same
+    raw clock64 value."""
     p = fa3_probes
     keys = ["dump", "cta", "tile"]
     ml_end = p[(p["event"] == "mainloop") & (p["kind"] == "end")].set_index(keys)["clock"]
