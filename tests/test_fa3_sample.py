@@ -57,8 +57,9 @@ def test_causal_qloops_follow_their_kv_blocks(fa3_tiles):
 
 
 def test_each_tiles_qloop_end_and_epilogue_begin_are_one_clock_read(fa3_probes):
-    """The recipe writes a tile's mainloop end and its epilogue begin at one site with one clock read
-    (XSTAGE_FA3_SPAN_SWITCH): the two records carry the same raw clock64 value."""
+    """The recipe takes a tile's mainloop end and its epilogue begin at one site with one clock read
+    (XSTAGE_FA3_SPAN_STAMP, both records written at the epilogue's end): the two records carry the same
+    raw clock64 value."""
     p = fa3_probes
     keys = ["dump", "cta", "tile"]
     ml_end = p[(p["event"] == "mainloop") & (p["kind"] == "end")].set_index(keys)["clock"]
@@ -67,3 +68,30 @@ def test_each_tiles_qloop_end_and_epilogue_begin_are_one_clock_read(fa3_probes):
     both = ml_end.to_frame("ml_end").join(ep_begin.rename("ep_begin"), how="inner")
     assert len(both) == len(ml_end) == len(ep_begin) > 0
     assert (both["ml_end"] == both["ep_begin"]).all()
+
+
+def test_overhead_table_is_the_trials_medians_and_within_one_percent():
+    """overhead.csv is the per-case median of times.csv's trials (300 per build, the three builds in every
+    trial), the probes' cost it shows is within ±1 % in all 20 cases (issue 13's goal), and
+    overhead_forms.csv lists the shipped form with the same medians."""
+    import pandas as pd
+
+    times = pd.read_csv(FA3 / "times.csv")
+    table = pd.read_csv(FA3 / "overhead.csv")
+    keys = ["dest", "seqlen", "causal"]
+    assert len(table) == 20 and not table.duplicated(keys).any()
+    per_trial = times.groupby(keys + ["trial"])["build"].agg(frozenset)
+    assert (per_trial == frozenset({"plain", "traced", "cleared"})).all()
+    med = times.pivot_table(index=keys, columns="build", values="kernel_ms", aggfunc="median")
+    n = times.groupby(keys + ["build"]).size()
+    t = table.set_index(keys)
+    assert (n == 300).all() and (t["trials"] == 300).all()
+    for b in ("plain", "traced", "cleared"):
+        assert np.allclose(t[f"{b}_ms"], med.loc[t.index, b], atol=5e-6), b
+    cost = med["traced"] / med["plain"] - 1
+    assert (cost.abs() <= 0.01).all(), cost[cost.abs() > 0.01]
+    forms = pd.read_csv(FA3 / "overhead_forms.csv")
+    shipped = [f for f, g in forms.groupby(["form", "recipe_commit", "run_utc"])
+               if len(g) == 20 and np.allclose(g.set_index(keys).loc[t.index, "plain_ms"], t["plain_ms"])
+               and np.allclose(g.set_index(keys).loc[t.index, "traced_vs_plain"], t["traced_vs_plain"])]
+    assert len(shipped) == 1, shipped

@@ -281,17 +281,18 @@ def test_fa3_recipe_on_fixture_threads_the_buffer_through_params(tmp_path: Path)
     for api in ("flash_api.cpp", "flash_api_stable.cpp"):
         assert '#include "xstage_fa3_api.h"' in (root / "hopper" / api).read_text()
     kernel = (root / "hopper/flash_fwd_kernel_sm90.h").read_text()
-    # the probe opens in the consumer branch, after the producer's register dealloc
-    assert kernel.index("warpgroup_reg_dealloc") < kernel.index("XSTAGE_FA3_OPEN(params.epilogue.xstage_buf, MmaThreadOffset, shared_storage.pipelines.xstage_record_count)")
-    # the record count's field closes the shared pipeline storage
+    # the probe opens in the consumer branch, after the producer's register dealloc (it declares the writer flag there)
+    assert kernel.index("warpgroup_reg_dealloc") < kernel.index("XSTAGE_FA3_OPEN(params.epilogue.xstage_buf, MmaThreadOffset, shared_storage.pipelines.xstage_writer_state)")
+    # the writer state's field closes the shared pipeline storage
     assert kernel.index("smem_scheduler;") < kernel.index("XSTAGE_FA3_SMEM_FIELD") < kernel.index("} pipelines;")
-    # three sites per tile, in loop order: mainloop begin before mma; the mainloop's end and the epilogue's begin as
-    # one site after the scheduler's get_next_work; the epilogue's end after store_zero's branch
-    sites = [kernel.index(s) for s in ("XSTAGE_FA3_BEGIN(params", "mainloop.mma(", "get_next_work</*IsProducerWarp=*/false>",
-                                       "XSTAGE_FA3_SPAN_SWITCH(params", "if (tile_valid) {", "epilogue.store_zero(",
-                                       "XSTAGE_FA3_END(params", "epilogue.store_tail();", "XSTAGE_FA3_CLOSE(")]
+    # three sites per tile, in loop order: mainloop begin before mma; the clock stamp of the mainloop's end and the
+    # epilogue's begin after the scheduler's get_next_work; the epilogue's end (writing the stamp's two records and
+    # its own) after store_zero's branch
+    sites = [kernel.index(s) for s in ("XSTAGE_FA3_BEGIN(shared_storage.pipelines.xstage_writer_state,", "mainloop.mma(", "get_next_work</*IsProducerWarp=*/false>",
+                                       "XSTAGE_FA3_SPAN_STAMP(shared_storage.pipelines.xstage_writer_state)", "if (tile_valid) {", "epilogue.store_zero(",
+                                       "XSTAGE_FA3_END_STAMPED(shared_storage.pipelines.xstage_writer_state,", "epilogue.store_tail();", "XSTAGE_FA3_CLOSE(")]
     assert sites == sorted(sites)
-    assert kernel.count("XSTAGE_FA3_BEGIN(") == kernel.count("XSTAGE_FA3_SPAN_SWITCH(") == kernel.count("XSTAGE_FA3_END(") == 1
+    assert kernel.count("XSTAGE_FA3_BEGIN(") == kernel.count("XSTAGE_FA3_SPAN_STAMP(") == kernel.count("XSTAGE_FA3_END_STAMPED(") == 1
     engine.revert(get("fa3"), root)
     assert snapshot(root) == before
 

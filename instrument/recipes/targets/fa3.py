@@ -14,8 +14,10 @@ _E = "hopper/epilogue_fwd.hpp"
 _NS = "flash::xstage_fa3"
 _CONSUMER = r"warpgroup_reg_alloc<\s*MmaRegisterRequirement\s*>\(\);"
 _TILE = f"{_NS}::tile_id(block_coord)"
-# the buffer, the writer thread (the first consumer thread) and the record count (a field of ours in shared storage)
-_BUF = "params.epilogue.xstage_buf, MmaThreadOffset, shared_storage.pipelines.xstage_record_count"
+# the writer's state (a field of ours in shared storage); at open and close also the buffer and the writer thread
+# (the first consumer thread). XSTAGE_FA3_OPEN declares the writer flag the three tile-loop sites test.
+_STATE = "shared_storage.pipelines.xstage_writer_state"
+_BUF = f"params.epilogue.xstage_buf, MmaThreadOffset, {_STATE}"
 
 RECIPE = Recipe(
     name="fa3",
@@ -37,15 +39,15 @@ RECIPE = Recipe(
                f"XSTAGE_FA3_OPEN({_BUF});",
                "cutlass::arch::warpgroup_reg_alloc<MmaRegisterRequirement>();"),
         Anchor("kernel.mainloop_begin", _K, r"^[ \t]*if constexpr \(!LargeHeadDimV\) \{\n[ \t]*tile_valid = mainloop\.mma\(", "before",
-               f"XSTAGE_FA3_BEGIN({_BUF}, {_NS}::kEvMainloop, {_TILE});",
+               f"XSTAGE_FA3_BEGIN({_STATE}, {_NS}::kEvMainloop, {_TILE});",
                "if constexpr (!LargeHeadDimV) {\n    tile_valid = mainloop.mma(", after=_CONSUMER),
-        # the mainloop's end and the epilogue's begin are one site (one clock read, two records), after the scheduler's
-        # get_next_work: the Q-loop span holds the consumer's fetch of its next tile
+        # the mainloop's end and the epilogue's begin are one clock read, stamped after the scheduler's get_next_work
+        # (the Q-loop span holds the consumer's fetch of its next tile); their records are written at the epilogue's end
         Anchor("kernel.span_switch", _K, r"^[ \t]*if \(tile_valid\) \{\n", "before",
-               f"XSTAGE_FA3_SPAN_SWITCH({_BUF}, {_NS}::kEvMainloop, {_NS}::kEvEpilogue, {_TILE});", "if (tile_valid) {",
+               f"XSTAGE_FA3_SPAN_STAMP({_STATE});", "if (tile_valid) {",
                after=r"get_next_work</\*IsProducerWarp=\*/false>\(params\.scheduler, work_tile_info\);"),
         Anchor("kernel.epilogue_end", _K, r"^[ \t]*epilogue\.store_zero\([^;]*\);\n[ \t]*\}\n", "after",
-               f"XSTAGE_FA3_END({_BUF}, {_NS}::kEvEpilogue, {_TILE});",
+               f"XSTAGE_FA3_END_STAMPED({_STATE}, {_NS}::kEvMainloop, {_NS}::kEvEpilogue, {_NS}::kEvEpilogue, {_TILE});",
                "epilogue.store_zero(params.epilogue, threadIdx.x - MmaThreadOffset, block_coord);\n}", after=_CONSUMER),
         Anchor("kernel.consumer_close", _K, r"^[ \t]*epilogue\.store_tail\(\);\n", "after", f"XSTAGE_FA3_CLOSE({_BUF});",
                "epilogue.store_tail();", after=_CONSUMER),

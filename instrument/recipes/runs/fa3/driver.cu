@@ -202,7 +202,7 @@ void reference(const Case& c, const std::vector<float>& q, const std::vector<flo
 // The traced launch's records against the recipe's layout: every issued tile exactly once, as four
 // records of its tile id -- mainloop begin, mainloop end, epilogue begin, epilogue end -- with
 // non-decreasing clocks, the mainloop's end and the epilogue's begin one clock read (the recipe's
-// XSTAGE_FA3_SPAN_SWITCH); every slice holding records closed, its count a multiple of 4 within the
+// XSTAGE_FA3_SPAN_STAMP); every slice holding records closed, its count a multiple of 4 within the
 // capacity. One row per case in records.csv; false when anything differs.
 bool records_ok(const xstage::HostBuffer& tb, const Case& c, FILE* f) {
   xstage::check_cuda(cudaDeviceSynchronize(), "FA3 kernel");

@@ -3,16 +3,28 @@
 // Arguments/Params (a field of ours), filled by the launch template from current(), which the
 // extern "C" setter in xstage_fa3_api.h (compiled into flash_api.cpp) sets.
 //
-// The consumer's probe carries no register through FA3's tile loop (XSTAGE_FA3_*, below): with
-// probe.cuh's Probe handle (its record count live in a register across the Q-loop) ptxas scheduled
-// the 240-register consumer's softmax and GEMMs differently and the kernel ran 1.5-3.6 % slower.
-// Here the writer is the consumer thread whose %tid.x is writer_tid (re-read at each record), the
-// record count is a field of FA3's SharedStorage (XSTAGE_FA3_SMEM_FIELD, in its pipeline storage: a
-// static __shared__ variable would shift the dynamic shared memory off the alignment FA3's TMA
-// tiles need), read and written with ld.shared / st.shared at its 32-bit shared address (a volatile
-// C++ access went through a generic address, and the schedule changed again), and the buffer is
-// the kernel parameter's (constant bank); records and slice metadata are probe.cuh's
-// (docs/probe-format.md).
+// The consumer's probe sites cost the consumer warps one predicated branch each. The writer (the
+// consumer thread whose %tid.x is writer_tid, with a trace buffer set) is decided once, when the
+// consumer starts (XSTAGE_FA3_OPEN declares the flag `xstage_fa3_writer` in the consumer's scope); the
+// three sites in the tile loop test that flag and nothing else, so the other warps neither read the
+// thread index, nor load the buffer's fields, nor wait: ptxas keeps the flag in a predicate register
+// across the tile loop. The writer's state -- records attempted, the slice's capacity (0 when the CTA's
+// slice is outside the buffer), the address of the slice's first record and one clock stamp -- is a
+// 32-byte field of FA3's SharedStorage (XSTAGE_FA3_SMEM_FIELD, in its pipeline storage: a static
+// __shared__ variable would shift the dynamic shared memory off the alignment FA3's TMA tiles need),
+// set at open and read and written with ld.shared / st.shared, so no count or address is held in a
+// register across the loop (with probe.cuh's Probe handle, the count live in a register, the
+// 240-register consumer's softmax and GEMMs were scheduled differently and ran 1.5-3.6 % slower).
+// Sites: the mainloop's begin writes its record (clock read, two ld.shared, the store predicated on the
+// capacity, one st.shared); the mainloop's end / epilogue's begin, after the scheduler's get_next_work
+// and right before the epilogue's barrier, only stamps its clock into the state (a predicated clock
+// read and st.shared, no branch); the epilogue's end writes three records: the stamped clock's two
+// (mainloop end, epilogue begin) and its own.
+// Why the flag: every form that re-tested the thread index (or the buffer) at the site after the
+// scheduler's get_next_work made ptxas re-allocate and re-schedule the causal kernel's K/V loops (their
+// instructions out of place against the probes-off build; +2-3 % at long tiles on the H200); with the
+// flag those loops are the probes-off build's, instruction for instruction (docs/recipes.md, fa3).
+// Records and slice metadata are probe.cuh's (docs/probe-format.md).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -44,111 +56,136 @@ __device__ __forceinline__ ::xstage::u32 tile_id(BlockCoord const& block_coord) 
 }
 #endif
 
-// The record count's home in FA3's SharedStorage::PipelineStorage (16 bytes; none without probes).
+// The writer's state in FA3's SharedStorage::PipelineStorage (32 bytes; none without probes): [0] records
+// attempted, [1] the slice's capacity (0: no slice for this CTA), [2..3] its first record, [4..5] the clock
+// stamp of XSTAGE_FA3_SPAN_STAMP.
 #ifdef XSTAGE_TRACE
-#define XSTAGE_FA3_SMEM_FIELD alignas(16) ::xstage::u32 xstage_record_count;
+#define XSTAGE_FA3_SMEM_FIELD alignas(16) ::xstage::u32 xstage_writer_state[8];
 #else
 #define XSTAGE_FA3_SMEM_FIELD
 #endif
 
 #if defined(__CUDACC__) && defined(XSTAGE_TRACE)
+using WriterState = ::xstage::u32[8];
+
 __device__ __forceinline__ ::xstage::u32 tid_x() {
     ::xstage::u32 t;
     asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
     return t;
 }
 
-// The record count in shared memory (its generic address converted once per access; no register held).
-__device__ __forceinline__ ::xstage::u32 load_count(::xstage::u32 const& count) {
-    const ::xstage::u32 a = static_cast<::xstage::u32>(__cvta_generic_to_shared(&count));
-    ::xstage::u32 v;
-    asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(a));
-    return v;
+// The state's 32-bit shared address (its generic address converted at each access; no register held).
+__device__ __forceinline__ ::xstage::u32 state_addr(WriterState const& s) {
+    return static_cast<::xstage::u32>(__cvta_generic_to_shared(&s[0]));
 }
 
-__device__ __forceinline__ void store_count(::xstage::u32& count, ::xstage::u32 v) {
-    const ::xstage::u32 a = static_cast<::xstage::u32>(__cvta_generic_to_shared(&count));
-    asm volatile("st.shared.u32 [%0], %1;" ::"r"(a), "r"(v));
+__device__ __forceinline__ void load_state(WriterState const& s, ::xstage::u32& count, ::xstage::u32& capacity,
+                                           ::xstage::Record*& first) {
+    ::xstage::u64 p;
+    asm volatile("ld.shared.v2.u32 {%0, %1}, [%3];\n\tld.shared.u64 %2, [%3+8];"
+                 : "=r"(count), "=r"(capacity), "=l"(p) : "r"(state_addr(s)));
+    first = reinterpret_cast<::xstage::Record*>(p);
+}
+
+__device__ __forceinline__ void store_count(WriterState& s, ::xstage::u32 count) {
+    asm volatile("st.shared.u32 [%0], %1;" ::"r"(state_addr(s)), "r"(count));
 }
 
 __device__ __forceinline__ ::xstage::u32 slice_of(::xstage::DeviceBuffer const& b) {
     return ::xstage::ctaid_x() * b.roles_per_cta + kRoleConsumer;
 }
 
+// The flag of XSTAGE_FA3_OPEN: this thread writes the records, and a buffer is set.
 __device__ __forceinline__ bool is_writer(::xstage::DeviceBuffer const& b, ::xstage::u32 writer_tid) {
-    return tid_x() == writer_tid && b.meta != nullptr && slice_of(b) < b.num_slices;
+    return tid_x() == writer_tid && b.meta != nullptr;
 }
 
-__device__ __forceinline__ void probe_open(::xstage::DeviceBuffer const& b, ::xstage::u32 writer_tid, ::xstage::u32& count) {
-    if (!is_writer(b, writer_tid)) return;
+__device__ __forceinline__ ::xstage::u64 ts_ev(::xstage::u64 clock, ::xstage::u32 event, ::xstage::u32 kind) {
+    return (clock & 0xFFFFFFFFFFFFull) | ((::xstage::u64)(event & 0xFF) << 48) | ((::xstage::u64)(kind & 0x3) << 56);
+}
+
+// The writer only: the slice's open anchor and the state (capacity 0 when the CTA has no slice).
+__device__ __forceinline__ void probe_open(::xstage::DeviceBuffer const& b, WriterState& s) {
+    const ::xstage::u32 a = state_addr(s);
+    if (slice_of(b) >= b.num_slices) {
+        asm volatile("st.shared.v2.u32 [%0], {%1, %1};" ::"r"(a), "r"(0u));
+        return;
+    }
     const ::xstage::u64 g = ::xstage::globaltimer_ns();
     const ::xstage::u64 c = ::xstage::clock_cycles();
     ::xstage::SliceMeta* m = b.meta + slice_of(b);
-    m->smid_open = ::xstage::smid();
-    m->gt_open = g;
-    m->clk_open = c;
-    store_count(count, 0u);
+    ::xstage::store_meta_u32(&m->smid_open, ::xstage::smid());
+    ::xstage::store_meta_u64(&m->gt_open, g);
+    ::xstage::store_meta_u64(&m->clk_open, c);
+    asm volatile("st.shared.v2.u32 [%0], {%1, %2};\n\tst.shared.u64 [%0+8], %3;" ::"r"(a), "r"(0u), "r"(b.capacity),
+                 "l"(reinterpret_cast<::xstage::u64>(b.records + (::xstage::u64)slice_of(b) * b.capacity)));
 }
 
-__device__ __forceinline__ void probe_put(::xstage::DeviceBuffer const& b, ::xstage::u32 writer_tid, ::xstage::u32& count,
-                                          ::xstage::u32 event, ::xstage::u32 kind, ::xstage::u32 tile) {
-    if (!is_writer(b, writer_tid)) return;
+// The writer only: one record at this clock.
+__device__ __forceinline__ void probe_put(WriterState& s, ::xstage::u32 event, ::xstage::u32 kind, ::xstage::u32 tile) {
     const ::xstage::u64 c = ::xstage::clock_cycles();
-    const ::xstage::u32 i = load_count(count);
-    if (i < b.capacity) {
-        const ::xstage::u64 ts_ev = (c & 0xFFFFFFFFFFFFull) | ((::xstage::u64)(event & 0xFF) << 48) | ((::xstage::u64)(kind & 0x3) << 56);
-        ::xstage::store_record_cs(b.records + (::xstage::u64)slice_of(b) * b.capacity + i, ts_ev, tile, 0u);
-    }
-    store_count(count, i + 1);
+    ::xstage::u32 i, capacity;
+    ::xstage::Record* first;
+    load_state(s, i, capacity, first);
+    if (i < capacity) ::xstage::store_record_cs(first + i, ts_ev(c, event, kind), tile, 0u);
+    store_count(s, i + 1);
 }
 
-__device__ __forceinline__ void probe_close(::xstage::DeviceBuffer const& b, ::xstage::u32 writer_tid, ::xstage::u32 const& count) {
-    if (!is_writer(b, writer_tid)) return;
+// The writer only: the clock of a span boundary (one span's end and the next span's begin: the mainloop's
+// end and the epilogue's begin), its two records written by probe_put3.
+__device__ __forceinline__ void probe_stamp(WriterState& s) {
+    asm volatile("st.shared.u64 [%0+16], %1;" ::"r"(state_addr(s)), "l"(::xstage::clock_cycles()));
+}
+
+// The writer only: the stamped boundary's two records (`ended`'s end, `begun`'s begin) and, at this
+// clock, the end of `event`.
+__device__ __forceinline__ void probe_put3(WriterState& s, ::xstage::u32 ended, ::xstage::u32 begun, ::xstage::u32 event,
+                                           ::xstage::u32 tile) {
+    const ::xstage::u64 c = ::xstage::clock_cycles();
+    ::xstage::u32 i, capacity;
+    ::xstage::Record* first;
+    load_state(s, i, capacity, first);
+    ::xstage::u64 stamp;
+    asm volatile("ld.shared.u64 %0, [%1+16];" : "=l"(stamp) : "r"(state_addr(s)));
+    if (i < capacity) ::xstage::store_record_cs(first + i, ts_ev(stamp, ended, ::xstage::kKindEnd), tile, 0u);
+    if (i + 1 < capacity) ::xstage::store_record_cs(first + i + 1, ts_ev(stamp, begun, ::xstage::kKindBegin), tile, 0u);
+    if (i + 2 < capacity) ::xstage::store_record_cs(first + i + 2, ts_ev(c, event, ::xstage::kKindEnd), tile, 0u);
+    store_count(s, i + 3);
+}
+
+__device__ __forceinline__ void probe_close(::xstage::DeviceBuffer const& b, ::xstage::u32 writer_tid, WriterState const& s) {
+    if (!is_writer(b, writer_tid) || slice_of(b) >= b.num_slices) return;
     const ::xstage::u64 g = ::xstage::globaltimer_ns();
     const ::xstage::u64 c = ::xstage::clock_cycles();
+    ::xstage::u32 count;
+    asm volatile("ld.shared.u32 %0, [%1];" : "=r"(count) : "r"(state_addr(s)));
     ::xstage::SliceMeta* m = b.meta + slice_of(b);
-    m->smid_close = ::xstage::smid();
-    m->gt_close = g;
-    m->clk_close = c;
-    m->count = load_count(count);
-    m->closed = 1;
+    ::xstage::store_meta_u32(&m->smid_close, ::xstage::smid());
+    ::xstage::store_meta_u64(&m->gt_close, g);
+    ::xstage::store_meta_u64(&m->clk_close, c);
+    ::xstage::store_meta_u32(&m->count, count);
+    ::xstage::store_meta_u32(&m->closed, 1u);
 }
 
-// One clock read, two records: one span's end and the next span's begin (the mainloop's end and the
-// epilogue's begin), so that the tile loop has three probe sites instead of four.
-__device__ __forceinline__ void probe_put2(::xstage::DeviceBuffer const& b, ::xstage::u32 writer_tid, ::xstage::u32& count,
-                                           ::xstage::u32 ended, ::xstage::u32 begun, ::xstage::u32 tile) {
-    if (!is_writer(b, writer_tid)) return;
-    const ::xstage::u64 c = ::xstage::clock_cycles();
-    const ::xstage::u32 i = load_count(count);
-    const ::xstage::u64 t = c & 0xFFFFFFFFFFFFull;
-    if (i < b.capacity) {
-        ::xstage::store_record_cs(b.records + (::xstage::u64)slice_of(b) * b.capacity + i,
-                                  t | ((::xstage::u64)(ended & 0xFF) << 48) | ((::xstage::u64)::xstage::kKindEnd << 56), tile, 0u);
-    }
-    if (i + 1 < b.capacity) {
-        ::xstage::store_record_cs(b.records + (::xstage::u64)slice_of(b) * b.capacity + i + 1,
-                                  t | ((::xstage::u64)(begun & 0xFF) << 48) | ((::xstage::u64)::xstage::kKindBegin << 56), tile, 0u);
-    }
-    store_count(count, i + 2);
-}
-
-// buf: the DeviceBuffer (kernel parameter), writer_tid: the writer's %tid.x, count: XSTAGE_FA3_SMEM_FIELD's field
-// (read and written in shared memory at each record, never held in a register across the loop)
-#define XSTAGE_FA3_OPEN(buf, writer_tid, count) ::flash::xstage_fa3::probe_open((buf), (writer_tid), (count))
-#define XSTAGE_FA3_BEGIN(buf, writer_tid, count, event, tile) \
-    ::flash::xstage_fa3::probe_put((buf), (writer_tid), (count), (event), ::xstage::kKindBegin, (tile))
-#define XSTAGE_FA3_END(buf, writer_tid, count, event, tile) \
-    ::flash::xstage_fa3::probe_put((buf), (writer_tid), (count), (event), ::xstage::kKindEnd, (tile))
-#define XSTAGE_FA3_SPAN_SWITCH(buf, writer_tid, count, ended, begun, tile) \
-    ::flash::xstage_fa3::probe_put2((buf), (writer_tid), (count), (ended), (begun), (tile))
-#define XSTAGE_FA3_CLOSE(buf, writer_tid, count) ::flash::xstage_fa3::probe_close((buf), (writer_tid), (count))
+// buf: the DeviceBuffer (kernel parameter); writer_tid: the writer's %tid.x; state: XSTAGE_FA3_SMEM_FIELD's field.
+// XSTAGE_FA3_OPEN declares `xstage_fa3_writer` (the consumer's scope, around the tile loop), which the
+// sites read.
+#define XSTAGE_FA3_OPEN(buf, writer_tid, state)                                              \
+    const bool xstage_fa3_writer = ::flash::xstage_fa3::is_writer((buf), (writer_tid)); \
+    if (xstage_fa3_writer) ::flash::xstage_fa3::probe_open((buf), (state))
+#define XSTAGE_FA3_BEGIN(state, event, tile) \
+    if (xstage_fa3_writer) ::flash::xstage_fa3::probe_put((state), (event), ::xstage::kKindBegin, (tile))
+#define XSTAGE_FA3_SPAN_STAMP(state) \
+    if (xstage_fa3_writer) ::flash::xstage_fa3::probe_stamp((state))
+#define XSTAGE_FA3_END_STAMPED(state, ended, begun, event, tile) \
+    if (xstage_fa3_writer) ::flash::xstage_fa3::probe_put3((state), (ended), (begun), (event), (tile))
+#define XSTAGE_FA3_CLOSE(buf, writer_tid, state) ::flash::xstage_fa3::probe_close((buf), (writer_tid), (state))
 #else  // probes compiled out: no code, arguments not evaluated
-#define XSTAGE_FA3_OPEN(buf, writer_tid, count) do {} while (0)
-#define XSTAGE_FA3_BEGIN(buf, writer_tid, count, event, tile) do {} while (0)
-#define XSTAGE_FA3_END(buf, writer_tid, count, event, tile) do {} while (0)
-#define XSTAGE_FA3_SPAN_SWITCH(buf, writer_tid, count, ended, begun, tile) do {} while (0)
-#define XSTAGE_FA3_CLOSE(buf, writer_tid, count) do {} while (0)
+#define XSTAGE_FA3_OPEN(buf, writer_tid, state) do {} while (0)
+#define XSTAGE_FA3_BEGIN(state, event, tile) do {} while (0)
+#define XSTAGE_FA3_SPAN_STAMP(state) do {} while (0)
+#define XSTAGE_FA3_END_STAMPED(state, ended, begun, event, tile) do {} while (0)
+#define XSTAGE_FA3_CLOSE(buf, writer_tid, state) do {} while (0)
 #endif
 
 }  // namespace flash::xstage_fa3
