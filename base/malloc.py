@@ -25,3 +25,13 @@ def keep_freed_memory() -> bool:
     except (OSError, AttributeError):  # no mallopt (macOS): leave the allocator as it is
         return False
     return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)) and bool(mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES))
+
+
+def release_freed_memory() -> None:
+    """Give the heap's free memory back to the kernel now (glibc's ``malloc_trim``; elsewhere nothing):
+    after planning, whose temporaries the passes that follow do not reuse."""
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return
+    trim(0)

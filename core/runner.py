@@ -32,11 +32,11 @@ def analyze_inputs(inputs: list[Path], output: Path | None, nsys=None, calibrati
 
     The output folder is checked before any input is read: it must be new, or an earlier run folder
     with ``force``, and it must neither be, lie inside, nor hold an input."""
-    from xstage_trace.analyses import AnalysisContext
+    from xstage_trace.analyses import SLICE_COLUMNS, AnalysisContext
     from xstage_trace.base.malloc import keep_freed_memory
     from xstage_trace.calibration_io import load_platform
     from xstage_trace.collectors.collect import plan_run
-    from xstage_trace.collectors.dataset import check_output_against_inputs, check_output_dir, write_run
+    from xstage_trace.collectors.dataset import check_output_against_inputs, check_output_dir, write_run, write_table
     from xstage_trace.collectors.nvtx_filter import restrict_to_nvtx
     from xstage_trace.stream import analyze_streaming, early_pool
 
@@ -52,6 +52,9 @@ def analyze_inputs(inputs: list[Path], output: Path | None, nsys=None, calibrati
         state: dict = {}
 
         def fill(tmp: Path) -> dict[str, int]:
+            slice_rows = tables["probe_slices"].num_rows
+            write_table(tmp, "probe_slices", tables["probe_slices"])  # now, so that the passes hold only what the steps read of it
+            tables["probe_slices"] = tables["probe_slices"].select(SLICE_COLUMNS)
             tick = progress("analyzing probe dumps", len(plan.tasks)) if (progress and plan.tasks) else None
             result = analyze_streaming(plan.tasks, tmp, tables, ctx, workers, tick, scheduler, pool)
             state["result"] = result
@@ -60,7 +63,7 @@ def analyze_inputs(inputs: list[Path], output: Path | None, nsys=None, calibrati
             if len(points):
                 points = points.sort_values(["dest", "mode", "K", "B", "gap_ns"]).reset_index(drop=True)
             state["points"] = points
-            return result.counts
+            return {**result.counts, "probe_slices": slice_rows}
 
         def manifest() -> dict:
             return dict(plan.manifest, calibration=str(calibration) if calibration else None, warnings=state["warnings"],

@@ -43,7 +43,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.feather as feather
 
-from xstage_trace.base.malloc import keep_freed_memory
+from xstage_trace.base.malloc import keep_freed_memory, release_freed_memory
 from xstage_trace.analyses import SLICE_COLUMNS, AnalysisContext, analyze_dumps
 from xstage_trace.analysis.tiles import (ControlSample, ControlStats, control_sample, control_stats_of, finish_tiles,
                                           merge_control_samples, with_dump_config)
@@ -327,6 +327,7 @@ def analyze_streaming(tasks: list[DumpTask], folder: Path, tables: dict[str, pa.
     the run's temporary ``folder``; then Table 3 per configuration from the tile parts. ``pool``: workers
     already started (``early_pool``), used when the run is large enough for a pool."""
     pa.default_memory_pool().release_unused()  # what reading the exports and dump headers left in the pool
+    release_freed_memory()  # and in the heap
     sl, dumps = tables["probe_slices"].select(SLICE_COLUMNS), tables["dumps"]  # a task gets its dumps' rows of what the steps read
     slice_rows, dump_rows = rows_by_dump(sl), rows_by_dump(dumps)
     dumps_frame = dumps.to_pandas()
