@@ -2,7 +2,7 @@
 
 Input: one row per launch with dest, mode (periodic | isolated), K, B, V, gap_ns, tiss_med_ns,
 tiss_p90_ns, period_med_ns (the calibration benchmark's reduction or the reference CSV), and
-optionally store (the store instruction, stg | bulk; points without it are st.global, "stg"). One
+optionally store (the store instruction, stg | bulk | tensor2d; points without it are st.global, "stg"). One
 fit is one store path and one store instruction: M_X differs between them (spec §1: "calibrated
 once per platform and store path"; on the H200 host path bulk copies drain at another rate).
 
@@ -116,7 +116,7 @@ class CalibrationFit:
     isolated: pd.DataFrame  # isolated points with the law's prediction
     errors: dict = field(default_factory=dict)  # "ss" (Eq. 1 + loop overhead), "rec" (recurrence)
     isolated_errors: dict = field(default_factory=dict)
-    store: str = DEFAULT_STORE  # the store instruction of the fitted points (stg | bulk)
+    store: str = DEFAULT_STORE  # the store instruction of the fitted points (stg | bulk | tensor2d)
 
     @property
     def rate_points(self) -> int:

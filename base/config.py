@@ -15,7 +15,8 @@ from dataclasses import dataclass, field, fields
 
 SCHEDULES = ("wave", "interleaved")
 MODES = ("periodic", "isolated")
-STORES = ("stg", "bulk")  # the calibration bench's store instruction: st.global from registers, cp.async.bulk from shared memory
+STORES = ("stg", "bulk", "tensor2d")  # the calibration bench's store instruction: st.global from registers, cp.async.bulk
+# from shared memory, cp.async.bulk.tensor.2d tiles of a row-major output
 
 
 class ConfigError(ValueError):

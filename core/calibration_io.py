@@ -1,7 +1,8 @@
 """Calibration JSON: the fitted platform model M_X with its uncertainties, errors and input hash.
 
 Version 4 (docs/calibration-json.md lists every key): the store instruction the benchmark issued
-(``store``: stg = st.global from registers, bulk = cp.async.bulk from shared memory), R(K, B) used in
+(``store``: stg = st.global from registers, bulk = cp.async.bulk from shared memory, tensor2d =
+cp.async.bulk.tensor.2d tiles of a row-major output), R(K, B) used in
 prediction (R from the drain-limited launches at any gap), R(K), Q(K) with a bootstrap interval and its
 knee / transient evidence, the isolated law's errors, the two prediction lines under their names ("Eq. 1
 + loop overhead", "recurrence") with errors by regime, and an optional cross-run validation with the two

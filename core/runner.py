@@ -176,7 +176,7 @@ def check_calibration_output(output: Path, force: bool) -> None:
 def fit_measurements(path: Path, dest: str | None, output: Path | None, platform: str = "",
                      validate: Path | None = None, validate_dest: str | None = None, force: bool = False,
                      store: str | None = None, validate_store: str | None = None) -> dict:
-    """calibrate fit: load points, fit one store path and store instruction (``store``: stg | bulk),
+    """calibrate fit: load points, fit one store path and store instruction (``store``: stg | bulk | tensor2d),
     optionally predict another run with no refit (``validate``, its store path ``validate_dest`` and
     instruction ``validate_store``, default the fitted ones), check, write and return the document (a
     fit whose R, T_iss^0 or Q is not positive and finite is refused, never written)."""
@@ -213,14 +213,14 @@ def fit_measurements(path: Path, dest: str | None, output: Path | None, platform
 
 def run_calibration(dest: str, output: Path, quick: bool, binary: Path | None, nvcc: str, device: int = 0,
                     peer: int | None = None, store: str = "stg") -> dict:
-    """calibrate run: build (or take) the benchmark, run the sweep with the ``store`` instruction (stg | bulk),
+    """calibrate run: build (or take) the benchmark, run the sweep with the ``store`` instruction (stg | bulk | tensor2d),
     collect, fit, write JSON and report."""
     from xstage_trace.base.config import STORES
     from xstage_trace.calibration_io import calibration_name
     from xstage_trace.instrument import bench_source, include_dir
 
     if store not in STORES:
-        raise InputError(None, f"--store {store!r} is not one of {', '.join(STORES)}", "pass --store stg or --store bulk")
+        raise InputError(None, f"--store {store!r} is not one of {', '.join(STORES)}", "pass --store stg, bulk or tensor2d")
     output = Path(output)
     dumps = output / "dumps"
     if binary is None:

@@ -92,7 +92,7 @@ def _fit_table(doc: dict):
 def calibrate_fit(
     measurements: Path = typer.Argument(..., help="CSV/Parquet of calibration points, a run folder, or a folder of calibration dumps"),
     dest: Optional[str] = typer.Option(None, "--dest", help="store path to fit (host, local, peer); required when the input holds several"),
-    store: Optional[str] = typer.Option(None, "--store", help="store instruction to fit (stg, bulk; points without a store column are stg); required when the store path's points hold several"),
+    store: Optional[str] = typer.Option(None, "--store", help="store instruction to fit (stg, bulk, tensor2d; points without a store column are stg); required when the store path's points hold several"),
     as_json: bool = typer.Option(False, "--json"),
     output: Optional[Path] = typer.Option(None, "-o", "--output", help="write the calibration JSON here"),
     platform: str = typer.Option("", "--platform", help="platform name recorded in the JSON (default: the GPU of the dumps)"),
@@ -116,7 +116,7 @@ def calibrate_fit(
 @calibrate_app.command("run")
 def calibrate_run(
     dest: str = typer.Option(..., "--dest", help="host | local | peer"),
-    store: str = typer.Option("stg", "--store", help="store instruction: stg (st.global from registers) | bulk (cp.async.bulk from shared memory)"),
+    store: str = typer.Option("stg", "--store", help="store instruction: stg (st.global from registers) | bulk (cp.async.bulk from shared memory) | tensor2d (cp.async.bulk.tensor.2d tiles of a 7168-column output)"),
     output: Path = typer.Option(..., "-o", "--output", help="folder for dumps, run dataset, calibration JSON and report"),
     quick: bool = typer.Option(False, "--quick", help="a small sweep (seconds)"),
     binary: Optional[Path] = typer.Option(None, "--binary", help="a built burst_gap (with -DXSTAGE_TRACE); default: build it with nvcc"),
