@@ -117,6 +117,18 @@ def fit_ours_1424(ours_1424):
     return fit_calibration(ours_1424, store_path="host")
 
 
+@pytest.fixture(scope="module")
+def ours_1632():
+    """Our run of the same sweep at 2026-12-01 16:32 UTC (commit 5feb1f1, the same burst kernel machine
+    code as the shipped run's), shipped until the 19:48 run, kept as its points."""
+    return pd.read_csv(CALIB / "calibration_points_2026-12-01T1632.csv")
+
+
+@pytest.fixture(scope="module")
+def fit_ours_1632(ours_1632):
+    return fit_calibration(ours_1632, store_path="host")
+
+
 def _isolated_knee_is_a_persistent_tail_knee(fit):
     k66, k132 = fit.capacity[66], fit.capacity[132]
     assert k66.knee.detector == "tail" and k132.knee.detector == "tail"
@@ -152,22 +164,22 @@ def test_isolated_knee_and_capacity_reproduce_across_our_two_runs(fit_ours_1424,
         assert a_lo <= b_hi and b_lo <= a_hi
 
 
-def test_same_day_rerun_reproduces_within_the_goal(ours, ours_1424, fit_ours, fit_ours_1424):
-    """The shipped run (16:32 UTC) against the 14:24 one, same sweep and burst kernel: issue 10's
+def test_same_day_rerun_reproduces_within_the_goal(ours_1632, ours_1424, fit_ours_1632, fit_ours_1424):
+    """The 16:32 UTC run against the 14:24 one, same sweep and burst kernel: issue 10's
     cross-run goal (median ≤ 3 %, mean ≤ 10 %) both ways with no refit, every capacity interval
     overlapping the other run's; at K = 132 the isolated knee moved one swept volume up (16.5–24.75 →
     24.75–33 MiB), at K = 66 it stayed."""
-    _isolated_knee_is_a_persistent_tail_knee(fit_ours)
-    for fit, other in ((fit_ours, ours_1424), (fit_ours_1424, ours)):
+    _isolated_knee_is_a_persistent_tail_knee(fit_ours_1632)
+    for fit, other in ((fit_ours_1632, ours_1424), (fit_ours_1424, ours_1632)):
         v = validate(fit, other)
         assert len(v.points) == 120
         assert v.errors["rec"]["period_err_median_pct"] <= 3.0 and v.errors["rec"]["period_err_mean_pct"] <= 10.0
-    new, old = fit_ours.capacity, fit_ours_1424.capacity
+    new, old = fit_ours_1632.capacity, fit_ours_1424.capacity
     for k in (33, 66, 132):
         (a_lo, a_hi), (b_lo, b_hi) = new[k].interval_bytes, old[k].interval_bytes
         assert a_lo <= b_hi and b_lo <= a_hi
     assert (new[66].knee.v_lo_bytes, new[66].knee.v_hi_bytes) == (old[66].knee.v_lo_bytes, old[66].knee.v_hi_bytes)
-    grid = _isolated_volumes(ours, 132)
+    grid = _isolated_volumes(ours_1632, 132)
     assert grid == _isolated_volumes(ours_1424, 132)
     assert grid.index(new[132].knee.v_lo_bytes) == grid.index(old[132].knee.v_lo_bytes) + 1
 
@@ -205,20 +217,30 @@ def test_cross_run_host_ours_predicts_the_reference(fit_ours_1424, reference):
     assert v.errors["rec"]["period_err_mean_pct"] <= 10.0
 
 
-def test_cross_run_host_shipped_run_and_the_reference_honest_bound(fit_ours, fit_ref, ours, reference):
-    """The shipped run (16:32) misses issue 10's goal against the reference: on the shared (K, B, G)
+def test_cross_run_host_1632_run_and_the_reference_honest_bound(fit_ours_1632, fit_ref, ours_1632, reference):
+    """The 16:32 run misses issue 10's goal against the reference: on the shared (K, B, G)
     this fit predicts it with a median of 3.18 % and a mean of 10.65 %, the reference's fit predicts
     it with a median of 3.48 % over all its points (the same-day 14:24 run met the goal both ways,
     test above). Asserted is that honest bound, half a point over the goal's median and one over its
     mean, and that the miss is the two runs' own difference, not the fit's: the measured period
     difference on the shared (K, B, G) is within 0.5 point of the no-refit median error."""
-    mine, theirs = validate(fit_ours, reference), validate(fit_ref, ours)
+    mine, theirs = validate(fit_ours_1632, reference), validate(fit_ref, ours_1632)
     assert mine.shared_points == theirs.shared_points == 90
     for v in (mine, theirs):
         assert v.errors_shared["rec"]["period_err_median_pct"] <= 3.5 and v.errors_shared["rec"]["period_err_mean_pct"] <= 11.0
         assert v.errors["rec"]["period_err_median_pct"] <= 3.5 and v.errors["rec"]["period_err_mean_pct"] <= 11.0
     measured = mine.measured_difference["period_difference_pct"]["median"]
     assert abs(mine.errors_shared["rec"]["period_err_median_pct"] - measured) < 0.5
+
+
+def test_cross_run_host_shipped_run_meets_the_goal_against_the_reference(fit_ours, fit_ref, ours, reference):
+    """The shipped run (19:48 UTC) and the reference sweep: issue 10's cross-run goal (median ≤ 3 %,
+    mean ≤ 10 %) with no refit both ways, over all points and over the 90 shared (K, B, G)."""
+    mine, theirs = validate(fit_ours, reference), validate(fit_ref, ours)
+    assert mine.shared_points == theirs.shared_points == 90
+    for v in (mine, theirs):
+        for e in (v.errors, v.errors_shared):
+            assert e["rec"]["period_err_median_pct"] <= 3.0 and e["rec"]["period_err_mean_pct"] <= 10.0
 
 
 @pytest.mark.parametrize("direction", ["new predicts earlier", "earlier predicts new"])
@@ -248,27 +270,27 @@ def shared_by_hand(ours: pd.DataFrame, reference: pd.DataFrame) -> pd.DataFrame:
     return a.merge(b, on=keys, suffixes=("_ours", "_ref"))
 
 
-def test_the_two_host_runs_differ_by_a_fixed_per_burst_cost(ours, reference, fit_ours):
-    """Where a burst is recovered in both runs (issue at its (K, B)'s floor), our bench spends a
+def test_the_two_host_runs_differ_by_a_fixed_per_burst_cost(ours_1632, reference, fit_ours_1632):
+    """Where a burst is recovered in both runs (issue at its (K, B)'s floor), our bench (the 16:32 run) spends a
     constant amount more per burst (T_iss^0 + o) than the reference bench, at every K, B and G
     (~120 ns with the 2026-11-29 build, ~158 ns with the 2026-12-01 one, whose probe record costs
     124 instead of 43 cycles back to back: meta/probe_cost.txt)."""
-    m = shared_by_hand(ours, reference)
+    m = shared_by_hand(ours_1632, reference)
     floor_o = m.groupby(["K", "B"])["tiss_med_ns_ours"].transform("min")
     floor_r = m.groupby(["K", "B"])["tiss_med_ns_ref"].transform("min")
     rec = m[(m["tiss_med_ns_ours"] <= 1.1 * floor_o) & (m["tiss_med_ns_ref"] <= 1.1 * floor_r)]
     offset = (rec["period_med_ns_ref"] - rec["gap_ns"]) - (rec["period_med_ns_ours"] - rec["gap_ns"])
     # constant: every launch pays it, within ±35 ns of its median (~3 standard deviations of it)
     assert len(rec) >= 50 and (offset < 0).all() and (offset - offset.median()).abs().max() < 35
-    d = validate(fit_ours, reference).measured_difference
+    d = validate(fit_ours_1632, reference).measured_difference
     assert d["floor_offset_ns"]["median"] == pytest.approx(float(offset.median()))
     assert d["floor_offset_ns"]["points"] == len(rec)
 
 
-def test_cross_run_drain_error_is_the_run_to_run_rate_difference(ours, reference, fit_ours, fit_ref):
-    """On launches drain-limited in both runs, no-refit errors sit at the rate ratio of the two
-    runs' own measurements: the fit adds less than 1.5 points to it."""
-    for fit, other in ((fit_ours, reference), (fit_ref, ours)):
+def test_cross_run_drain_error_is_the_run_to_run_rate_difference(ours_1632, reference, fit_ours_1632, fit_ref):
+    """On launches drain-limited in both runs (the 16:32 run and the reference), no-refit errors sit at
+    the rate ratio of the two runs' own measurements: the fit adds less than 1.5 points to it."""
+    for fit, other in ((fit_ours_1632, reference), (fit_ref, ours_1632)):
         v = validate(fit, other)
         bound = v.measured_difference["drain_rate_ratio"]
         assert bound["period_err_bound_median_pct"] > 3.0  # a real difference between the runs, not noise of the fit
@@ -295,17 +317,17 @@ def test_capacity_intervals_of_the_two_host_runs_overlap(fit_ours_1424, fit_ref)
     assert 1 / 1.5 <= q_ours / q_ref <= 1.5
 
 
-def test_capacity_of_the_shipped_run_against_the_reference(fit_ours, fit_ref):
-    """The shipped run (16:32) and the reference: Q(33) and Q(132) intervals overlap; Q(66)'s lower
+def test_capacity_of_the_1632_run_against_the_reference(fit_ours_1632, fit_ref):
+    """The 16:32 run and the reference: Q(33) and Q(132) intervals overlap; Q(66)'s lower
     end lies above the reference's upper end (by 4.4 %), less than one step of the capacity grid
     (9 %), where the 14:24 run's touched it (test above)."""
     from xstage_trace.analysis.calibration_fit import CAPACITY_GRID_BYTES
 
     for k in (33, 132):
-        (a_lo, a_hi), (b_lo, b_hi) = fit_ours.capacity[k].interval_bytes, fit_ref.capacity[k].interval_bytes
+        (a_lo, a_hi), (b_lo, b_hi) = fit_ours_1632.capacity[k].interval_bytes, fit_ref.capacity[k].interval_bytes
         assert max(a_lo, b_lo) <= min(a_hi, b_hi) * (1 + 1e-12)
     step = CAPACITY_GRID_BYTES[1] / CAPACITY_GRID_BYTES[0]
-    ours_lo, ref_hi = fit_ours.capacity[66].interval_bytes[0], fit_ref.capacity[66].interval_bytes[1]
+    ours_lo, ref_hi = fit_ours_1632.capacity[66].interval_bytes[0], fit_ref.capacity[66].interval_bytes[1]
     assert 1 < ours_lo / ref_hi < step
 
 

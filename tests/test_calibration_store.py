@@ -1,4 +1,4 @@
-"""The calibration bench's store instruction (``burst_gap --store stg|bulk``): its label key read by
+"""The calibration bench's store instruction (``burst_gap --store stg|bulk|tensor2d``): its label key read by
 analyze, one fit per store instruction, and the calibration JSON's ``store`` field (version 4).
 
 Truth: hand-built dumps with known burst spans (issue and period by hand), a sweep generated from the
@@ -27,6 +27,7 @@ EVENTS = ["burst", "launch", "probe"]  # the bench's event names (kEventNames)
 GT0 = 2_000_000_000  # %globaltimer at open; clock64 runs at 1 cycle per ns in these dumps
 BURSTS = 24
 BULK_RATE_FACTOR = 0.75  # the generated bulk sweep drains at 3/4 of the st.global one
+TENSOR2D_RATE_FACTOR = 0.6  # the generated tensor2d sweep at 3/5 of it
 
 
 def run(*args):
@@ -52,11 +53,13 @@ def write_bench_dump(path, label: str, ctas: int, issue_ns: int, period_ns: int,
 
 
 def bench_label(store: str | None, b: int, gap_ns: int) -> str:
-    """burst_gap's label (label_of); ``store`` None: a dump of the bench before --store (no key)."""
+    """burst_gap's label (label_of); ``store`` None: a dump of the bench before --store (no key);
+    tensor2d adds the output's row stride (7168 bf16 columns: 14336 bytes)."""
     words = f"dest=host mode=periodic K=2 B={b} G_ns={gap_ns} bursts={BURSTS} threads=256"
     if store is None:
         return words + " store_bytes=16"
-    return words + f" store={store} store_bytes={min(b, 32768) if store == 'bulk' else 16}"
+    words += f" store={store} store_bytes={16 if store == 'stg' else min(b, 32768)}"
+    return words + (" row_stride_bytes=14336" if store == "tensor2d" else "")
 
 
 @pytest.fixture(scope="module")
@@ -163,9 +166,57 @@ def test_calibrate_fit_store_option(two_store_sweep, tmp_path):
 
 
 def test_label_store_key_is_typed():
-    """store is one of the bench's two instructions; anything else is a label error naming the key."""
+    """store is one of the bench's three instructions; anything else is a label error naming the key."""
     from xstage_trace.base.config import ConfigError, RunConfig
 
     assert RunConfig.from_label("store=bulk store_bytes=32768").store == "bulk"
     with pytest.raises(ConfigError, match="store='tma'"):
         RunConfig.from_label("store=tma")
+
+
+def test_analyze_reads_a_tensor2d_bench_dump(tmp_path):
+    """A tensor2d dump's point carries store tensor2d and its hand-built issue and period; the label's
+    row_stride_bytes is kept as an extra key and store_bytes is the largest box (32 KiB)."""
+    from xstage_trace.collectors.collect import collect
+
+    d = tmp_path / "dumps"
+    d.mkdir()
+    name = "host_tensor2d_periodic_K2_B65536_G2000.xsp"
+    write_bench_dump(d / name, bench_label("tensor2d", 65536, 2000), 2, 1700, 4100, 65536)
+    r = run("analyze", d, "-o", tmp_path / "t.run")
+    assert r.returncode == 0, r.stderr
+    row = pd.read_csv(tmp_path / "t.run" / "calibration_points.csv").set_index("dump").loc[name]
+    assert (row["store"], row["tiss_med_ns"], row["period_med_ns"], row["V"]) == ("tensor2d", 1700, 4100, 2 * 65536)
+    dumps = collect([d]).tables["dumps"].to_pandas().set_index("dump")
+    assert dumps.loc[name, "store_bytes"] == 32768 and "row_stride_bytes=14336" in str(dumps.loc[name, "extra"])
+
+
+@pytest.fixture(scope="module")
+def three_store_sweep(two_store_sweep):
+    """The two-store sweep plus tensor2d at 3/5 of the st.global rate."""
+    t2d = sweep(rate_of=lambda k, b: TENSOR2D_RATE_FACTOR * RATE_GBPS[k]).assign(store="tensor2d")
+    return pd.concat([two_store_sweep, t2d], ignore_index=True)
+
+
+def test_calibrate_fit_store_tensor2d(three_store_sweep, tmp_path):
+    """calibrate fit --store tensor2d fits only the tensor2d points (R = 3/5 of st.global's, as generated),
+    records store tensor2d, names itself host_tensor2d, and the written JSON loads as a platform."""
+    pts = tmp_path / "three.csv"
+    three_store_sweep.to_csv(pts, index=False)
+    r = run("calibrate", "fit", pts, "--dest", "host")
+    assert r.returncode == 2 and "(bulk, stg, tensor2d)" in r.stderr
+    out = tmp_path / "t2d.json"
+    r = run("calibrate", "fit", pts, "--dest", "host", "--store", "tensor2d", "--validate", pts, "--validate-store", "bulk", "-o", out)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(out.read_text())
+    assert doc["store"] == "tensor2d" and calibration_name(doc) == "host_tensor2d" and doc["validation"]["store"] == "bulk"
+    assert doc["rate_by_producers_gbps"]["132"] == pytest.approx(TENSOR2D_RATE_FACTOR * RATE_GBPS[132], rel=1e-3)
+    assert doc["points"] == (three_store_sweep["store"] == "tensor2d").sum()
+    assert load_platform(out).rate([66], [32768])[0] == pytest.approx(TENSOR2D_RATE_FACTOR * RATE_GBPS[66], rel=1e-3)
+
+
+def test_label_store_tensor2d_is_a_store_instruction():
+    from xstage_trace.base.config import RunConfig
+
+    c = RunConfig.from_label("store=tensor2d store_bytes=32768 row_stride_bytes=14336")
+    assert (c.store, c.store_bytes, c.extra) == ("tensor2d", 32768, {"row_stride_bytes": "14336"})
