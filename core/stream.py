@@ -349,6 +349,7 @@ def analyze_streaming(tasks: list[DumpTask], folder: Path, tables: dict[str, pa.
     with task_mapper(pool_size, scheduler, pool) as (mapper, submit):
         first = list(mapper(control_task, ((b, folder, of(b, sl, slice_rows), of(b, dumps, dump_rows), ctx) for b in controls)))
         stats = run_stats([sample for sample, _ in first if sample is not None])
+        release_freed_memory()  # the samples read back
         partial = {(b.rank, b.index): r for b, (_, r) in zip(controls, first)}  # the part a batch writes: unique per batch
         del first
         args = ((b, folder, None if (b.rank, b.index) in partial else of(b, sl, slice_rows), of(b, dumps, dump_rows), ctx, stats,
@@ -420,4 +421,7 @@ def table3_task(files: list[str]) -> pd.DataFrame:
 
     from xstage_trace.analysis.stall import table3_from_parts
 
-    return table3_from_parts(lambda: (pq.read_table(f, columns=TABLE3_COLUMNS).to_pandas() for f in files), TABLE3_CAP_VALUES)
+    rows = table3_from_parts(lambda: (pq.read_table(f, columns=TABLE3_COLUMNS).to_pandas() for f in files), TABLE3_CAP_VALUES)
+    pa.default_memory_pool().release_unused()  # the samples held: a batch task after this one does not reuse them
+    release_freed_memory()
+    return rows
