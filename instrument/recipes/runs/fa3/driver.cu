@@ -42,7 +42,7 @@ namespace {
 
 constexpr int kHeadDim = 128;
 constexpr int kOutBytes = 2;  // bf16 O
-const std::vector<std::string> kEventNames = {"mainloop", "epilogue", "softmax"};
+const std::vector<std::string> kEventNames = {"mainloop", "epilogue", "kv_step"};
 
 enum class Build { kPlain, kTraced, kCleared };
 const char* build_name(Build b) { return b == Build::kPlain ? "plain" : (b == Build::kTraced ? "traced" : "cleared"); }
@@ -200,8 +200,8 @@ void reference(const Case& c, const std::vector<float>& q, const std::vector<flo
       }
 }
 
-// The K/V blocks of the recipe's softmax ring (flash::xstage_fa3::kSoftmaxSlots: the tile's last blocks).
-constexpr int kSoftmaxSlots = (int)flash::xstage_fa3::kSoftmaxSlots;
+// The K/V steps the recipe records per tile (flash::xstage_fa3::kKvSlots: the tile's last blocks).
+constexpr int kKvSlots = (int)flash::xstage_fa3::kKvSlots;
 
 // K/V blocks of Q tile m_block: all of them (non-causal), those up to the diagonal (causal; equal Q and K lengths).
 int kv_blocks(const Case& c, int m_block) {
@@ -211,11 +211,12 @@ int kv_blocks(const Case& c, int m_block) {
 }
 
 // The traced launch's records against the recipe's layout: every issued tile exactly once, as its
-// records in this order -- mainloop begin; per softmax step of its last min(K/V blocks, kSoftmaxSlots) blocks, in
-// the order they ran (K/V block n descending to 0), a softmax begin and end with payload n; mainloop end, epilogue
-// begin, epilogue end -- all of its tile id, with non-decreasing clocks, the mainloop's end and the epilogue's
-// begin one clock read (the recipe's XSTAGE_FA3_SPAN_STAMP); every slice holding records closed, within the
-// capacity. One row per case in records.csv; false when anything differs.
+// records in this order -- mainloop begin; per K/V step of its last min(K/V blocks, kKvSlots) blocks, in the order
+// they ran (K/V block n descending to 0), a kv_step begin and end with payload n, each step beginning at the clock
+// its predecessor ended (one mark), the first K/V block's step (when recorded) at the mainloop's begin; mainloop
+// end, epilogue begin, epilogue end -- all of its tile id, with non-decreasing clocks, the mainloop's end and the
+// epilogue's begin one clock read (the recipe's XSTAGE_FA3_SPAN_STAMP); every slice holding records closed, within
+// the capacity. One row per case in records.csv; false when anything differs.
 bool records_ok(const xstage::HostBuffer& tb, const Case& c, FILE* f) {
   xstage::check_cuda(cudaDeviceSynchronize(), "FA3 kernel");
   const xstage::DeviceBuffer v = tb.view();
@@ -226,7 +227,7 @@ bool records_ok(const xstage::HostBuffer& tb, const Case& c, FILE* f) {
   const auto [bm, bn] = block_mn(c.causal);
   const int m_blocks = (c.seqlen + bm - 1) / bm;
   std::vector<int> seen((size_t)c.batch * c.heads * m_blocks, 0);
-  size_t records = 0, expected_records = 0, softmax_records = 0;
+  size_t records = 0, expected_records = 0, kv_step_records = 0;
   int bad_slices = 0, bad_tiles = 0, same_clock = 0;
   auto event = [](const xstage::Record& r) { return (uint32_t)((r.ts_ev >> 48) & 0xFF); };
   auto kind = [](const xstage::Record& r) { return (uint32_t)((r.ts_ev >> 56) & 0x3); };
@@ -243,7 +244,7 @@ bool records_ok(const xstage::HostBuffer& tb, const Case& c, FILE* f) {
     while (pos < m.count) {
       const uint32_t tile = r[pos].tile, b = tile >> 24, h = (tile >> 12) & 0xFFF, mb = tile & 0xFFF;
       if (!(b < (uint32_t)c.batch && h < (uint32_t)c.heads && mb < (uint32_t)m_blocks)) { ++bad_tiles; break; }
-      const int steps = std::min(kv_blocks(c, (int)mb), kSoftmaxSlots);
+      const int blocks = kv_blocks(c, (int)mb), steps = std::min(blocks, kKvSlots);
       const uint32_t n = 4 + 2 * (uint32_t)steps;
       if (pos + n > m.count) { ++bad_tiles; break; }
       bool ok = event(r[pos]) == 0 && kind(r[pos]) == xstage::kKindBegin && r[pos].payload == 0;
@@ -252,8 +253,9 @@ bool records_ok(const xstage::HostBuffer& tb, const Case& c, FILE* f) {
         const xstage::Record& se = r[pos + 2 + 2 * j];
         const uint32_t block = (uint32_t)(steps - 1 - j);
         ok = ok && event(sb) == 2 && kind(sb) == xstage::kKindBegin && sb.payload == block && event(se) == 2 &&
-             kind(se) == xstage::kKindEnd && se.payload == block;
+             kind(se) == xstage::kKindEnd && se.payload == block && (j == 0 || clock(sb) == clock(r[pos + 2 * j]));
       }
+      if (steps > 0 && steps == blocks) ok = ok && clock(r[pos + 1]) == clock(r[pos]);  // the first block's step
       const xstage::Record* t = &r[pos + 1 + 2 * steps];
       ok = ok && event(t[0]) == 0 && kind(t[0]) == xstage::kKindEnd && event(t[1]) == 1 && kind(t[1]) == xstage::kKindBegin &&
            event(t[2]) == 1 && kind(t[2]) == xstage::kKindEnd && t[0].payload == 0 && t[1].payload == 0 && t[2].payload == 0;
@@ -264,7 +266,7 @@ bool records_ok(const xstage::HostBuffer& tb, const Case& c, FILE* f) {
       } else {
         ++bad_tiles;
       }
-      softmax_records += 2 * (size_t)steps;
+      kv_step_records += 2 * (size_t)steps;
       expected_records += n;
       pos += n;
     }
@@ -273,13 +275,13 @@ bool records_ok(const xstage::HostBuffer& tb, const Case& c, FILE* f) {
   const bool ok = bad_slices == 0 && bad_tiles == 0 && traced_once == (int)seen.size() && records == expected_records &&
                   same_clock == (int)seen.size();
   std::fprintf(f, "%d,%d,%d,%d,%s,%zu,%d,%zu,%zu,%d,%d,%d,%d\n", c.batch, c.heads, c.seqlen, (int)c.causal, c.dest.c_str(), seen.size(),
-               traced_once, records, softmax_records, bad_slices, bad_tiles, same_clock, ok);
-  std::printf("records causal=%d seqlen=%d dest=%s: %d of %zu tiles traced once, %zu records (%zu softmax), switch at one clock %d -> %s\n",
-              (int)c.causal, c.seqlen, c.dest.c_str(), traced_once, seen.size(), records, softmax_records, same_clock, ok ? "ok" : "WRONG");
+               traced_once, records, kv_step_records, bad_slices, bad_tiles, same_clock, ok);
+  std::printf("records causal=%d seqlen=%d dest=%s: %d of %zu tiles traced once, %zu records (%zu kv_step), switch at one clock %d -> %s\n",
+              (int)c.causal, c.seqlen, c.dest.c_str(), traced_once, seen.size(), records, kv_step_records, same_clock, ok ? "ok" : "WRONG");
   return ok;
 }
 
-const char* kRecordsHeader = "batch,heads,seqlen,causal,dest,tiles,tiles_traced_once,records,softmax_records,bad_slices,bad_tiles,switch_one_clock,ok\n";
+const char* kRecordsHeader = "batch,heads,seqlen,causal,dest,tiles,tiles_traced_once,records,kv_step_records,bad_slices,bad_tiles,switch_one_clock,ok\n";
 
 int check(const std::string& out, int num_sm) {
   // seqlen 520 is no multiple of either block size (128 x 176 non-causal, 128 x 128 causal): partial m and n blocks
@@ -366,8 +368,8 @@ int bench(const std::string& out, int trials, const std::vector<Case>& cases, in
     const auto [bm, bn] = block_mn(c.causal);
     const int tiles = (c.seqlen + bm - 1) / bm * c.heads * c.batch;
     const uint32_t per_cta = (uint32_t)((tiles + num_sm - 1) / num_sm);
-    // at most 4 + 2 * kSoftmaxSlots records per tile; dynamic scheduling is uneven
-    xstage::HostBuffer tb(num_sm, flash::xstage_fa3::kNumRoles, (4 + 2 * kSoftmaxSlots) * per_cta * 4 + 16);
+    // at most 4 + 2 * kKvSlots records per tile; dynamic scheduling is uneven
+    xstage::HostBuffer tb(num_sm, flash::xstage_fa3::kNumRoles, (4 + 2 * kKvSlots) * per_cta * 4 + 16);
     char label[256];
     std::snprintf(label, sizeof(label),
                   "kernel=fa3 dest=%s shape=b%dh%ds%d%s tiles=%d ctas=%d batch=%d heads=%d seqlen=%d causal=%d block_m=%d block_n=%d head_dim=%d out_bytes=%d",
