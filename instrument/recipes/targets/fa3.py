@@ -36,7 +36,7 @@ RECIPE = Recipe(
               "the previous block's V arrived) to the next block's (the last block's: to the K/V loop's exit; the first "
               "block's starts at the mainloop's begin), so it holds the block's QK^T wait, softmax (row max, exp, row sum, "
               "O rescale) and the next block's K/V waits; the tile's last 16 blocks (all when it has no more), in the order "
-              "they ran, inside the tile's mainloop span; -DXSTAGE_FA3_KV_STEPS=0 compiles them out"),
+              "they ran, inside the tile's mainloop span; only with -DXSTAGE_FA3_KV_STEPS=1 (off by default)"),
     ),
     anchors=(
         Anchor("kernel.include", _K, r'^#include\s*"softmax\.h"\n', "after", '#include "xstage_fa3.h"', '#include "softmax.h"'),
@@ -111,7 +111,9 @@ RECIPE = Recipe(
     build_notes=(
         "Reduced FA3 (bf16, head dim 128, forward): `cd hopper && python setup.py install` with these variables; "
         "the probes are switched by -DXSTAGE_TRACE=1 in NVCC_APPEND_FLAGS (nvcc only; the host files need just the "
-        "buffer type). FA3 compiles with nvcc 13.0; 13.2 has a reported ptxas failure."),
+        "buffer type). The K/V-step events (kv_step) are off by default: add -DXSTAGE_FA3_KV_STEPS=1 to NVCC_APPEND_FLAGS "
+        "for them (on the H200 they cost up to +7.5 %, the two spans alone within 1 %; docs/recipes.md). FA3 compiles with "
+        "nvcc 13.0; 13.2 has a reported ptxas failure."),
     buffer_plumbing=(
         "epilogue Arguments/Params field `xstage::DeviceBuffer xstage_buf` (ours), filled in the launch template from "
         "flash::xstage_fa3::current(), set by the extern \"C\" xstage_fa3_set_trace_buffer exported from the extension "

@@ -48,9 +48,11 @@ constexpr ::xstage::u32 kEvKvStep = 2;    // span per K/V block n (payload n): t
 // next block's K and V waits. The tile's first block n_max-1 (QK^T and softmax before the loop) starts at the
 // mainloop's begin. The marks go into a ring of kKvSlots slots in the writer state (stores only) and are written as
 // records at the epilogue's end: the tile's last min(K/V blocks, kKvSlots) steps, in the order they ran.
-// Compile-time switch: -DXSTAGE_FA3_KV_STEPS=0 leaves the K/V loops without probes (the two spans only).
+// Compile-time switch, off by default: -DXSTAGE_FA3_KV_STEPS=1 adds them. On the H200 the writer's marks and ring
+// cost up to +7.5 % (O in HBM, 1 K tokens; docs/recipes.md fa3), beyond the 1 % the two spans keep; off, the
+// kernel is the two-span recipe's, instruction for instruction.
 #ifndef XSTAGE_FA3_KV_STEPS
-#define XSTAGE_FA3_KV_STEPS 1
+#define XSTAGE_FA3_KV_STEPS 0
 #endif
 constexpr ::xstage::u32 kKvSlots = XSTAGE_FA3_KV_STEPS ? 16 : 0;
 constexpr ::xstage::u32 kNoBlock = 0xFFFFFFFFu;  // a ring slot holding no mark of the current tile
@@ -79,7 +81,11 @@ __device__ __forceinline__ ::xstage::u32 tile_id(BlockCoord const& block_coord) 
 // consumer's writer flag, lent to the mainloop object before the tile loop so that the sites inside `mma` test it.
 #ifdef XSTAGE_TRACE
 #define XSTAGE_FA3_SMEM_FIELD alignas(16) ::xstage::u32 xstage_writer_state[8 + 2 * ::flash::xstage_fa3::kKvSlots];
+#if XSTAGE_FA3_KV_STEPS
 #define XSTAGE_FA3_MAINLOOP_FIELD bool xstage_writer = false;
+#else
+#define XSTAGE_FA3_MAINLOOP_FIELD
+#endif
 #else
 #define XSTAGE_FA3_SMEM_FIELD
 #define XSTAGE_FA3_MAINLOOP_FIELD
@@ -267,12 +273,13 @@ __device__ __forceinline__ void probe_close(::xstage::DeviceBuffer const& b, ::x
 #define XSTAGE_FA3_END_STAMPED(state, ended, begun, event, tile) \
     if (xstage_fa3_writer) ::flash::xstage_fa3::probe_put3((state), (ended), (begun), (event), (tile))
 #define XSTAGE_FA3_CLOSE(buf, writer_tid, state) ::flash::xstage_fa3::probe_close((buf), (writer_tid), (state))
+#if XSTAGE_FA3_KV_STEPS
 // The consumer's flag lent to the mainloop object (its XSTAGE_FA3_MAINLOOP_FIELD), for the sites inside `mma`.
 #define XSTAGE_FA3_LEND_FLAG(mainloop) (mainloop).xstage_writer = xstage_fa3_writer
-#if XSTAGE_FA3_KV_STEPS
 #define XSTAGE_FA3_KV_MARK(state, n) if (this->xstage_writer) ::flash::xstage_fa3::kv_mark((state), (n))
 #define XSTAGE_FA3_KV_EXIT(state) if (this->xstage_writer) ::flash::xstage_fa3::kv_exit((state))
 #else
+#define XSTAGE_FA3_LEND_FLAG(mainloop) do {} while (0)
 #define XSTAGE_FA3_KV_MARK(state, n) do {} while (0)
 #define XSTAGE_FA3_KV_EXIT(state) do {} while (0)
 #endif
