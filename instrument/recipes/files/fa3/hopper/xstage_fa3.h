@@ -24,6 +24,8 @@
 // scheduler's get_next_work made ptxas re-allocate and re-schedule the causal kernel's K/V loops (their
 // instructions out of place against the probes-off build; +2-3 % at long tiles on the H200); with the
 // flag those loops are the probes-off build's, instruction for instruction (docs/recipes.md, fa3).
+// Opt-in (-DXSTAGE_FA3_KV_STEPS=1): the K/V steps inside the mainloop's `mma` (kEvKvStep below), their sites
+// testing the same flag lent to the mainloop object; the state grows by their ring.
 // Records and slice metadata are probe.cuh's (docs/probe-format.md).
 #pragma once
 
@@ -73,7 +75,8 @@ __device__ __forceinline__ ::xstage::u32 tile_id(BlockCoord const& block_coord) 
 }
 #endif
 
-// The writer's state in FA3's SharedStorage::PipelineStorage (32 + 8 * kKvSlots bytes; none without probes):
+// The writer's state in FA3's SharedStorage::PipelineStorage (32 + 8 * kKvSlots bytes; none without probes;
+// words [6..7] and the ring used only with the K/V steps):
 // [0] records attempted, [1] the slice's capacity (0: no slice for this CTA), [2..3] its first record, [4..5] the
 // clock stamp of XSTAGE_FA3_SPAN_STAMP, [6] the K/V loop's exit clock (low 32 bits), [7] the mainloop's begin clock
 // (low 32 bits); from [8] the K/V ring, 2 words per slot (block n in slot n % kKvSlots): n's mark clock (low 32
