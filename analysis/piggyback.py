@@ -3,7 +3,9 @@
 Event mapping (recipe ``fa3``, instrument/recipes/targets/fa3.py): one slice per CTA (the first
 consumer warp), per output tile a ``mainloop`` span (the Q tile's loop over its K/V blocks) and an
 ``epilogue`` span (O to shared memory, TMA store issued and waited: the sender-visible issue of the
-tile's O burst). The tile id packs batch (bits 24..31), head (12..23) and m block (0..11). The dump
+tile's O burst) and, from the recipe's K/V steps, per K/V block n a ``kv_step`` span (payload n: from the
+block's QK^T GEMM issued to the next block's, the last block's to the loop's exit; the tile's last 16 blocks,
+all when it has no more). The tile id packs batch (bits 24..31), head (12..23) and m block (0..11). The dump
 label names ``seqlen causal block_m block_n head_dim out_bytes`` (instrument/recipes/runs/fa3/driver.cu).
 
 Per tile the gap after its O burst is the next tile's whole Q-loop on the same CTA; against each
@@ -24,6 +26,7 @@ from xstage_trace.analysis.spans import pair_spans
 from xstage_trace.analysis.whatif import qloop_audit
 
 QLOOP_EVENTS = ("mainloop", "epilogue")
+KV_STEP_EVENT = "kv_step"
 GEOMETRY_KEYS = ("seqlen", "causal", "block_m", "block_n", "head_dim", "out_bytes")
 KEYS = ["rank", "dump", "cta", "tile"]
 
@@ -57,15 +60,33 @@ def _geometry(dumps: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["rank", "dump", "dest", "shape", *GEOMETRY_KEYS])
 
 
+def kv_step_spans(probes: pd.DataFrame) -> pd.DataFrame:
+    """The recipe's K/V steps (``kv_step`` begin/end pairs matched per tile and K/V block): ``KEYS``, ``kv_block``
+    (the payload), ``start_ns``, ``end_ns`` and ``step_ns``."""
+    s = pair_spans(probes, [KV_STEP_EVENT], [*KEYS, "payload"])
+    return s.rename(columns={"payload": "kv_block", "start": "start_ns", "end": "end_ns", "duration": "step_ns"})[
+        [*KEYS, "kv_block", "start_ns", "end_ns", "step_ns"]]
+
+
+def _kv_step_columns(probes: pd.DataFrame) -> pd.DataFrame:
+    """Per tile with K/V steps: how many were recorded (``kv_steps``), their median and longest duration and the
+    end of the last one (block 0's: the K/V loop's exit)."""
+    s = kv_step_spans(probes).assign(dump=lambda f: f["dump"].astype(str))
+    return s.groupby(KEYS, sort=False).agg(kv_steps=("step_ns", "size"), kv_step_median_ns=("step_ns", "median"),
+                                            kv_step_max_ns=("step_ns", "max"), kv_exit_ns=("end_ns", "max")).reset_index()
+
+
 def qloop_tiles(probes: pd.DataFrame, dumps: pd.DataFrame) -> pd.DataFrame:
     """Per FA3 output tile: its Q-loop (``mainloop_ns``), O epilogue (``epilogue_ns``), K/V blocks and
     σ = mainloop_ns / kv_blocks, the CTA's tile order (``position``) and ``gap_after_ns`` = the next
-    tile's Q-loop on the same CTA (NaN for a CTA's last tile). Dumps whose label lacks the geometry
-    (``GEOMETRY_KEYS``) are left out."""
+    tile's Q-loop on the same CTA (NaN for a CTA's last tile); from the ``kv_step`` spans where the dump holds
+    them (else 0 and NaN): ``kv_steps`` recorded, their median and longest (``kv_step_median_ns``,
+    ``kv_step_max_ns``) and ``qloop_tail_ns``, the Q-loop after the K/V loop's exit (the last PV GEMM, O's final
+    rescale, the scheduler's next tile). Dumps whose label lacks the geometry (``GEOMETRY_KEYS``) are left out."""
     geo = _geometry(dumps)
     if probes.empty or geo.empty:
         return pd.DataFrame()
-    p = probes[probes["dump"].astype(str).isin(geo["dump"]) & probes["event"].isin(QLOOP_EVENTS)]
+    p = probes[probes["dump"].astype(str).isin(geo["dump"]) & probes["event"].isin([*QLOOP_EVENTS, KV_STEP_EVENT])]
     ml, ep = (pair_spans(p, [ev], KEYS) for ev in QLOOP_EVENTS)
     if ml.empty or ep.empty:
         return pd.DataFrame()
@@ -84,8 +105,12 @@ def qloop_tiles(probes: pd.DataFrame, dumps: pd.DataFrame) -> pd.DataFrame:
     t["kv_blocks"] = kv
     t["sigma_ns"] = t["mainloop_ns"] / t["kv_blocks"]
     t["gap_after_ns"] = shift_back(t["mainloop_ns"].to_numpy(dtype=np.float64), ids, 1)
+    t = t.merge(_kv_step_columns(p), on=KEYS, how="left")
+    t["kv_steps"] = t["kv_steps"].fillna(0).astype(np.int64)
+    t["qloop_tail_ns"] = t["start_ns"] + t["mainloop_ns"] - t["kv_exit_ns"]
     return t[["rank", "dump", "dest", "shape", "cta", "position", "tile", "m_block", "head", "batch", "kv_blocks",
-              "start_ns", "mainloop_ns", "epilogue_ns", "sigma_ns", "gap_after_ns", *GEOMETRY_KEYS]]
+              "start_ns", "mainloop_ns", "epilogue_ns", "sigma_ns", "gap_after_ns", "kv_steps", "kv_step_median_ns",
+              "kv_step_max_ns", "qloop_tail_ns", *GEOMETRY_KEYS]]
 
 
 def piggyback_audit(tiles: pd.DataFrame, models: dict[str, PlatformModel], control_dest: str = "local") -> tuple[pd.DataFrame, pd.DataFrame]:

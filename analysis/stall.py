@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Callable, Iterable, Iterator, Mapping
 
 import numpy as np
 import pandas as pd
@@ -49,10 +49,19 @@ def _filled_codes(col: pd.Series, fill: str) -> tuple[np.ndarray, list[str]]:
     return codes, names
 
 
+def _finite(x: np.ndarray) -> np.ndarray:
+    return x[~np.isnan(x)]
+
+
 def _median(x: np.ndarray) -> float:
     """Median of the non-NaN values (NaN when there are none), as pandas' ``median``."""
-    x = x[~np.isnan(x)]
+    x = _finite(x)
     return float(np.median(x)) if len(x) else np.nan
+
+
+def _mean(x: np.ndarray) -> float:
+    """Mean of ``x`` (no NaN) as one numpy sum over the count (NaN when empty)."""
+    return float(x.sum() / len(x)) if len(x) else np.nan
 
 
 def table3_from_tiles(tiles: pd.DataFrame | Mapping[str, pd.Series]) -> pd.DataFrame:
@@ -65,11 +74,52 @@ def table3_from_tiles(tiles: pd.DataFrame | Mapping[str, pd.Series]) -> pd.DataF
     is inflated against the local control's (``analysis.tiles.mainloop_inflated``, whatever their slot
     wait) and of those that could be judged (``inflation_judged_*``: a control of that shape and operand
     path was traced). Timing scope: probe clock64 converted to ns per SM."""
+    samples, counts = table3_samples(tiles)
+    return table3_rows(counts, {key: _median(v) for key, v in samples.items()}, {key: _mean(v) for key, v in samples.items() if key[1].startswith("err_")})
+
+
+def table3_from_parts(parts: Callable[[], Iterable[pd.DataFrame]], cap: int) -> pd.DataFrame:
+    """``table3_from_tiles`` of the tiles that ``parts()`` yields part by part (anew on every call), in memory
+    bounded by ``cap`` values per sample: each part's ``table3_samples``, the medians by
+    ``selection.order_statistics`` (from the whole samples while they hold at most ``cap`` values, so the
+    rows are those of one table of all the parts; past it from passes over the parts), the ``err`` means from
+    the whole samples or, past the cap, from the parts' sums (then not bit-identical to one numpy sum)."""
+    from xstage_trace.analysis.selection import median_of, median_ranks, order_statistics
+
+    counts: dict[tuple, int | float] = {}
+    sums: dict[tuple, float] = {}
+    passes = [0]
+
+    def chunks() -> Iterator[dict[tuple, np.ndarray]]:
+        passes[0] += 1
+        for part in parts():
+            samples, c = table3_samples(part)
+            if passes[0] == 1:  # the counts and sums of the first pass only
+                for k, v in c.items():
+                    counts[k] = counts.get(k, 0) + v
+                for k, v in samples.items():
+                    if k[1].startswith("err_"):
+                        sums[k] = sums.get(k, 0.0) + float(v.sum())
+            yield samples
+
+    n, whole, found = order_statistics(chunks, lambda name, m: median_ranks(m), cap)
+    medians = {k: _median(whole[k]) if k in whole else median_of(found[k], n[k]) for k in n}
+    means = {k: _mean(whole[k]) if k in whole else sums[k] / n[k] for k in n if k[1].startswith("err_")}
+    return table3_rows(counts, medians, means)
+
+
+def table3_samples(tiles: pd.DataFrame | Mapping[str, pd.Series]) -> tuple[dict[tuple, np.ndarray], dict[tuple, int | float]]:
+    """What Table 3 (``table3_from_tiles``) takes of ``tiles``, per configuration (dest, shape, variant):
+    the samples whose medians it reports, NaN dropped, as {(configuration, name): values}, and the counts
+    and sums it adds up, as {(configuration, name): number}. The samples and counts of disjoint sets of
+    tiles combine (values joined, numbers added) into those of their union."""
     from xstage_trace.analysis.tiles import mainloop_inflated
 
+    samples: dict[tuple, np.ndarray] = {}
+    counts: dict[tuple, int | float] = {}
     n = len(tiles["mainloop_ns"])
     if not n:
-        return pd.DataFrame()
+        return samples, counts
     ok = (tiles["schedule"].notna() & tiles["dest"].notna() & tiles["shape"].notna()).to_numpy()  # as groupby drops missing keys
     dest, dest_names = _filled_codes(tiles["dest"], "")
     shape, shape_names = _filled_codes(tiles["shape"], "")
@@ -82,30 +132,41 @@ def table3_from_tiles(tiles: pd.DataFrame | Mapping[str, pd.Series]) -> pd.DataF
     num = {c: tiles[c].to_numpy(np.float64) for c in ("mainloop_ns", "rs_span_ns", "predicted_stall_ns", "measured_stall_ns", "control_mainloop_ns")}
     backpressured, inflated = tiles["backpressured"].to_numpy(bool), mainloop_inflated(tiles)
     per_dest = len(shape_names) * len(variant_names)
-    names = {int(c): (dest_names[c // per_dest], shape_names[(c // len(variant_names)) % len(shape_names)], variant_names[c % len(variant_names)])
-             for c in np.unique(config[l2])}
-    rows = []
-    for c, (d, sh, v) in sorted(names.items(), key=lambda kv: kv[1]):  # one row per configuration, in key order
+    for c in np.unique(config[l2]):  # the configurations with Linear-2 tiles
+        key = (dest_names[c // per_dest], shape_names[(c // len(variant_names)) % len(shape_names)], variant_names[c % len(variant_names)])
         same = config == c
-        ml = {k: _median(num["mainloop_ns"][same & of_kind[k]]) for k in ("linear1", "linear2")}
-        row = {"dest": d, "shape": sh, "variant": v, "mainloop_l2_us": _us(ml["linear2"]), "mainloop_l1_us": _us(ml["linear1"]), "tiles_l2": 0}
-        for name, cover_kind in SCHEDULES.items():
+        for k in ("linear1", "linear2"):
+            samples[key, f"mainloop_{k}"] = _finite(num["mainloop_ns"][same & of_kind[k]])
+        for name in SCHEDULES:
             w = same & l2 & (sched == (sched_names.index(name) if name in sched_names else -1))
-            span, pred, meas = num["rs_span_ns"][w], num["predicted_stall_ns"][w], num["measured_stall_ns"][w]
-            err = np.abs(pred - meas)
-            err = err[~np.isnan(err)]
+            pred, meas = num["predicted_stall_ns"][w], num["measured_stall_ns"][w]
+            samples[key, f"span_{name}"] = _finite(num["rs_span_ns"][w])
+            samples[key, f"pred_{name}"], samples[key, f"meas_{name}"] = _finite(pred), _finite(meas)
+            samples[key, f"err_{name}"] = _finite(np.abs(pred - meas))
+            counts.update({(key, f"backpressured_{name}"): int(backpressured[w].sum()), (key, f"inflated_{name}"): int(inflated[w].sum()),
+                           (key, f"inflation_judged_{name}"): int((~np.isnan(num["control_mainloop_ns"][w])).sum()), (key, f"tiles_{name}"): int(w.sum())})
+    return samples, counts
+
+
+def table3_rows(counts: Mapping[tuple, int | float], medians: Mapping[tuple, float], err_means: Mapping[tuple, float]) -> pd.DataFrame:
+    """Table 3's rows (``table3_from_tiles``) from the medians of ``table3_samples``' samples, the means
+    of its ``err_*`` samples and its counts, one row per configuration in key order."""
+    rows = []
+    for key in sorted({k for k, _ in counts}):
+        ml = {k: medians[key, f"mainloop_{k}"] for k in ("linear1", "linear2")}
+        row = {"dest": key[0], "shape": key[1], "variant": key[2], "mainloop_l2_us": _us(ml["linear2"]), "mainloop_l1_us": _us(ml["linear1"]), "tiles_l2": 0}
+        for name, cover_kind in SCHEDULES.items():
+            span = medians[key, f"span_{name}"]
             row.update({
-                f"span_{name}_us": _us(_median(span)),
-                f"stall_{name}_pred_medians_us": _us(predicted_stall_ns(_median(span), ml[cover_kind])),
-                f"stall_{name}_pred_tiles_us": _us(_median(pred)),
-                f"stall_{name}_meas_us": _us(_median(meas)),
-                f"err_{name}_median_us": _us(np.median(err)) if len(err) else np.nan,
-                f"err_{name}_mean_us": _us(err.sum() / len(err)) if len(err) else np.nan,
-                f"backpressured_{name}": int(backpressured[w].sum()),
-                f"inflated_{name}": int(inflated[w].sum()),
-                f"inflation_judged_{name}": int((~np.isnan(num["control_mainloop_ns"][w])).sum()),
+                f"span_{name}_us": _us(span),
+                f"stall_{name}_pred_medians_us": _us(predicted_stall_ns(span, ml[cover_kind])),
+                f"stall_{name}_pred_tiles_us": _us(medians[key, f"pred_{name}"]),
+                f"stall_{name}_meas_us": _us(medians[key, f"meas_{name}"]),
+                f"err_{name}_median_us": _us(medians[key, f"err_{name}"]),
+                f"err_{name}_mean_us": _us(err_means[key, f"err_{name}"]),
+                **{f"{c}_{name}": int(counts[key, f"{c}_{name}"]) for c in ("backpressured", "inflated", "inflation_judged")},
             })
-            row["tiles_l2"] = max(row["tiles_l2"], int(w.sum()))
+            row["tiles_l2"] = max(row["tiles_l2"], int(counts[key, f"tiles_{name}"]))
         rows.append(row)
     return pd.DataFrame(rows)
 

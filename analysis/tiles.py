@@ -33,12 +33,15 @@ Diagnosis per tile (beyond the paper; the slot model cannot see every stall):
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Callable, Iterable, Iterator, Mapping
 
 import numpy as np
 import pandas as pd
 
+from xstage_trace.analysis.selection import (linear_quantile_of, median_of, median_ranks, numpy_percentile_of, order_statistics,
+                                              quantile_ranks)
 from xstage_trace.analysis.columnar import as_text, cumcount, run_ids, shift_back, sort_codes, text_codes
 from xstage_trace.analysis.spans import join_rows, key_codes, take_matched
 from xstage_trace.analysis.stall_law import predicted_stall_ns
@@ -264,22 +267,35 @@ def control_sample(tiles: pd.DataFrame | Mapping[str, pd.Series]) -> ControlSamp
     return ControlSample(waits[~np.isnan(waits)], groups)
 
 
-def merge_control_samples(samples: list[ControlSample]) -> ControlSample:
-    """The sample of the union of the tiles the ``samples`` were taken of."""
-    keys = dict.fromkeys(k for s in samples for k in s.mainloops_ns)
-    return ControlSample(np.concatenate([np.zeros(0), *(s.waits_ns for s in samples)]),
-                         {k: np.concatenate([s.mainloops_ns[k] for s in samples if k in s.mainloops_ns]) for k in keys})
+def control_stats_from_samples(samples: Callable[[], Iterable[ControlSample]], cap: int) -> ControlStats:
+    """Spec §5's control statistics of the control tiles whose samples ``samples()`` yields (anew on every
+    call), holding at most ``cap`` values of a sample at once (``selection.order_statistics``): the slot-wait
+    floor and noise (``_wait_stats``) and the mainloop p99 per (shape, tile kind, operand path), pandas'
+    linear-interpolation quantile (NaN for a group with no mainloop). The same numbers as for one sample of
+    all the tiles, whatever the cap."""
+    def chunks() -> Iterator[dict]:
+        for s in samples():
+            yield {"waits": s.waits_ns, **{("mainloop", k): v for k, v in s.mainloops_ns.items()}}
+
+    def ranks_of(name, n: int) -> list[int]:
+        return median_ranks(n) + quantile_ranks(n, 0.99) if name == "waits" else quantile_ranks(n, 0.99)
+
+    n, whole, found = order_statistics(chunks, ranks_of, cap)
+    if "waits" in whole or not n.get("waits"):
+        floor_ns, noise_ns = _wait_stats(whole.get("waits", np.zeros(0)))
+    else:
+        floor_ns = median_of(found["waits"], n["waits"])
+        noise_ns = float(max(numpy_percentile_of(found["waits"], n["waits"], 0.99, shift=floor_ns), MIN_NOISE_NS))
+    groups = [k for k in n if k != "waits"]
+    order = sorted(groups, key=lambda k: tuple((x is not None, x or "") for x in k[1]))  # missing keys first
+    rows = [[*k[1], _quantile(whole[k], 0.99) if k in whole else linear_quantile_of(found[k], n[k], 0.99)] for k in order]
+    p99 = pd.DataFrame(rows, columns=[*CONTROL_KEYS, "ctrl"]).astype({"ctrl": float, **{k: "str" for k in CONTROL_KEYS}})  # text, NaN where missing
+    return ControlStats(floor_ns, noise_ns, p99)
 
 
 def control_stats_of(sample: ControlSample) -> ControlStats:
-    """Spec §5's control statistics of a control sample: the slot-wait floor and noise
-    (``_wait_stats``) and the mainloop p99 per (shape, tile kind, operand path), pandas'
-    linear-interpolation quantile (NaN for a group with no mainloop)."""
-    floor_ns, noise_ns = _wait_stats(sample.waits_ns)
-    order = sorted(sample.mainloops_ns, key=lambda k: tuple((x is not None, x or "") for x in k))  # missing keys first
-    rows = [[*k, _quantile(sample.mainloops_ns[k], 0.99)] for k in order]
-    p99 = pd.DataFrame(rows, columns=[*CONTROL_KEYS, "ctrl"]).astype({"ctrl": float, **{k: "str" for k in CONTROL_KEYS}})  # text, NaN where missing
-    return ControlStats(floor_ns, noise_ns, p99)
+    """The control statistics of one control sample (``control_stats_from_samples``, held whole)."""
+    return control_stats_from_samples(lambda: (sample,), sys.maxsize)
 
 
 def control_stats(tiles: pd.DataFrame | Mapping[str, pd.Series]) -> ControlStats:
@@ -291,14 +307,8 @@ def control_stats(tiles: pd.DataFrame | Mapping[str, pd.Series]) -> ControlStats
 def _quantile(v: np.ndarray, q: float) -> float:
     """The ``q`` quantile of ``v`` (no NaN) by linear interpolation between the order statistics around
     q·(n−1), as pandas' group-by ``quantile`` computes it (NaN for none)."""
-    if not len(v):
-        return np.nan
-    at = q * (len(v) - 1)
-    i = int(at)
-    if i + 1 >= len(v):
-        return float(np.partition(v, i)[i])
-    lo, hi = np.partition(v, [i, i + 1])[[i, i + 1]]
-    return float(lo + (at % 1) * (hi - lo))
+    ranks = quantile_ranks(len(v), q)
+    return linear_quantile_of(dict(zip(ranks, np.partition(v, ranks)[ranks])) if ranks else {}, len(v), q)
 
 
 def mainloop_inflated(tiles: pd.DataFrame) -> np.ndarray:

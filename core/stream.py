@@ -13,7 +13,9 @@ Two passes over the batches, on the same workers:
    statistics every tile is judged by (slot-wait floor and noise, control mainloop p99; spec §5),
    ``ControlStats``. Each control batch is read and analysed here once (``control_task``: its probes
    and bursts parts are written, its unfinished tile spans kept in a scratch Arrow file of the run's
-   temporary folder); only the control tiles' sample (their slot waits and mainloops, ``ControlSample``) and the counts come back.
+   temporary folder); its control tiles' sample (their slot waits and mainloops, ``ControlSample``) waits in
+   another; the counts come back, and the main process reads the samples, at most CONTROL_CAP_VALUES values
+   of one held at once (``control_stats_from_samples``).
 2. every batch (``process_task``): read its records onto the run's time base, write them as one part
    of the ``probes`` table, run the per-dump analyses (core/analyses.py), finish its tiles with the
    control statistics and write them and its bursts as one part each of the ``tiles`` and ``bursts``
@@ -29,6 +31,7 @@ so the largest thing held is one configuration's tiles, never the run's.
 from __future__ import annotations
 
 import os
+import pickle
 import shutil
 from concurrent.futures import ProcessPoolExecutor
 from collections import deque
@@ -45,15 +48,15 @@ import pyarrow.feather as feather
 
 from xstage_trace.base.malloc import keep_freed_memory, release_freed_memory
 from xstage_trace.analyses import SLICE_COLUMNS, AnalysisContext, analyze_dumps
-from xstage_trace.analysis.tiles import (ControlSample, ControlStats, control_sample, control_stats_of, finish_tiles,
-                                          merge_control_samples, with_dump_config)
+from xstage_trace.analysis.tiles import ControlStats, control_sample, control_stats_from_samples, finish_tiles, with_dump_config
 from xstage_trace.collectors.collect import DumpTask, load_records
 from xstage_trace.collectors.dataset import table_part_path, write_table_part
 
 PARALLEL_MIN_RECORDS = 2_000_000  # below this, starting worker processes costs more than it saves
 TABLE3_COLUMNS = ["dest", "shape", "variant", "schedule", "tile_kind", "mainloop_ns", "rs_span_ns", "predicted_stall_ns",
                   "measured_stall_ns", "backpressured", "noise_ns", "control_mainloop_ns", "diagnosis"]  # what table3_from_tiles reads
-TABLE3_CATEGORIES = ["dest", "shape", "schedule", "tile_kind", "diagnosis"]  # read as categoricals (a few values each: ~1 B a row, not ~10)
+CONTROL_CAP_VALUES = 1 << 22  # values of one control sample (the slot waits, a group's mainloops) held at once in the main process
+TABLE3_CAP_VALUES = 1 << 22  # values of one Table 3 sample held at once (32 MiB); past it its medians come from passes over the parts
 
 
 @dataclass
@@ -170,10 +173,11 @@ def _result(records: int, tiles: pd.DataFrame, done: dict[str, pd.DataFrame], wa
                       done.get("calibration_points", pd.DataFrame()), warnings)
 
 
-def control_task(batch: DumpBatch, folder: Path, slices: pa.Table, dump_rows: pa.Table, ctx: AnalysisContext) -> tuple[ControlSample, DumpResult]:
+def control_task(batch: DumpBatch, folder: Path, slices: pa.Table, dump_rows: pa.Table, ctx: AnalysisContext) -> tuple[str | None, DumpResult]:
     """Pass 1, one batch of control dumps: everything ``process_task`` does but finishing the tiles (which
-    needs every control dump's statistics); its tile spans wait in a scratch file for ``finish_control_task``.
-    Returns its control tiles' sample (slot waits, mainloops per group: 16 B a tile) and its result so far."""
+    needs every control dump's statistics); its tile spans wait in a scratch file for ``finish_control_task``,
+    its control tiles' sample (slot waits, mainloops per group: 16 B a tile) in another. Returns the
+    sample's path (None: no tiles) and its result so far."""
     dump = dump_rows.to_pandas()
     records, done, warnings = _analyze_and_write(batch, folder, slices, dump, ctx)
     spans = done.get("tile_spans", pd.DataFrame())
@@ -181,10 +185,10 @@ def control_task(batch: DumpBatch, folder: Path, slices: pa.Table, dump_rows: pa
         path = _scratch_path(folder, batch)
         path.parent.mkdir(parents=True, exist_ok=True)
         feather.write_feather(pa.Table.from_pandas(spans, preserve_index=False), path, compression="uncompressed")
-        sample = control_sample(with_dump_config(spans, dump))
-    else:
-        sample = ControlSample(np.zeros(0), {})
-    return sample, _result(records.num_rows, pd.DataFrame(), done, warnings)
+        sample = path.with_suffix(".sample")
+        sample.write_bytes(pickle.dumps(control_sample(with_dump_config(spans, dump))))
+        return str(sample), _result(records.num_rows, pd.DataFrame(), done, warnings)
+    return None, _result(records.num_rows, pd.DataFrame(), done, warnings)
 
 
 def finish_control_task(batch: DumpBatch, folder: Path, dump_rows: pa.Table, ctx: AnalysisContext, control: ControlStats,
@@ -309,9 +313,10 @@ def task_mapper(workers: int, scheduler: str | None, pool: ProcessPoolExecutor |
         yield (lambda func, args: (func(*a) for a in args)), _now
 
 
-def run_stats(samples: list[ControlSample]) -> ControlStats:
-    """The control statistics of the run from its control batches' samples (defaults when it has none)."""
-    return control_stats_of(merge_control_samples(samples))
+def run_stats(samples: list[str]) -> ControlStats:
+    """The control statistics of the run from its control batches' sample files (defaults when it has none),
+    at most CONTROL_CAP_VALUES values of a sample held at once."""
+    return control_stats_from_samples(lambda: (pickle.loads(Path(p).read_bytes()) for p in samples), CONTROL_CAP_VALUES)
 
 
 def rows_by_dump(table: pa.Table) -> dict[tuple[int, str], np.ndarray]:
@@ -343,7 +348,8 @@ def analyze_streaming(tasks: list[DumpTask], folder: Path, tables: dict[str, pa.
     results: list[DumpResult] = []
     with task_mapper(pool_size, scheduler, pool) as (mapper, submit):
         first = list(mapper(control_task, ((b, folder, of(b, sl, slice_rows), of(b, dumps, dump_rows), ctx) for b in controls)))
-        stats = run_stats([sample for sample, _ in first])
+        stats = run_stats([sample for sample, _ in first if sample is not None])
+        release_freed_memory()  # the samples read back
         partial = {(b.rank, b.index): r for b, (_, r) in zip(controls, first)}  # the part a batch writes: unique per batch
         del first
         args = ((b, folder, None if (b.rank, b.index) in partial else of(b, sl, slice_rows), of(b, dumps, dump_rows), ctx, stats,
@@ -409,35 +415,13 @@ class Table3ByConfiguration:
 
 
 def table3_task(files: list[str]) -> pd.DataFrame:
-    """Table 3's rows (``table3_from_tiles``) of the tiles in ``files``: one configuration's tile parts."""
-    from xstage_trace.analysis.stall import table3_from_tiles
-
-    return table3_from_tiles(_read_columns(files))
-
-
-def _read_columns(files: list[str]) -> dict[str, pd.Series]:
-    """TABLE3_COLUMNS of the given tile parts, each column one Series over every part (text columns as
-    categoricals over the parts' shared categories), filled part by part into arrays of the final
-    size: what is held is the columns themselves (~60 B a tile) and one part as read."""
+    """Table 3's rows (``table3_from_parts``) of the tiles in ``files`` (one configuration's tile parts, the
+    columns it reads), at most TABLE3_CAP_VALUES values of a sample held at once."""
     import pyarrow.parquet as pq
 
-    text = [*TABLE3_CATEGORIES, "variant"]
-    sizes = [pq.ParquetFile(f).metadata.num_rows for f in files]
-    total, offsets = sum(sizes), np.r_[0, np.cumsum(sizes)]
-    cols: dict[str, np.ndarray] = {}
-    names: dict[str, dict[str, int]] = {c: {} for c in text}
-    for f, lo, hi in zip(files, offsets[:-1], offsets[1:]):
-        part = pq.read_table(f, columns=TABLE3_COLUMNS, read_dictionary=text)
-        for c in TABLE3_COLUMNS:
-            arr = part[c].combine_chunks()
-            if c in names:  # dictionary indices onto the categories seen so far (-1: missing)
-                own = np.array([names[c].setdefault(v, len(names[c])) for v in arr.dictionary.to_pylist()], np.int32)
-                values = own[arr.indices.fill_null(0).to_numpy()] if len(own) else np.zeros(len(arr), np.int32)
-                values[arr.is_null().to_numpy(zero_copy_only=False)] = -1
-                cols.setdefault(c, np.empty(total, np.int32))[lo:hi] = values
-            else:
-                values = arr.to_numpy(zero_copy_only=False)
-                cols.setdefault(c, np.empty(total, values.dtype))[lo:hi] = values
-        del part
-        pa.default_memory_pool().release_unused()  # the part as read: else the pool keeps it beside the columns
-    return {c: pd.Series(pd.Categorical.from_codes(v, list(names[c]))) if c in names else pd.Series(v, copy=False) for c, v in cols.items()}
+    from xstage_trace.analysis.stall import table3_from_parts
+
+    rows = table3_from_parts(lambda: (pq.read_table(f, columns=TABLE3_COLUMNS).to_pandas() for f in files), TABLE3_CAP_VALUES)
+    pa.default_memory_pool().release_unused()  # the samples held: a batch task after this one does not reuse them
+    release_freed_memory()
+    return rows

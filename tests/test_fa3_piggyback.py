@@ -100,6 +100,43 @@ def test_qloop_tiles_spans_order_and_gaps(fa3_run):
     assert np.allclose(c["sigma_ns"], c["mainloop_ns"] / 3)
 
 
+def test_qloop_tiles_kv_step_columns_by_hand(tmp_path):
+    """A tile whose dump holds the recipe's K/V steps (``kv_step`` begin/end, payload = K/V block, descending n, each
+    beginning where its predecessor ended) gets their count, median, longest and the Q-loop after the last one; a
+    tile without them 0 steps and NaN (the control run of ``fa3_run``, written without them, is checked too)."""
+    from xstage_trace import open_run
+    from xstage_trace.analysis.piggyback import kv_step_spans
+    from xstage_trace.runner import analyze_inputs
+
+    tile = tile_id(0, 0, 0)
+    # mainloop 0..10000, K/V steps of blocks 2, 1, 0: 0..3000, 3000..6500, 6500..9000, epilogue 10000..10400
+    recs = [(0, 0, 1, 0), (0, 2, 1, 2), (3000, 2, 2, 2), (3000, 2, 1, 1), (6500, 2, 2, 1), (6500, 2, 1, 0), (9000, 2, 2, 0),
+            (10000, 0, 2, 0), (10000, 1, 1, 0), (10400, 1, 2, 0)]
+    records = np.array([(t | ev << 48 | kind << 56, tile, pay) for t, ev, kind, pay in recs], RECORD_DTYPE)
+    slices = np.zeros(1, SLICE_DTYPE)
+    slices[0] = (len(records), 1, 0, 0, GT0, 0, GT0 + 11000, 11000)
+    dumps = tmp_path / "dumps"
+    dumps.mkdir()
+    write_probe_dump(dumps / "fa3_local_s520_noncausal.xsp", slice_meta=slices, records=records, capacity=len(records),
+                     event_names=[*EVENTS, "kv_step"], gpu_name="NVIDIA H200", sm_count=132, sm_clock_khz=1_000_000,
+                     label=label("local"))
+    analyze_inputs([dumps], tmp_path / "run")
+    run = open_run(tmp_path / "run")
+    steps = kv_step_spans(run.probes()).sort_values("start_ns")
+    assert steps["kv_block"].tolist() == [2, 1, 0] and steps["step_ns"].tolist() == [3000, 3500, 2500]
+    t = qloop_tiles(run.probes(), run.dumps()).iloc[0]
+    assert t["kv_steps"] == 3 and t["kv_step_median_ns"] == 3000 and t["kv_step_max_ns"] == 3500
+    assert t["qloop_tail_ns"] == 1000 and t["mainloop_ns"] == 10000
+
+
+def test_tiles_without_kv_steps_have_none(fa3_run):
+    from xstage_trace import open_run
+
+    run = open_run(fa3_run)
+    t = qloop_tiles(run.probes(), run.dumps())
+    assert (t["kv_steps"] == 0).all() and t[["kv_step_median_ns", "kv_step_max_ns", "qloop_tail_ns"]].isna().all().all()
+
+
 def test_dumps_without_fa3_geometry_are_left_out():
     probes = pd.DataFrame({"rank": [0], "dump": ["x.xsp"], "cta": [0], "tile": [0], "event": ["mainloop"], "kind": ["begin"],
                            "payload": [0], "t_ns": [0.0]})

@@ -293,6 +293,18 @@ def test_fa3_recipe_on_fixture_threads_the_buffer_through_params(tmp_path: Path)
                                        "XSTAGE_FA3_END_STAMPED(shared_storage.pipelines.xstage_writer_state,", "epilogue.store_tail();", "XSTAGE_FA3_CLOSE(")]
     assert sites == sorted(sites)
     assert kernel.count("XSTAGE_FA3_BEGIN(") == kernel.count("XSTAGE_FA3_SPAN_STAMP(") == kernel.count("XSTAGE_FA3_END_STAMPED(") == 1
+    # the writer flag lent to the mainloop object after the open, before the tile loop
+    assert kernel.index("XSTAGE_FA3_OPEN(") < kernel.index("XSTAGE_FA3_LEND_FLAG(mainloop);") < kernel.index("for (auto work_tile_info")
+    # K/V steps (the intra-warpgroup-overlap path only): the flag field opens the mainloop struct; one mark per block in
+    # its fwd_step after the V wait, before the PV GEMM; the loop's exit after the loops, before the producers' signal
+    ml = (root / "hopper/mainloop_fwd_sm90_tma_gmma_ws.hpp").read_text()
+    assert ml.index("struct CollectiveMainloopFwdSm90 {") < ml.index("XSTAGE_FA3_MAINLOOP_FIELD") < ml.index("static constexpr bool UseSchedulerBarrier")
+    assert '#include "xstage_fa3.h"' in ml
+    mark = ml.index("XSTAGE_FA3_KV_MARK(shared_storage.pipelines.xstage_writer_state, n_block);")
+    assert ml.index("consumer_wait(pipeline_v, smem_pipe_read_v)") < mark < ml.index("toy_gemm_pv(n_block);")
+    exit_site = ml.index("XSTAGE_FA3_KV_EXIT(shared_storage.pipelines.xstage_writer_state);")
+    assert ml.index("fwd_step(n_block, toy_mask, toy_check);") < exit_site < ml.index("toy_last_pv();") < ml.index("No intra-WG overlap")
+    assert ml.count("XSTAGE_FA3_KV_MARK(") == ml.count("XSTAGE_FA3_KV_EXIT(") == 1
     engine.revert(get("fa3"), root)
     assert snapshot(root) == before
 

@@ -128,6 +128,25 @@ def test_a_batch_ends_at_its_record_limit_and_the_run_is_the_same(tmp_path, monk
         pd.testing.assert_frame_equal(getattr(a, name)(), getattr(b, name)(), check_categorical=False)
 
 
+def test_a_run_with_samples_over_the_memory_caps_gives_the_same_tiles_and_table3(tmp_path, monkeypatch):
+    """Past the caps on values held (the control statistics' and Table 3's samples), the statistics come
+    from passes over the parts: the same tiles (which carry the control floor, noise and p99) and the same
+    Table 3 medians and counts as with every sample held; the err means agree to the last bits (a sum
+    over parts instead of one numpy sum)."""
+    inputs = [FUSED / "traced" / "fused_reference.nsys-rep", FUSED / "traced"]
+    analyze_inputs(inputs, tmp_path / "a", calibration=HOST_CAL, warmup_launches=SAMPLE_WARMUPS, workers=1)
+    monkeypatch.setattr(stream, "CONTROL_CAP_VALUES", 50)
+    monkeypatch.setattr(stream, "TABLE3_CAP_VALUES", 50)
+    analyze_inputs(inputs, tmp_path / "b", calibration=HOST_CAL, warmup_launches=SAMPLE_WARMUPS, workers=1)
+    a, b = xstage_trace.open_run(tmp_path / "a"), xstage_trace.open_run(tmp_path / "b")
+    pd.testing.assert_frame_equal(a.tiles(), b.tiles(), check_categorical=False)
+    ta, tb = a.table3(), b.table3()
+    means = [c for c in ta if c.endswith("_mean_us")]
+    assert len(ta) > 1 and means
+    pd.testing.assert_frame_equal(ta.drop(columns=means), tb.drop(columns=means))
+    pd.testing.assert_frame_equal(ta[means], tb[means], check_exact=False, rtol=1e-12)
+
+
 def test_a_run_analyzed_again_from_its_folder_keeps_every_dump(tmp_path):
     inputs = [FUSED / "traced" / "fused_reference.nsys-rep", FUSED / "traced"]
     analyze_inputs(inputs, tmp_path / "a", calibration=HOST_CAL, warmup_launches=SAMPLE_WARMUPS, workers=1)

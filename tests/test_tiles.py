@@ -147,14 +147,15 @@ def test_control_p99_equals_pandas_group_by_quantile_with_missing_keys_and_value
         pd.testing.assert_frame_equal(got, want, check_exact=True, check_dtype=False)
 
 
-def test_control_samples_of_disjoint_tiles_merge_into_the_statistics_of_all():
-    """``analyze`` takes the control statistics from per-batch samples merged in the main process: they
-    equal (exactly) the statistics of one table of all the tiles, whose floor and noise are the median and
-    the p99 of the floor-corrected slot waits (spec §5), computed here by numpy on the whole table."""
+def test_control_statistics_from_samples_of_disjoint_tiles_equal_those_of_all_whatever_the_cap():
+    """``analyze`` takes the control statistics from per-batch samples read back in the main process, at
+    most a cap of values held at once: they equal (exactly) the statistics of one table of all the tiles,
+    whose floor and noise are the median and the p99 of the floor-corrected slot waits (spec §5) and whose
+    mainloop p99 is pandas' group-by quantile, computed here by numpy and pandas on the whole table."""
     import numpy as np
     import pandas as pd
 
-    from xstage_trace.analysis.tiles import MIN_NOISE_NS, control_sample, control_stats, control_stats_of, merge_control_samples
+    from xstage_trace.analysis.tiles import CONTROL_KEYS, MIN_NOISE_NS, control_sample, control_stats_from_samples
 
     rng = np.random.default_rng(11)
     n = 6000
@@ -162,14 +163,17 @@ def test_control_samples_of_disjoint_tiles_merge_into_the_statistics_of_all():
         "shape": rng.choice(["S1", "S2", None], n), "tile_kind": rng.choice(["linear1", "linear2"], n),
         "operands": rng.choice(["smem", None], n), "is_control": rng.random(n) < 0.6,
         "mainloop_ns": np.where(rng.random(n) < 0.1, np.nan, rng.gamma(2.0, 1e4, n)),
-        "slot_wait_ns": np.where(rng.random(n) < 0.2, np.nan, rng.gamma(1.5, 400.0, n)),
+        "slot_wait_ns": np.where(rng.random(n) < 0.2, np.nan, np.round(rng.gamma(1.5, 400.0, n), 1)),  # ties
     })
-    whole = control_stats(t)
+    ctrl = t[t["is_control"]]
+    waits = ctrl["slot_wait_ns"].dropna().to_numpy()
+    want_p99 = (ctrl.groupby(CONTROL_KEYS, dropna=False)["mainloop_ns"].quantile(0.99).rename("ctrl").reset_index()
+                .astype({k: "str" for k in CONTROL_KEYS}).sort_values(CONTROL_KEYS).reset_index(drop=True))
     cuts = [0, 1000, 1001, 4500, n]  # one part of a single tile; parts holding different groups
     parts = [t.iloc[a:b].astype({"shape": "category"}) if i % 2 else t.iloc[a:b] for i, (a, b) in enumerate(zip(cuts[:-1], cuts[1:]))]
-    merged = control_stats_of(merge_control_samples([control_sample(p) for p in parts]))
-    waits = t.loc[t["is_control"], "slot_wait_ns"].dropna().to_numpy()
-    assert whole.floor_ns == merged.floor_ns == np.median(waits)
-    assert whole.noise_ns == merged.noise_ns == max(np.percentile(waits - np.median(waits), 99), MIN_NOISE_NS)
-    pd.testing.assert_frame_equal(merged.mainloop_p99, whole.mainloop_p99, check_exact=True)
-    assert control_stats_of(merge_control_samples([])).floor_ns == 0.0  # no control: the defaults
+    for cap in (10 ** 9, 500, 7, 1):  # all held; held per group but not the waits; narrowed down to single keys
+        got = control_stats_from_samples(lambda: (control_sample(p) for p in parts), cap)
+        assert got.floor_ns == np.median(waits), cap
+        assert got.noise_ns == max(np.percentile(waits - np.median(waits), 99), MIN_NOISE_NS), cap
+        pd.testing.assert_frame_equal(got.mainloop_p99.sort_values(CONTROL_KEYS).reset_index(drop=True), want_p99, check_exact=True, check_dtype=False)
+    assert control_stats_from_samples(lambda: (), 5).floor_ns == 0.0  # no control: the defaults

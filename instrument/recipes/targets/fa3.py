@@ -10,6 +10,7 @@ UPSTREAM = Upstream("Dao-AILab/flash-attention", "0251105a2fb19d2957484b7f023cd8
                     "[CuTe] Relax CUTLASS DSL requirement (#2798)")
 
 _K = "hopper/flash_fwd_kernel_sm90.h"
+_M = "hopper/mainloop_fwd_sm90_tma_gmma_ws.hpp"
 _E = "hopper/epilogue_fwd.hpp"
 _NS = "flash::xstage_fa3"
 _CONSUMER = r"warpgroup_reg_alloc<\s*MmaRegisterRequirement\s*>\(\);"
@@ -24,12 +25,18 @@ RECIPE = Recipe(
     title="FlashAttention-3 forward, sm_90 (hopper/): Q-tile mainloop and O epilogue per output tile",
     architectures=("sm_90a",),
     upstream=(UPSTREAM,),
-    sentinel=(_K, _E, "hopper/flash_api.cpp"),
+    sentinel=(_K, _M, _E, "hopper/flash_api.cpp"),
     roles=("consumer: the first consumer thread (lane 0 of the first MMA warp; tile loop of the MMA warpgroups)",),
     events=(
         Event(0, "mainloop", "span", "consumer", "", "the Q tile's loop over K/V blocks: QK^T, online softmax, PV"),
         Event(1, "epilogue", "span", "consumer", "",
               "O to shared memory, TMA store issued and waited (store or store_zero)"),
+        Event(2, "kv_step", "span", "consumer", "K/V block index (begin and end)",
+              "the online softmax's step of one K/V block in the writer's warpgroup: from its mark (its QK^T GEMM issued, "
+              "the previous block's V arrived) to the next block's (the last block's: to the K/V loop's exit; the first "
+              "block's starts at the mainloop's begin), so it holds the block's QK^T wait, softmax (row max, exp, row sum, "
+              "O rescale) and the next block's K/V waits; the tile's last 16 blocks (all when it has no more), in the order "
+              "they ran, inside the tile's mainloop span; only with -DXSTAGE_FA3_KV_STEPS=1 (off by default)"),
     ),
     anchors=(
         Anchor("kernel.include", _K, r'^#include\s*"softmax\.h"\n', "after", '#include "xstage_fa3.h"', '#include "softmax.h"'),
@@ -38,6 +45,9 @@ RECIPE = Recipe(
         Anchor("kernel.consumer_open", _K, rf"^[ \t]*cutlass::arch::{_CONSUMER}\n", "after",
                f"XSTAGE_FA3_OPEN({_BUF});",
                "cutlass::arch::warpgroup_reg_alloc<MmaRegisterRequirement>();"),
+        # the writer flag lent to the mainloop object, whose softmax sites inside `mma` test it
+        Anchor("kernel.mainloop_flag", _K, r"^[ \t]*mainloop\.mma_init\(\);\n", "after", "XSTAGE_FA3_LEND_FLAG(mainloop);",
+               "mainloop.mma_init();", after=_CONSUMER),
         Anchor("kernel.mainloop_begin", _K, r"^[ \t]*if constexpr \(!LargeHeadDimV\) \{\n[ \t]*tile_valid = mainloop\.mma\(", "before",
                f"XSTAGE_FA3_BEGIN({_STATE}, {_NS}::kEvMainloop, {_TILE});",
                "if constexpr (!LargeHeadDimV) {\n    tile_valid = mainloop.mma(", after=_CONSUMER),
@@ -51,6 +61,22 @@ RECIPE = Recipe(
                "epilogue.store_zero(params.epilogue, threadIdx.x - MmaThreadOffset, block_coord);\n}", after=_CONSUMER),
         Anchor("kernel.consumer_close", _K, r"^[ \t]*epilogue\.store_tail\(\);\n", "after", f"XSTAGE_FA3_CLOSE({_BUF});",
                "epilogue.store_tail();", after=_CONSUMER),
+        Anchor("mainloop.include", _M, r'^#include\s*"utils\.h"\n', "after", '#include "xstage_fa3.h"', '#include "utils.h"'),
+        Anchor("mainloop.flag_field", _M, r"^struct CollectiveMainloopFwdSm90 \{\n", "after", "XSTAGE_FA3_MAINLOOP_FIELD",
+               "struct CollectiveMainloopFwdSm90 {", indent=4),
+        # the K/V steps of the intra-warpgroup-overlap path (FA3's sm_90 forward at head dim 128): block n's mark in
+        # fwd_step once its QK^T GEMM is issued and the previous block's V waited for, right before that block's PV
+        # GEMM; the loop's exit after both loops (the only spots in and around the loops where a predicated clock read
+        # and st.shared leave ptxas's schedule of the K/V loops as it is, docs/recipes.md fa3)
+        Anchor("mainloop.kv_mark", _M,
+               r"^[ \t]*if \(!UseSchedulerBarrier \|\| warp_group_idx == 0\) \{ consumer_wait\(pipeline_v, smem_pipe_read_v\); \}\n[ \t]*\}\n",
+               "after", f"XSTAGE_FA3_KV_MARK({_STATE}, n_block);",
+               "if constexpr(!HasQv) {\n    if (!UseSchedulerBarrier || warp_group_idx == 0) { consumer_wait(pipeline_v, smem_pipe_read_v); }\n}",
+               after=r"auto fwd_step = \[&\]\(int const n_block, auto mask_fn, auto check_inf_type\) \{\n", until=r"^[ \t]*\};\n"),
+        Anchor("mainloop.kv_exit", _M, r"^[ \t]*// Tell producers that smem_q is ready\n", "before", f"XSTAGE_FA3_KV_EXIT({_STATE});",
+               "// Tell producers that smem_q is ready",
+               after=r"auto fwd_step = \[&\]\(int const n_block, auto mask_fn, auto check_inf_type\) \{\n",
+               until=r"No intra-WG overlap"),
         Anchor("epilogue.include", _E, r'^#include\s*"utils\.h"\n', "after", '#include "xstage_fa3.h"', '#include "utils.h"'),
         Anchor("epilogue.field", _E, r"^[ \t]*int const\* seqused = nullptr;\n(?=[ \t]*\};)", "after",
                "::xstage::DeviceBuffer xstage_buf{};", "int const* seqused = nullptr;\n};", count=2),
@@ -85,7 +111,9 @@ RECIPE = Recipe(
     build_notes=(
         "Reduced FA3 (bf16, head dim 128, forward): `cd hopper && python setup.py install` with these variables; "
         "the probes are switched by -DXSTAGE_TRACE=1 in NVCC_APPEND_FLAGS (nvcc only; the host files need just the "
-        "buffer type). FA3 compiles with nvcc 13.0; 13.2 has a reported ptxas failure."),
+        "buffer type). The K/V-step events (kv_step) are off by default: add -DXSTAGE_FA3_KV_STEPS=1 to NVCC_APPEND_FLAGS "
+        "for them (on the H200 they cost up to +7.5 %, the two spans alone within 1 %; docs/recipes.md). FA3 compiles with "
+        "nvcc 13.0; 13.2 has a reported ptxas failure."),
     buffer_plumbing=(
         "epilogue Arguments/Params field `xstage::DeviceBuffer xstage_buf` (ours), filled in the launch template from "
         "flash::xstage_fa3::current(), set by the extern \"C\" xstage_fa3_set_trace_buffer exported from the extension "

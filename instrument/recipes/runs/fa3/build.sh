@@ -6,7 +6,9 @@
 # its two global launch templates renamed by the preprocessor (flash -> flash_plain,
 # run_mha_fwd_ -> run_mha_fwd_plain_, run_flash_fwd -> run_flash_fwd_plain): the two builds are
 # otherwise the same code with the same symbol names.
-#   usage: build.sh PATCHED_FLASH_ATTENTION_ROOT OUT_DIR   (objects are reused if present)
+#   usage: [XSTAGE_FA3_FLAGS=...] build.sh PATCHED_FLASH_ATTENTION_ROOT OUT_DIR   (objects are reused if present)
+# XSTAGE_FA3_FLAGS: the recipe's compile-time switches for the traced object and the driver (which reads the
+# records' layout from the same header), e.g. -DXSTAGE_FA3_KV_STEPS=1 for the K/V-step events.
 # Flags as hopper/setup.py with the reduced feature set (see instrument/recipes/compile/fa3.sh).
 set -euo pipefail
 root=$(realpath "$1"); out=$(realpath -m "$2"); here=$(dirname "$(realpath "$0")")
@@ -26,9 +28,10 @@ build_obj() {  # name, extra flags
   mv "$out/$name.o.tmp" "$out/$name.o"
   echo "$name: $(( $(date +%s) - t0 )) s"
 }
-build_obj fa3_trace -DXSTAGE_TRACE=1 & p1=$!
+extra=${XSTAGE_FA3_FLAGS:-}
+build_obj fa3_trace -DXSTAGE_TRACE=1 $extra & p1=$!
 build_obj fa3_plain $plain & p2=$!
 wait $p1 && wait $p2
-nvcc $common -I"$inc" -c "$here/driver.cu" -o "$out/driver.o"
+nvcc $common -I"$inc" $extra -c "$here/driver.cu" -o "$out/driver.o"
 nvcc -gencode arch=compute_90a,code=sm_90a "$out/driver.o" "$out/fa3_trace.o" "$out/fa3_plain.o" -o "$out/fa3_driver"
 echo "built $out/fa3_driver"

@@ -12,8 +12,9 @@
 //       dest = local (O in HBM) or host (O in cudaHostAllocMapped memory: the PCIe store path).
 //       Per trial the three variants run in rotating order: plain (probes compiled out), traced
 //       (probes on, buffer set), cleared (probes on, no buffer: clock reads only). Writes
-//       OUT_DIR/times.csv (every trial) and OUT_DIR/fa3_<dest>_s<seqlen>_<causal|noncausal>.xsp (the
-//       records of the last traced trial of the case).
+//       OUT_DIR/times.csv (every trial), OUT_DIR/fa3_<dest>_s<seqlen>_<causal|noncausal>.xsp (the
+//       records of the last traced trial of the case) and OUT_DIR/records_bench.csv (those records against
+//       the recipe's layout, as check's records.csv); exit status 7 when a case's records are wrong.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -41,7 +42,7 @@ namespace {
 
 constexpr int kHeadDim = 128;
 constexpr int kOutBytes = 2;  // bf16 O
-const std::vector<std::string> kEventNames = {"mainloop", "epilogue"};
+const std::vector<std::string> kEventNames = {"mainloop", "epilogue", "kv_step"};
 
 enum class Build { kPlain, kTraced, kCleared };
 const char* build_name(Build b) { return b == Build::kPlain ? "plain" : (b == Build::kTraced ? "traced" : "cleared"); }
@@ -199,11 +200,23 @@ void reference(const Case& c, const std::vector<float>& q, const std::vector<flo
       }
 }
 
-// The traced launch's records against the recipe's layout: every issued tile exactly once, as four
-// records of its tile id -- mainloop begin, mainloop end, epilogue begin, epilogue end -- with
-// non-decreasing clocks, the mainloop's end and the epilogue's begin one clock read (the recipe's
-// XSTAGE_FA3_SPAN_STAMP); every slice holding records closed, its count a multiple of 4 within the
-// capacity. One row per case in records.csv; false when anything differs.
+// The K/V steps the recipe records per tile (flash::xstage_fa3::kKvSlots: the tile's last blocks).
+constexpr int kKvSlots = (int)flash::xstage_fa3::kKvSlots;
+
+// K/V blocks of Q tile m_block: all of them (non-causal), those up to the diagonal (causal; equal Q and K lengths).
+int kv_blocks(const Case& c, int m_block) {
+  const auto [bm, bn] = block_mn(c.causal);
+  const int keys = c.causal ? std::min(c.seqlen, (m_block + 1) * bm) : c.seqlen;
+  return (keys + bn - 1) / bn;
+}
+
+// The traced launch's records against the recipe's layout: every issued tile exactly once, as its
+// records in this order -- mainloop begin; per K/V step of its last min(K/V blocks, kKvSlots) blocks, in the order
+// they ran (K/V block n descending to 0), a kv_step begin and end with payload n, each step beginning at the clock
+// its predecessor ended (one mark), the first K/V block's step (when recorded) at the mainloop's begin; mainloop
+// end, epilogue begin, epilogue end -- all of its tile id, with non-decreasing clocks, the mainloop's end and the
+// epilogue's begin one clock read (the recipe's XSTAGE_FA3_SPAN_STAMP); every slice holding records closed, within
+// the capacity. One row per case in records.csv; false when anything differs.
 bool records_ok(const xstage::HostBuffer& tb, const Case& c, FILE* f) {
   xstage::check_cuda(cudaDeviceSynchronize(), "FA3 kernel");
   const xstage::DeviceBuffer v = tb.view();
@@ -214,44 +227,61 @@ bool records_ok(const xstage::HostBuffer& tb, const Case& c, FILE* f) {
   const auto [bm, bn] = block_mn(c.causal);
   const int m_blocks = (c.seqlen + bm - 1) / bm;
   std::vector<int> seen((size_t)c.batch * c.heads * m_blocks, 0);
-  static const uint64_t kExpected[4][2] = {{0, xstage::kKindBegin}, {0, xstage::kKindEnd}, {1, xstage::kKindBegin}, {1, xstage::kKindEnd}};
-  size_t records = 0;
+  size_t records = 0, expected_records = 0, kv_step_records = 0;
   int bad_slices = 0, bad_tiles = 0, same_clock = 0;
+  auto event = [](const xstage::Record& r) { return (uint32_t)((r.ts_ev >> 48) & 0xFF); };
+  auto kind = [](const xstage::Record& r) { return (uint32_t)((r.ts_ev >> 56) & 0x3); };
+  auto clock = [](const xstage::Record& r) { return r.ts_ev & 0xFFFFFFFFFFFFull; };
   for (uint32_t s = 0; s < v.num_slices; ++s) {
     const xstage::SliceMeta& m = meta[s];
     records += m.count;
-    if ((m.count && !m.closed) || m.count % 4 || m.count > v.capacity) {
+    if ((m.count && !m.closed) || m.count > v.capacity) {
       ++bad_slices;
       continue;
     }
-    for (uint32_t g = 0; g < m.count / 4; ++g) {
-      const xstage::Record* r = &rec[(size_t)s * v.capacity + 4 * g];
-      bool ok = true;
-      uint64_t clk[4];
-      for (int j = 0; j < 4; ++j) {
-        clk[j] = r[j].ts_ev & 0xFFFFFFFFFFFFull;
-        ok = ok && ((r[j].ts_ev >> 48) & 0xFF) == kExpected[j][0] && ((r[j].ts_ev >> 56) & 0x3) == kExpected[j][1] &&
-             r[j].tile == r[0].tile && r[j].payload == 0;
+    const xstage::Record* r = &rec[(size_t)s * v.capacity];
+    uint32_t pos = 0;
+    while (pos < m.count) {
+      const uint32_t tile = r[pos].tile, b = tile >> 24, h = (tile >> 12) & 0xFFF, mb = tile & 0xFFF;
+      if (!(b < (uint32_t)c.batch && h < (uint32_t)c.heads && mb < (uint32_t)m_blocks)) { ++bad_tiles; break; }
+      const int blocks = kv_blocks(c, (int)mb), steps = std::min(blocks, kKvSlots);
+      const uint32_t n = 4 + 2 * (uint32_t)steps;
+      if (pos + n > m.count) { ++bad_tiles; break; }
+      bool ok = event(r[pos]) == 0 && kind(r[pos]) == xstage::kKindBegin && r[pos].payload == 0;
+      for (int j = 0; j < steps; ++j) {
+        const xstage::Record& sb = r[pos + 1 + 2 * j];
+        const xstage::Record& se = r[pos + 2 + 2 * j];
+        const uint32_t block = (uint32_t)(steps - 1 - j);
+        ok = ok && event(sb) == 2 && kind(sb) == xstage::kKindBegin && sb.payload == block && event(se) == 2 &&
+             kind(se) == xstage::kKindEnd && se.payload == block && (j == 0 || clock(sb) == clock(r[pos + 2 * j]));
       }
-      ok = ok && clk[0] <= clk[1] && clk[1] <= clk[2] && clk[2] <= clk[3];
-      same_clock += clk[1] == clk[2];
-      const uint32_t b = r[0].tile >> 24, h = (r[0].tile >> 12) & 0xFFF, mb = r[0].tile & 0xFFF;
-      if (ok && b < (uint32_t)c.batch && h < (uint32_t)c.heads && mb < (uint32_t)m_blocks) {
+      if (steps > 0 && steps == blocks) ok = ok && clock(r[pos + 1]) == clock(r[pos]);  // the first block's step
+      const xstage::Record* t = &r[pos + 1 + 2 * steps];
+      ok = ok && event(t[0]) == 0 && kind(t[0]) == xstage::kKindEnd && event(t[1]) == 1 && kind(t[1]) == xstage::kKindBegin &&
+           event(t[2]) == 1 && kind(t[2]) == xstage::kKindEnd && t[0].payload == 0 && t[1].payload == 0 && t[2].payload == 0;
+      for (uint32_t j = 0; j < n; ++j) ok = ok && r[pos + j].tile == tile && (j == 0 || clock(r[pos + j - 1]) <= clock(r[pos + j]));
+      same_clock += clock(t[0]) == clock(t[1]);
+      if (ok) {
         ++seen[((size_t)b * c.heads + h) * m_blocks + mb];
       } else {
         ++bad_tiles;
       }
+      kv_step_records += 2 * (size_t)steps;
+      expected_records += n;
+      pos += n;
     }
   }
   const int traced_once = (int)std::count(seen.begin(), seen.end(), 1);
-  const bool ok = bad_slices == 0 && bad_tiles == 0 && traced_once == (int)seen.size() && records == 4 * seen.size() &&
+  const bool ok = bad_slices == 0 && bad_tiles == 0 && traced_once == (int)seen.size() && records == expected_records &&
                   same_clock == (int)seen.size();
-  std::fprintf(f, "%d,%d,%d,%d,%s,%zu,%d,%zu,%d,%d,%d,%d\n", c.batch, c.heads, c.seqlen, (int)c.causal, c.dest.c_str(), seen.size(),
-               traced_once, records, bad_slices, bad_tiles, same_clock, ok);
-  std::printf("records causal=%d dest=%s: %d of %zu tiles traced once, %zu records, switch at one clock %d -> %s\n", (int)c.causal,
-              c.dest.c_str(), traced_once, seen.size(), records, same_clock, ok ? "ok" : "WRONG");
+  std::fprintf(f, "%d,%d,%d,%d,%s,%zu,%d,%zu,%zu,%d,%d,%d,%d\n", c.batch, c.heads, c.seqlen, (int)c.causal, c.dest.c_str(), seen.size(),
+               traced_once, records, kv_step_records, bad_slices, bad_tiles, same_clock, ok);
+  std::printf("records causal=%d seqlen=%d dest=%s: %d of %zu tiles traced once, %zu records (%zu kv_step), switch at one clock %d -> %s\n",
+              (int)c.causal, c.seqlen, c.dest.c_str(), traced_once, seen.size(), records, kv_step_records, same_clock, ok ? "ok" : "WRONG");
   return ok;
 }
+
+const char* kRecordsHeader = "batch,heads,seqlen,causal,dest,tiles,tiles_traced_once,records,kv_step_records,bad_slices,bad_tiles,switch_one_clock,ok\n";
 
 int check(const std::string& out, int num_sm) {
   // seqlen 520 is no multiple of either block size (128 x 176 non-causal, 128 x 128 causal): partial m and n blocks
@@ -259,7 +289,7 @@ int check(const std::string& out, int num_sm) {
   FILE* f = std::fopen((out + "/check.csv").c_str(), "w");
   std::fprintf(f, "batch,heads,seqlen,causal,dest,build,o_max_abs_err,lse_max_abs_err,same_as_plain,ok\n");
   FILE* fr = std::fopen((out + "/records.csv").c_str(), "w");
-  std::fprintf(fr, "batch,heads,seqlen,causal,dest,tiles,tiles_traced_once,records,bad_slices,bad_tiles,switch_one_clock,ok\n");
+  std::fprintf(fr, "%s", kRecordsHeader);
   int bad = 0;
   for (int causal = 0; causal < 2; ++causal) {
     Case c = base;
@@ -326,6 +356,9 @@ int bench(const std::string& out, int trials, const std::vector<Case>& cases, in
   const int device = 0;
   FILE* f = std::fopen((out + "/times.csv").c_str(), "w");
   std::fprintf(f, "batch,heads,seqlen,causal,dest,block_m,block_n,tiles,build,trial,position,kernel_ms\n");
+  FILE* fr = std::fopen((out + "/records_bench.csv").c_str(), "w");
+  std::fprintf(fr, "%s", kRecordsHeader);
+  int bad = 0;
   cudaEvent_t e0, e1;
   cudaEventCreate(&e0);
   cudaEventCreate(&e1);
@@ -335,7 +368,8 @@ int bench(const std::string& out, int trials, const std::vector<Case>& cases, in
     const auto [bm, bn] = block_mn(c.causal);
     const int tiles = (c.seqlen + bm - 1) / bm * c.heads * c.batch;
     const uint32_t per_cta = (uint32_t)((tiles + num_sm - 1) / num_sm);
-    xstage::HostBuffer tb(num_sm, flash::xstage_fa3::kNumRoles, 4 * per_cta * 4 + 16);  // 4 records per tile; dynamic scheduling is uneven
+    // at most 4 + 2 * kKvSlots records per tile; dynamic scheduling is uneven
+    xstage::HostBuffer tb(num_sm, flash::xstage_fa3::kNumRoles, (4 + 2 * kKvSlots) * per_cta * 4 + 16);
     char label[256];
     std::snprintf(label, sizeof(label),
                   "kernel=fa3 dest=%s shape=b%dh%ds%d%s tiles=%d ctas=%d batch=%d heads=%d seqlen=%d causal=%d block_m=%d block_n=%d head_dim=%d out_bytes=%d",
@@ -365,6 +399,7 @@ int bench(const std::string& out, int trials, const std::vector<Case>& cases, in
       }
     }
     std::fflush(f);
+    bad += !records_ok(tb, c, fr);  // the last traced trial's records, the ones the dump holds
     char name[512], dump_label[300];
     std::snprintf(name, sizeof(name), "%s/fa3_%s_s%d_%s.xsp", out.c_str(), c.dest.c_str(), c.seqlen, c.causal ? "causal" : "noncausal");
     std::snprintf(dump_label, sizeof(dump_label), "%s trial=%d", label, last_traced);
@@ -372,7 +407,8 @@ int bench(const std::string& out, int trials, const std::vector<Case>& cases, in
     std::printf("case %s: dump %s\n", label, name);
   }
   std::fclose(f);
-  return 0;
+  std::fclose(fr);
+  return bad ? 7 : 0;
 }
 
 }  // namespace

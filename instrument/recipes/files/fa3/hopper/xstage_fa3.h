@@ -24,6 +24,8 @@
 // scheduler's get_next_work made ptxas re-allocate and re-schedule the causal kernel's K/V loops (their
 // instructions out of place against the probes-off build; +2-3 % at long tiles on the H200); with the
 // flag those loops are the probes-off build's, instruction for instruction (docs/recipes.md, fa3).
+// Opt-in (-DXSTAGE_FA3_KV_STEPS=1): the K/V steps inside the mainloop's `mma` (kEvKvStep below), their sites
+// testing the same flag lent to the mainloop object; the state grows by their ring.
 // Records and slice metadata are probe.cuh's (docs/probe-format.md).
 #pragma once
 
@@ -36,9 +38,26 @@ namespace flash::xstage_fa3 {
 constexpr ::xstage::u32 kRoleConsumer = 0;  // the first consumer thread (lane 0 of warpgroup 1's first warp)
 constexpr ::xstage::u32 kNumRoles = 1;
 
-// Event ids; the dump's event-name table in this order: mainloop, epilogue.
+// Event ids; the dump's event-name table in this order: mainloop, epilogue, softmax.
 constexpr ::xstage::u32 kEvMainloop = 0;  // span: the Q tile's loop over K/V blocks (QK^T, online softmax, PV)
 constexpr ::xstage::u32 kEvEpilogue = 1;  // span: O (and LSE) written: smem, TMA store issued and waited
+constexpr ::xstage::u32 kEvKvStep = 2;    // span per K/V block n (payload n): the K/V loop's step holding n's softmax
+
+// K/V steps (the online softmax's steps): one clock mark per K/V block n of the loop, where the writer's warpgroup
+// has issued n's QK^T GEMM and waited for block n+1's V, right before it issues n+1's PV GEMM; block n's step is
+// the span from its mark to the next block's (block 0's: to the loop's exit, after its softmax, before the last
+// PV GEMM), so it holds block n's QK^T wait, softmax (row max, exp, row sum, O rescaled) and PV GEMM issue, and the
+// next block's K and V waits. The tile's first block n_max-1 (QK^T and softmax before the loop) starts at the
+// mainloop's begin. The marks go into a ring of kKvSlots slots in the writer state (stores only) and are written as
+// records at the epilogue's end: the tile's last min(K/V blocks, kKvSlots) steps, in the order they ran.
+// Compile-time switch, off by default: -DXSTAGE_FA3_KV_STEPS=1 adds them. On the H200 the writer's marks and ring
+// cost up to +7.5 % (O in HBM, 1 K tokens; docs/recipes.md fa3), beyond the 1 % the two spans keep; off, the
+// kernel is the two-span recipe's, instruction for instruction.
+#ifndef XSTAGE_FA3_KV_STEPS
+#define XSTAGE_FA3_KV_STEPS 0
+#endif
+constexpr ::xstage::u32 kKvSlots = XSTAGE_FA3_KV_STEPS ? 16 : 0;
+constexpr ::xstage::u32 kNoBlock = 0xFFFFFFFFu;  // a ring slot holding no mark of the current tile
 
 // The buffer of the next launches (host side, one per process; zero means no records).
 inline ::xstage::DeviceBuffer& current() {
@@ -56,17 +75,27 @@ __device__ __forceinline__ ::xstage::u32 tile_id(BlockCoord const& block_coord) 
 }
 #endif
 
-// The writer's state in FA3's SharedStorage::PipelineStorage (32 bytes; none without probes): [0] records
-// attempted, [1] the slice's capacity (0: no slice for this CTA), [2..3] its first record, [4..5] the clock
-// stamp of XSTAGE_FA3_SPAN_STAMP.
+// The writer's state in FA3's SharedStorage::PipelineStorage (32 + 8 * kKvSlots bytes; none without probes;
+// words [6..7] and the ring used only with the K/V steps):
+// [0] records attempted, [1] the slice's capacity (0: no slice for this CTA), [2..3] its first record, [4..5] the
+// clock stamp of XSTAGE_FA3_SPAN_STAMP, [6] the K/V loop's exit clock (low 32 bits), [7] the mainloop's begin clock
+// (low 32 bits); from [8] the K/V ring, 2 words per slot (block n in slot n % kKvSlots): n's mark clock (low 32
+// bits), n (kNoBlock: empty). The mainloop's flag field (XSTAGE_FA3_MAINLOOP_FIELD, in CollectiveMainloop) is the
+// consumer's writer flag, lent to the mainloop object before the tile loop so that the sites inside `mma` test it.
 #ifdef XSTAGE_TRACE
-#define XSTAGE_FA3_SMEM_FIELD alignas(16) ::xstage::u32 xstage_writer_state[8];
+#define XSTAGE_FA3_SMEM_FIELD alignas(16) ::xstage::u32 xstage_writer_state[8 + 2 * ::flash::xstage_fa3::kKvSlots];
+#if XSTAGE_FA3_KV_STEPS
+#define XSTAGE_FA3_MAINLOOP_FIELD bool xstage_writer = false;
+#else
+#define XSTAGE_FA3_MAINLOOP_FIELD
+#endif
 #else
 #define XSTAGE_FA3_SMEM_FIELD
+#define XSTAGE_FA3_MAINLOOP_FIELD
 #endif
 
 #if defined(__CUDACC__) && defined(XSTAGE_TRACE)
-using WriterState = ::xstage::u32[8];
+using WriterState = ::xstage::u32[8 + 2 * kKvSlots];
 
 __device__ __forceinline__ ::xstage::u32 tid_x() {
     ::xstage::u32 t;
@@ -119,16 +148,22 @@ __device__ __forceinline__ void probe_open(::xstage::DeviceBuffer const& b, Writ
     ::xstage::store_meta_u64(&m->clk_open, c);
     asm volatile("st.shared.v2.u32 [%0], {%1, %2};\n\tst.shared.u64 [%0+8], %3;" ::"r"(a), "r"(0u), "r"(b.capacity),
                  "l"(reinterpret_cast<::xstage::u64>(b.records + (::xstage::u64)slice_of(b) * b.capacity)));
+    for (::xstage::u32 k = 0; k < kKvSlots; ++k) asm volatile("st.shared.u32 [%0+36], %1;" ::"r"(a + 8 * k), "r"(kNoBlock));
 }
 
-// The writer only: one record at this clock.
-__device__ __forceinline__ void probe_put(WriterState& s, ::xstage::u32 event, ::xstage::u32 kind, ::xstage::u32 tile) {
+// The writer only, at the mainloop's begin: its record and, with the K/V steps, its clock's low word
+// (state [7]: the begin of the tile's first K/V step).
+__device__ __forceinline__ void probe_begin(WriterState& s, ::xstage::u32 event, ::xstage::u32 tile) {
     const ::xstage::u64 c = ::xstage::clock_cycles();
     ::xstage::u32 i, capacity;
     ::xstage::Record* first;
     load_state(s, i, capacity, first);
-    if (i < capacity) ::xstage::store_record_cs(first + i, ts_ev(c, event, kind), tile, 0u);
+    if (i < capacity) ::xstage::store_record_cs(first + i, ts_ev(c, event, ::xstage::kKindBegin), tile, 0u);
+#if XSTAGE_FA3_KV_STEPS
+    asm volatile("st.shared.u32 [%0], %1;\n\tst.shared.u32 [%0+28], %2;" ::"r"(state_addr(s)), "r"(i + 1), "r"(static_cast<::xstage::u32>(c)));
+#else
     store_count(s, i + 1);
+#endif
 }
 
 // The writer only: the clock of a span boundary (one span's end and the next span's begin: the mainloop's
@@ -137,14 +172,75 @@ __device__ __forceinline__ void probe_stamp(WriterState& s) {
     asm volatile("st.shared.u64 [%0+16], %1;" ::"r"(state_addr(s)), "l"(::xstage::clock_cycles()));
 }
 
+#if XSTAGE_FA3_KV_STEPS
+__device__ __forceinline__ ::xstage::u32 clock_lo() {
+    ::xstage::u32 c;
+    asm volatile("mov.u32 %0, %%clock;" : "=r"(c));
+    return c;
+}
+
+// The writer only, inside the K/V loop: K/V block n's mark (the clock's low word and n into n's slot), and after
+// the loop its exit (state [6]). Stores only: no load, nothing held in a register across the loop.
+__device__ __forceinline__ void kv_mark(WriterState& s, int n) {
+    asm volatile("st.shared.v2.u32 [%0+32], {%1, %2};" ::"r"(state_addr(s) + ((static_cast<::xstage::u32>(n) % kKvSlots) << 3)),
+                 "r"(clock_lo()), "r"(n));
+}
+__device__ __forceinline__ void kv_exit(WriterState& s) {
+    asm volatile("st.shared.u32 [%0+24], %1;" ::"r"(state_addr(s)), "r"(clock_lo()));
+}
+
+// The clock whose low word is `lo`, read at most 2^32 cycles before the 64-bit clock `now`.
+__device__ __forceinline__ ::xstage::u64 widen(::xstage::u32 lo, ::xstage::u64 now) {
+    return now - static_cast<::xstage::u32>(static_cast<::xstage::u32>(now) - lo);
+}
+
+// The writer only, at the epilogue's end: the tile's K/V steps from the ring as begin/end records of kEvKvStep
+// (payload: the block), in the order the blocks ran (descending n), then the ring emptied; returns the records
+// attempted after them. The ring holds the marks of loop blocks n_hi ... 0 (n_hi + 1 of them, at most kKvSlots):
+// step n spans n's mark to n-1's (block 0's: to the loop's exit); when fewer than kKvSlots marks were made the ring
+// did not wrap and the first block n_hi + 1, from the mainloop's begin to n_hi's mark, is recorded too.
+__device__ __forceinline__ ::xstage::u32 put_kv_steps(WriterState& s, ::xstage::u32 i, ::xstage::u32 capacity, ::xstage::Record* first,
+                                                      ::xstage::u64 now, ::xstage::u32 tile) {
+    const ::xstage::u32 a = state_addr(s);
+    ::xstage::u32 marks = 0, n_hi = 0, exit_lo, begin_lo;
+    for (::xstage::u32 k = 0; k < kKvSlots; ++k) {
+        ::xstage::u32 n;
+        asm volatile("ld.shared.u32 %0, [%1+36];" : "=r"(n) : "r"(a + 8 * k));
+        if (n != kNoBlock) { ++marks; n_hi = max(n_hi, n); }
+    }
+    asm volatile("ld.shared.v2.u32 {%0, %1}, [%2+24];" : "=r"(exit_lo), "=r"(begin_lo) : "r"(a));
+    // step b's begin clock: the first block's from the mainloop's begin, the others' their mark
+    auto mark = [&](::xstage::u32 b) {
+        if (b > n_hi || marks == 0) return begin_lo;
+        ::xstage::u32 c;
+        asm volatile("ld.shared.u32 %0, [%1+32];" : "=r"(c) : "r"(a + 8 * (b % kKvSlots)));
+        return c;
+    };
+    const ::xstage::u32 top = marks < kKvSlots ? (marks == 0 ? 0u : n_hi + 1) : n_hi;  // the first step recorded
+    ::xstage::u32 begin = mark(top);
+    for (::xstage::u32 b = top + 1; b-- > 0;) {
+        const ::xstage::u32 end = b == 0 ? exit_lo : mark(b - 1);
+        if (i < capacity) ::xstage::store_record_cs(first + i, ts_ev(widen(begin, now), kEvKvStep, ::xstage::kKindBegin), tile, b);
+        if (i + 1 < capacity) ::xstage::store_record_cs(first + i + 1, ts_ev(widen(end, now), kEvKvStep, ::xstage::kKindEnd), tile, b);
+        i += 2;
+        begin = end;
+    }
+    for (::xstage::u32 k = 0; k < kKvSlots; ++k) asm volatile("st.shared.u32 [%0+36], %1;" ::"r"(a + 8 * k), "r"(kNoBlock));
+    return i;
+}
+#endif
+
 // The writer only: the stamped boundary's two records (`ended`'s end, `begun`'s begin) and, at this
-// clock, the end of `event`.
+// clock, the end of `event`; first, with the K/V steps, the ring's records.
 __device__ __forceinline__ void probe_put3(WriterState& s, ::xstage::u32 ended, ::xstage::u32 begun, ::xstage::u32 event,
                                            ::xstage::u32 tile) {
     const ::xstage::u64 c = ::xstage::clock_cycles();
     ::xstage::u32 i, capacity;
     ::xstage::Record* first;
     load_state(s, i, capacity, first);
+#if XSTAGE_FA3_KV_STEPS
+    i = put_kv_steps(s, i, capacity, first, c, tile);
+#endif
     ::xstage::u64 stamp;
     asm volatile("ld.shared.u64 %0, [%1+16];" : "=l"(stamp) : "r"(state_addr(s)));
     if (i < capacity) ::xstage::store_record_cs(first + i, ts_ev(stamp, ended, ::xstage::kKindEnd), tile, 0u);
@@ -174,18 +270,31 @@ __device__ __forceinline__ void probe_close(::xstage::DeviceBuffer const& b, ::x
     const bool xstage_fa3_writer = ::flash::xstage_fa3::is_writer((buf), (writer_tid)); \
     if (xstage_fa3_writer) ::flash::xstage_fa3::probe_open((buf), (state))
 #define XSTAGE_FA3_BEGIN(state, event, tile) \
-    if (xstage_fa3_writer) ::flash::xstage_fa3::probe_put((state), (event), ::xstage::kKindBegin, (tile))
+    if (xstage_fa3_writer) ::flash::xstage_fa3::probe_begin((state), (event), (tile))
 #define XSTAGE_FA3_SPAN_STAMP(state) \
     if (xstage_fa3_writer) ::flash::xstage_fa3::probe_stamp((state))
 #define XSTAGE_FA3_END_STAMPED(state, ended, begun, event, tile) \
     if (xstage_fa3_writer) ::flash::xstage_fa3::probe_put3((state), (ended), (begun), (event), (tile))
 #define XSTAGE_FA3_CLOSE(buf, writer_tid, state) ::flash::xstage_fa3::probe_close((buf), (writer_tid), (state))
+#if XSTAGE_FA3_KV_STEPS
+// The consumer's flag lent to the mainloop object (its XSTAGE_FA3_MAINLOOP_FIELD), for the sites inside `mma`.
+#define XSTAGE_FA3_LEND_FLAG(mainloop) (mainloop).xstage_writer = xstage_fa3_writer
+#define XSTAGE_FA3_KV_MARK(state, n) if (this->xstage_writer) ::flash::xstage_fa3::kv_mark((state), (n))
+#define XSTAGE_FA3_KV_EXIT(state) if (this->xstage_writer) ::flash::xstage_fa3::kv_exit((state))
+#else
+#define XSTAGE_FA3_LEND_FLAG(mainloop) do {} while (0)
+#define XSTAGE_FA3_KV_MARK(state, n) do {} while (0)
+#define XSTAGE_FA3_KV_EXIT(state) do {} while (0)
+#endif
 #else  // probes compiled out: no code, arguments not evaluated
 #define XSTAGE_FA3_OPEN(buf, writer_tid, state) do {} while (0)
 #define XSTAGE_FA3_BEGIN(state, event, tile) do {} while (0)
 #define XSTAGE_FA3_SPAN_STAMP(state) do {} while (0)
 #define XSTAGE_FA3_END_STAMPED(state, ended, begun, event, tile) do {} while (0)
 #define XSTAGE_FA3_CLOSE(buf, writer_tid, state) do {} while (0)
+#define XSTAGE_FA3_LEND_FLAG(mainloop) do {} while (0)
+#define XSTAGE_FA3_KV_MARK(state, n) do {} while (0)
+#define XSTAGE_FA3_KV_EXIT(state) do {} while (0)
 #endif
 
 }  // namespace flash::xstage_fa3
