@@ -99,8 +99,9 @@ class _Rank:
 def order_statistics(chunks: Callable[[], Iterable[Mapping[str, np.ndarray]]], ranks_of: Callable[[str, int], Sequence[int]],
                      cap: int) -> tuple[dict[str, int], dict[str, np.ndarray], dict[str, dict[int, float]]]:
     """(n per sample, the whole values of every sample of at most ``cap`` values, {rank: value} of every
-    larger sample for the ranks ``ranks_of(name, n)`` asks). ``chunks()`` yields, on every call anew, the
-    chunks: mappings of sample name → float64 values without NaN (a sample may be missing from a chunk)."""
+    sample for the ranks ``ranks_of(name, n)`` asks: taken from the whole values where they are held, else
+    by narrowing). ``chunks()`` yields, on every call anew, the chunks: mappings of sample name → float64
+    values without NaN (a sample may be missing from a chunk)."""
     n: Counter = Counter()
     held: dict[str, list[np.ndarray]] = {}
     over: set[str] = set()
@@ -117,6 +118,9 @@ def order_statistics(chunks: Callable[[], Iterable[Mapping[str, np.ndarray]]], r
     whole = {name: np.concatenate(held[name]) if held.get(name) else np.zeros(0) for name in n if name not in over}
     wanted = [_Rank(name, r, inside=n[name]) for name in sorted(over, key=repr) for r in sorted(set(ranks_of(name, n[name])))]
     found: dict[str, dict[int, float]] = {name: {} for name in over}
+    for name, v in whole.items():
+        ranks = sorted(set(ranks_of(name, len(v))))
+        found[name] = dict(zip(ranks, np.partition(v, ranks)[ranks].tolist())) if ranks else {}
     while wanted:
         wanted = _narrow(chunks, wanted, cap, found)
     return dict(n), whole, found

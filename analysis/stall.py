@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Callable, Iterable, Iterator, Mapping
 
 import numpy as np
@@ -53,12 +54,6 @@ def _finite(x: np.ndarray) -> np.ndarray:
     return x[~np.isnan(x)]
 
 
-def _median(x: np.ndarray) -> float:
-    """Median of the non-NaN values (NaN when there are none), as pandas' ``median``."""
-    x = _finite(x)
-    return float(np.median(x)) if len(x) else np.nan
-
-
 def _mean(x: np.ndarray) -> float:
     """Mean of ``x`` (no NaN) as one numpy sum over the count (NaN when empty)."""
     return float(x.sum() / len(x)) if len(x) else np.nan
@@ -74,8 +69,7 @@ def table3_from_tiles(tiles: pd.DataFrame | Mapping[str, pd.Series]) -> pd.DataF
     is inflated against the local control's (``analysis.tiles.mainloop_inflated``, whatever their slot
     wait) and of those that could be judged (``inflation_judged_*``: a control of that shape and operand
     path was traced). Timing scope: probe clock64 converted to ns per SM."""
-    samples, counts = table3_samples(tiles)
-    return table3_rows(counts, {key: _median(v) for key, v in samples.items()}, {key: _mean(v) for key, v in samples.items() if key[1].startswith("err_")})
+    return table3_from_parts(lambda: (tiles,), sys.maxsize)
 
 
 def table3_from_parts(parts: Callable[[], Iterable[pd.DataFrame]], cap: int) -> pd.DataFrame:
@@ -103,7 +97,7 @@ def table3_from_parts(parts: Callable[[], Iterable[pd.DataFrame]], cap: int) -> 
             yield samples
 
     n, whole, found = order_statistics(chunks, lambda name, m: median_ranks(m), cap)
-    medians = {k: _median(whole[k]) if k in whole else median_of(found[k], n[k]) for k in n}
+    medians = {k: median_of(found[k], n[k]) for k in n}
     means = {k: _mean(whole[k]) if k in whole else sums[k] / n[k] for k in n if k[1].startswith("err_")}
     return table3_rows(counts, medians, means)
 

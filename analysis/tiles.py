@@ -240,8 +240,8 @@ def with_dump_config(t: pd.DataFrame, dumps: pd.DataFrame) -> pd.DataFrame:
 class ControlSample:
     """What the control statistics are taken of, from some control tiles: their slot waits (NaN dropped)
     and, per (shape, tile kind, operand path) — None where a key is missing — their mainloops (NaN
-    dropped; a group whose mainloops are all missing holds none). The samples of disjoint sets of
-    tiles merge (``merge_control_samples``) into the sample of all of them."""
+    dropped; a group whose mainloops are all missing holds none). The statistics of the samples of
+    disjoint sets of tiles are those of their union (``control_stats_from_samples``)."""
 
     waits_ns: np.ndarray
     mainloops_ns: dict[tuple, np.ndarray]
@@ -280,35 +280,19 @@ def control_stats_from_samples(samples: Callable[[], Iterable[ControlSample]], c
     def ranks_of(name, n: int) -> list[int]:
         return median_ranks(n) + quantile_ranks(n, 0.99) if name == "waits" else quantile_ranks(n, 0.99)
 
-    n, whole, found = order_statistics(chunks, ranks_of, cap)
-    if "waits" in whole or not n.get("waits"):
-        floor_ns, noise_ns = _wait_stats(whole.get("waits", np.zeros(0)))
-    else:
-        floor_ns = median_of(found["waits"], n["waits"])
-        noise_ns = float(max(numpy_percentile_of(found["waits"], n["waits"], 0.99, shift=floor_ns), MIN_NOISE_NS))
+    n, _, found = order_statistics(chunks, ranks_of, cap)
+    floor_ns, noise_ns = _wait_stats(found.get("waits", {}), n.get("waits", 0))
     groups = [k for k in n if k != "waits"]
     order = sorted(groups, key=lambda k: tuple((x is not None, x or "") for x in k[1]))  # missing keys first
-    rows = [[*k[1], _quantile(whole[k], 0.99) if k in whole else linear_quantile_of(found[k], n[k], 0.99)] for k in order]
+    rows = [[*k[1], linear_quantile_of(found[k], n[k], 0.99)] for k in order]
     p99 = pd.DataFrame(rows, columns=[*CONTROL_KEYS, "ctrl"]).astype({"ctrl": float, **{k: "str" for k in CONTROL_KEYS}})  # text, NaN where missing
     return ControlStats(floor_ns, noise_ns, p99)
 
 
-def control_stats_of(sample: ControlSample) -> ControlStats:
-    """The control statistics of one control sample (``control_stats_from_samples``, held whole)."""
-    return control_stats_from_samples(lambda: (sample,), sys.maxsize)
-
-
 def control_stats(tiles: pd.DataFrame | Mapping[str, pd.Series]) -> ControlStats:
     """The control statistics of ``tiles`` (with_dump_config's columns, a frame or a mapping of columns):
-    its control tiles decide them (``control_stats_of`` their ``control_sample``)."""
-    return control_stats_of(control_sample(tiles))
-
-
-def _quantile(v: np.ndarray, q: float) -> float:
-    """The ``q`` quantile of ``v`` (no NaN) by linear interpolation between the order statistics around
-    q·(n−1), as pandas' group-by ``quantile`` computes it (NaN for none)."""
-    ranks = quantile_ranks(len(v), q)
-    return linear_quantile_of(dict(zip(ranks, np.partition(v, ranks)[ranks])) if ranks else {}, len(v), q)
+    its control tiles decide them (``control_stats_from_samples`` of their ``control_sample``, held whole)."""
+    return control_stats_from_samples(lambda: (control_sample(tiles),), sys.maxsize)
 
 
 def mainloop_inflated(tiles: pd.DataFrame) -> np.ndarray:
@@ -321,11 +305,12 @@ def mainloop_inflated(tiles: pd.DataFrame) -> np.ndarray:
     return excess > np.maximum(tiles["noise_ns"].to_numpy(np.float64), INFLATION_FRACTION * ctrl)
 
 
-def _wait_stats(waits: np.ndarray) -> tuple[float, float]:
-    """(floor, noise) of the control runs' slot waits (``RunConfig.is_control``: local-store destination
-    or ``control=1``; no NaN). Floor = median raw wait (the cost of the instrumented wait itself);
-    noise = p99 of the floor-corrected waits, at least MIN_NOISE_NS. Without a control: (0, MIN_NOISE_NS)."""
-    if not len(waits):
+def _wait_stats(stats: Mapping[int, float], n: int) -> tuple[float, float]:
+    """(floor, noise) of the control runs' ``n`` slot waits (``RunConfig.is_control``: local-store destination
+    or ``control=1``; no NaN) from their order statistics. Floor = median raw wait (the cost of the
+    instrumented wait itself); noise = p99 of the floor-corrected waits, at least MIN_NOISE_NS (numpy's
+    median and percentile, bit for bit). Without a control: (0, MIN_NOISE_NS)."""
+    if not n:
         return 0.0, MIN_NOISE_NS
-    floor = float(np.median(waits))
-    return floor, float(max(np.percentile(waits - floor, 99), MIN_NOISE_NS))
+    floor = median_of(stats, n)
+    return floor, float(max(numpy_percentile_of(stats, n, 0.99, shift=floor), MIN_NOISE_NS))
