@@ -28,8 +28,8 @@ def sha256_of(path: str | Path, chunk_bytes: int = 1 << 22, follow_symlinks: boo
 
 
 def hash_all(func: Callable[..., T], items: Iterable, threads: int = HASH_THREADS) -> list[T]:
-    """``func(item)`` (a tuple is spread into arguments) for every item on ``threads`` threads, in order:
-    for hashing many files at once (``sha256_of``); the first exception is raised here."""
+    """``func(item)`` for every item on ``threads`` threads, in order: for hashing many files at once
+    (``sha256_of``); the first exception is raised here."""
     items = list(items)
     with ThreadPoolExecutor(max(1, min(threads, len(items)))) as pool:
-        return list(pool.map(lambda i: func(*i) if isinstance(i, tuple) else func(i), items))
+        return list(pool.map(func, items))

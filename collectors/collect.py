@@ -65,7 +65,6 @@ def classify(path: Path) -> str:
     raise InputError(path, "unrecognized input", "pass a .nsys-rep, .sqlite, parquetdir, .xsp dumps or a run folder")
 
 
-
 def _content_key(path: Path, kind: str) -> str:
     """What makes two inputs the same: the bytes of a file, the manifest of a run folder, the
     tables of a parquetdir."""
@@ -100,7 +99,7 @@ def unique_inputs(inputs: list[str | Path], warnings: list[str], digests: dict[P
     seeded = bool(seen)
     counts = Counter(sizes)
     hashed = [(path, kind) for (path, kind), size in zip(expanded, sizes) if not (size >= 0 and not seeded and counts[size] == 1)]
-    keys = dict(zip((path for path, _ in hashed), hash_all(_content_key, hashed)))
+    keys = dict(zip((path for path, _ in hashed), hash_all(lambda pk: _content_key(*pk), hashed)))
     keep: list[Path] = []
     for path, kind in expanded:
         if path not in keys:
