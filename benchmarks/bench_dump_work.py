@@ -48,13 +48,13 @@ def main() -> None:
 
         dumps = scratch / "dumps"
         replicate(sorted(TRACED.glob("*.xsp*")), args.copies, dumps)
-    plan = plan_run([next(TRACED.glob("*.nsys-rep")), dumps])
+    plan = plan_run([next(TRACED.glob("*.nsys-rep")), dumps], Path(tempfile.mkdtemp(dir=scratch)))
     ctx = AnalysisContext(model=load_platform(CALIBRATION))
     records = sum(t.records for t in plan.tasks)
 
     def once() -> None:
         folder = Path(tempfile.mkdtemp(dir=scratch))
-        analyze_streaming(plan.tasks, folder, plan.tables, ctx, workers=1)
+        analyze_streaming(plan.tasks, folder, dict(plan.tables, probe_slices=plan.slice_summary), ctx, workers=1)
         shutil.rmtree(folder)
 
     try:

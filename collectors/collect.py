@@ -2,26 +2,28 @@
 
 from __future__ import annotations
 
+import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from xstage_trace import __version__
-from xstage_trace.collectors.dataset import MANIFEST, is_run_dir, read_manifest, read_run
+from xstage_trace.collectors.dataset import MANIFEST, is_run_dir, iter_table_files, read_manifest, read_run, table_part_path, write_table_part
 from xstage_trace.collectors.nsys_reader import read_nsys_export
 from xstage_trace.collectors.nsys_rep import export_report
 from xstage_trace.collectors.align import Alignment
-from xstage_trace.collectors.pairing import AlignBounds, dump_span_gt_ns, export_ranks, pair_dumps
+from xstage_trace.collectors.pairing import AlignBounds, export_ranks, pair_dumps
 from xstage_trace.base.hashing import hash_all, sha256_of
 from xstage_trace.collectors.probe_format import decode_probe_dump, is_probe_dump_name
 from xstage_trace.base.errors import InputError
 from xstage_trace.base.paths import display_name, input_kind
 from xstage_trace.base.schema import TABLES, conform, empty_table
-
 
 
 @dataclass
@@ -137,7 +139,8 @@ def _concat(name: str, parts: list[pa.Table]) -> pa.Table:
     return pa.concat_tables([p if p.schema.equals(schema) else conform(name, p) for p in parts]).unify_dictionaries().combine_chunks()
 
 
-PRIOR_TABLES = ("kernels", "nvtx", "gpu_metrics", "probe_slices", "dumps")
+PRIOR_TABLES = ("kernels", "nvtx", "gpu_metrics", "dumps")  # an earlier run's small tables; its probe_slices are copied part by part
+SLICES = "probe_slices"
 
 
 @dataclass
@@ -157,19 +160,83 @@ class DumpTask:
 
 
 @dataclass
+class DumpHeader:
+    """What the plan keeps of one dump once its slice table is written: the header, its ``dumps`` row, its
+    probe span in raw %globaltimer ns (pairing) and its records."""
+
+    path: Path
+    header: dict
+    row: dict
+    span_gt_ns: tuple[int, int]
+    records: int
+
+
+@dataclass
 class Plan:
-    """Everything about a run but its probe records: small tables, one task per dump, the manifest."""
+    """Everything about a run but its probe records: the small tables (kernels, nvtx, gpu_metrics, dumps), one
+    task per dump, the manifest. Each dump's slice table is already a part file of ``probe_slices`` in the
+    plan's folder (``slice_parts``); ``slice_summary`` keeps one row per dump: rank, dump, its slices'
+    median ns_per_cycle (all the per-dump steps read of them), slices and records_stored."""
 
     tables: dict[str, pa.Table]
     tasks: list[DumpTask]
     manifest: dict
+    slice_parts: dict[tuple[int, str], Path]
+    slice_summary: pa.Table
     warnings: list[str] = field(default_factory=list)
 
+    @property
+    def slice_rows(self) -> int:
+        """Rows of the run's probe_slices table (what its parts hold)."""
+        return int(pc.sum(self.slice_summary["slices"]).as_py() or 0)
 
-def plan_run(inputs: list[str | Path], nsys: str | None = None, allow_overflow: bool = False,
+
+SUMMARY = pa.schema([("rank", pa.int32()), ("dump", pa.string()), ("ns_per_cycle", pa.float64()), ("slices", pa.int64()),
+                     ("records_stored", pa.int64())])
+
+
+class SliceParts:
+    """Writes each dump's slice table as its own part of ``probe_slices`` (``NAME/rank=R/part-NNNNN.parquet``)
+    in a run's folder as the plan reads it, and keeps one summary row per dump instead of the table."""
+
+    def __init__(self, folder: Path):
+        self.folder, self.parts, self.rows = Path(folder), {}, []
+
+    def add(self, slices: pa.Table, owner: Path) -> dict:
+        """Write one dump's slices (one rank and dump; ``owner``: the input they came from, named when a dump
+        comes twice) and return its summary row."""
+        key = (int(slices["rank"][0].as_py()), str(slices["dump"][0].as_py())) if slices.num_rows else None
+        if key is None:
+            return {}
+        if key in self.parts:
+            raise InputError(owner, f"is a second dump named {key[1]} on rank {key[0]} (a run keys its dumps by rank and file name)",
+                             "rename one of the two dump files, or leave one out")
+        self.parts[key] = table_part_path(self.folder, SLICES, key[0], len(self.parts))
+        write_table_part(self.folder, SLICES, key[0], len(self.parts) - 1, slices)
+        row = {"rank": key[0], "dump": key[1], "ns_per_cycle": float(np.median(slices["ns_per_cycle"].to_numpy())),
+               "slices": slices.num_rows, "records_stored": int(pc.sum(slices["records_stored"]).as_py() or 0)}
+        self.rows.append(row)
+        return row
+
+    def summary(self) -> pa.Table:
+        """One row per dump written (SUMMARY)."""
+        return pa.Table.from_pylist(self.rows, schema=SUMMARY)
+
+
+def _split_by_dump(slices: pa.Table) -> list[pa.Table]:
+    """A probe_slices table cut into one table per (rank, dump), in first-row order."""
+    if slices.num_rows == 0:
+        return []
+    keys = pd.DataFrame({"rank": slices["rank"].to_numpy(zero_copy_only=False), "dump": slices["dump"].to_numpy(zero_copy_only=False)})
+    return [slices.take(pa.array(rows)) for rows in keys.groupby(["rank", "dump"], sort=False).indices.values()]
+
+
+def plan_run(inputs: list[str | Path], folder: Path, nsys: str | None = None, allow_overflow: bool = False,
              rank_overrides: dict[str, int] | None = None, bounds: AlignBounds = AlignBounds()) -> Plan:
     """Read every input but the probe records: exports, dump headers and slice tables; pair dumps with the
-    export that holds them (by data) and fix each dump's clock mapping. Records are read per task later."""
+    export that holds them (by data) and fix each dump's clock mapping. Records are read per task later.
+    Each dump's slice table goes to ``folder`` as a part of probe_slices as soon as it is read (``SliceParts``),
+    so the plan holds a few numbers per dump, whatever the number of slices."""
     warnings: list[str] = []
     digests: dict[Path, str] = {}
     inputs = unique_inputs(inputs, warnings, digests)
@@ -177,17 +244,19 @@ def plan_run(inputs: list[str | Path], nsys: str | None = None, allow_overflow: 
     def digest(path: Path) -> str:
         return digests.get(path) or sha256_of(path)
 
+    slices = SliceParts(folder)
     sources: list[dict] = []
     exports = []
-    dumps = []
-    prior: list[tuple[Path, dict, dict]] = []
+    dumps: list[DumpHeader] = []
+    prior: list[tuple[Path, dict, dict, list[dict]]] = []
     probe_paths: list[Path] = []
     for raw in inputs:
         path = Path(raw)
         kind = classify(path)
         if kind == "run":
             tabs, man = read_run(path, tables=list(PRIOR_TABLES))  # bursts and tiles are recomputed from its probes
-            prior.append((path, tabs, man))
+            rows = [slices.add(part, path) for table in iter_table_files(path, man, SLICES) for part in _split_by_dump(table)]
+            prior.append((path, tabs, man, [r for r in rows if r]))
             sources.append({"path": str(path), "kind": kind})
         elif kind in ("nsys-rep", "sqlite", "parquetdir"):
             info: dict = {}
@@ -206,22 +275,23 @@ def plan_run(inputs: list[str | Path], nsys: str | None = None, allow_overflow: 
             probe_paths.append(path)
     for p in probe_paths:
         d = decode_probe_dump(p, allow_overflow=allow_overflow, records=False)
-        dumps.append(d)
+        row = slices.add(d.slices, p)
+        dumps.append(DumpHeader(d.path, d.header, d.dumps_row(), d.span_gt_ns, row.get("records_stored", 0)))
         sources.append({"path": str(p), "kind": "probe", "sha256": digest(p), "gpu": d.header["gpu_name"], "label": d.header["label"]})
+        del d  # its slice table is on disk
     if not exports and not dumps and not prior:
         raise InputError(None, "no inputs", "pass at least one .nsys-rep, .sqlite, parquetdir, probe dump or run folder")
     refuse_same_capture(exports)
 
     pairings = pair_dumps(exports, dumps, bounds) if exports and dumps else []
     ranks = export_ranks(exports, pairings, rank_overrides or {})
-    tables: dict[str, list[pa.Table]] = {n: [] for n in TABLES if n != "probes"}
+    tables: dict[str, list[pa.Table]] = {n: [] for n in TABLES if n not in ("probes", SLICES)}
     tasks: list[DumpTask] = []
-    for run_dir, tabs, _ in prior:
+    for run_dir, tabs, _, rows in prior:
         for n, t in tabs.items():
             tables[n].append(t)
-        counts = tabs["probe_slices"].group_by(["rank", "dump"]).aggregate([("records_stored", "sum")]).to_pylist()
-        tasks += [DumpTask(len(tasks) + i, c["rank"], c["dump"], run_dir, from_run=True, records=int(c["records_stored_sum"]))
-                  for i, c in enumerate(counts)]  # every task its own index: its parts' file names
+        tasks += [DumpTask(len(tasks) + i, r["rank"], r["dump"], run_dir, from_run=True, records=r["records_stored"])
+                  for i, r in enumerate(rows)]  # every task its own index: its parts' file names
     kernel_base = {}
     base = sum(t.num_rows for t in tables["kernels"])
     for e_i, (e, dev_rank) in enumerate(zip(exports, ranks)):
@@ -232,20 +302,19 @@ def plan_run(inputs: list[str | Path], nsys: str | None = None, allow_overflow: 
         tables["gpu_metrics"].append(_with_ranks(e.gpu_metrics, dev_rank))
 
     held = {i: pr for pr in pairings for i in pr.dump_indices}
-    loose = [dump_span_gt_ns(d.slices)[0] for i, d in enumerate(dumps) if i not in held]
+    loose = [d.span_gt_ns[0] for i, d in enumerate(dumps) if i not in held]
     t0 = min(loose) if loose else 0
-    rows = [d.dumps_row() for d in dumps]
+    rows = [d.row for d in dumps]
     for i, d in enumerate(dumps):
         pr = held.get(i)
         task = DumpTask(len(tasks), d.header["rank"], display_name(d.path.name), d.path, allow_overflow=allow_overflow, t0_gt_ns=t0,
-                        records=int(pc.sum(d.slices["records_stored"]).as_py() or 0))
+                        records=d.records)
         if pr is not None:
             task.alignment, task.epoch_ns = pr.alignment, pr.epoch_ns
             rows[i]["kernel_index"] = kernel_base[pr.export_index] + int(pr.alignment.kernel_of_dump[pr.dump_indices.index(i)])
         tasks.append(task)
     if dumps:
         tables["dumps"].append(pa.Table.from_pylist(rows, schema=TABLES["dumps"]))
-    tables["probe_slices"] += [d.slices for d in dumps]
     if dumps and exports:
         aligned = "nsys session start"
     elif dumps:
@@ -258,7 +327,7 @@ def plan_run(inputs: list[str | Path], nsys: str | None = None, allow_overflow: 
         gpus += [g["name"] for g in e.gpus]
     for d in dumps:
         gpus.append(d.header["gpu_name"])
-    for _, _, man in prior:
+    for _, _, man, _ in prior:
         gpus += man.get("gpus", [])
     manifest = {
         "tool": "xstage-trace",
@@ -270,7 +339,7 @@ def plan_run(inputs: list[str | Path], nsys: str | None = None, allow_overflow: 
                       dict(p.alignment.as_dict(), report=Path(exports[p.export_index].path).name, gpu=p.device) for p in pairings},
         "time_base": aligned,
     }
-    return Plan({n: _concat(n, parts) for n, parts in tables.items()}, tasks, manifest, warnings)
+    return Plan({n: _concat(n, parts) for n, parts in tables.items()}, tasks, manifest, slices.parts, slices.summary(), warnings)
 
 
 def load_records(task: DumpTask) -> tuple[pa.Table, list[str]]:
@@ -297,15 +366,17 @@ def load_records(task: DumpTask) -> tuple[pa.Table, list[str]]:
 
 def collect(inputs: list[str | Path], nsys: str | None = None, allow_overflow: bool = False,
             rank_overrides: dict[str, int] | None = None, bounds: AlignBounds = AlignBounds()) -> Collected:
-    """``plan_run`` with every dump's records read into one ``probes`` table (for small runs and tests;
-    ``analyze`` streams the tasks instead)."""
-    plan = plan_run(inputs, nsys, allow_overflow, rank_overrides, bounds)
+    """``plan_run`` with every dump's records and slices read into one ``probes`` and one ``probe_slices``
+    table (for small runs and tests; ``analyze`` streams the tasks instead)."""
+    with tempfile.TemporaryDirectory(prefix="xstage-collect-") as folder:
+        plan = plan_run(inputs, Path(folder), nsys, allow_overflow, rank_overrides, bounds)
+        slices = _concat(SLICES, [pq.read_table(p) for p in plan.slice_parts.values()])
     parts, warnings = [], list(plan.warnings)
     for task in plan.tasks:
         recs, w = load_records(task)
         parts.append(recs)
         warnings += w
-    return Collected(dict(plan.tables, probes=_concat("probes", parts)), plan.manifest, warnings)
+    return Collected(dict(plan.tables, probes=_concat("probes", parts), probe_slices=slices), plan.manifest, warnings)
 
 
 def _with_ranks(table: pa.Table, dev_rank: dict[int, int]) -> pa.Table:

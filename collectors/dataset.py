@@ -2,8 +2,9 @@
 table holds several ranks), zstd-compressed, plus manifest.json. Written to a temporary folder and
 renamed, so a reader never sees half a run. DuckDB reads it as is:
 ``SELECT * FROM read_parquet('RUN/kernels*.parquet')`` or ``'RUN/kernels/*/*.parquet'`` with
-``hive_partitioning = true``. The ``probes``, ``tiles`` and ``bursts`` tables of an analyzed run are one file per dump,
-``NAME/rank=R/part-NNNNN.parquet`` (written while the dumps stream through ``analyze``).
+``hive_partitioning = true``. The ``probe_slices`` table of an analyzed run is one file per dump and its ``probes``,
+``tiles`` and ``bursts`` tables one file per batch of dumps, ``NAME/rank=R/part-NNNNN.parquet`` (written while the
+dumps stream through ``analyze``).
 
 
 manifest.json records every file's sha256; reading a run checks them, so a file changed, swapped
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -255,17 +256,30 @@ def read_run(run_dir: str | Path, tables: list[str] | None = None) -> tuple[dict
         raise InputError(run_dir, f"run dataset schema {manifest['schema_version']} is older than this xstage-trace ({SCHEMA_VERSION})",
                          "analyze its inputs again (manifest.json lists them)")
     _check_files(run_dir, manifest, tables)
-    expected = manifest.get("tables", {})
     out = {}
     for name in tables or TABLES:
-        files = table_files(run_dir, name)
-        out[name] = pa.concat_tables([_read_table_file(name, Path(f), True) for f in files]) if files else empty_table(name)
-        want = expected.get(name)
-        if want is not None and out[name].num_rows != want:
-            problem = (f"{name} is missing (manifest.json lists {want} rows)" if not files
-                       else f"holds {out[name].num_rows} rows of {name}, manifest.json lists {want} (file replaced or truncated?)")
-            raise InputError(Path(files[0]) if len(files) == 1 else run_dir, problem, _REWRITE)
+        parts = list(iter_table_files(run_dir, manifest, name, checked=True))
+        out[name] = pa.concat_tables(parts) if parts else empty_table(name)
     return out, manifest
+
+
+def iter_table_files(run_dir: str | Path, manifest: dict, name: str, checked: bool = False) -> Iterator[pa.Table]:
+    """One table of a run folder file by file (its files checked against ``manifest`` first unless ``checked``,
+    their rows against its row count after the last), so a table larger than memory is read a part at a time."""
+    run_dir = Path(run_dir)
+    if not checked:
+        _check_files(run_dir, manifest, [name])
+    files = table_files(run_dir, name)
+    rows = 0
+    for f in files:
+        table = _read_table_file(name, Path(f), True)
+        rows += table.num_rows
+        yield table
+    want = manifest.get("tables", {}).get(name)
+    if want is not None and rows != want:
+        raise InputError(Path(files[0]) if len(files) == 1 else run_dir,
+                         f"{name} is missing (manifest.json lists {want} rows)" if not files else f"holds {rows} rows of {name}, manifest.json lists {want} (file replaced or truncated?)",
+                         _REWRITE)
 
 
 def read_table(run_dir: str | Path, name: str) -> pa.Table:

@@ -109,7 +109,7 @@ def _inside(t: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
 def restrict_to_nvtx(plan, pattern: str | None, domain: str | None = None):
     """The run ``Plan`` kept to the kernels launched under NVTX ranges matching ``pattern`` and
     ``domain`` (module docstring): its kernels, ranges, metric samples, and the dumps (with their
-    tasks) that lie in a kept kernel; the manifest records the filter. No matching range, or no
+    tasks and slice parts) that lie in a kept kernel; the manifest records the filter. No matching range, or no
     kernel under one → InputError."""
     t = plan.tables
     ranges = t["nvtx"].to_pandas()
@@ -133,10 +133,12 @@ def restrict_to_nvtx(plan, pattern: str | None, domain: str | None = None):
         keep_d = held & keep_k[np.where(held, ki, 0).astype(int)]
         new_index = np.cumsum(keep_k) - 1  # a kept kernel's row in the filtered table
         kept = dumps[keep_d].assign(kernel_index=new_index[ki[keep_d].astype(int)])
-        keys = set(zip(kept["rank"], kept["dump"].astype(str)))
+        keys = set(zip(kept["rank"].astype(int), kept["dump"].astype(str)))
         out["dumps"] = pa.Table.from_pandas(kept, preserve_index=False)
-        sl = t["probe_slices"].to_pandas()
-        out["probe_slices"] = pa.Table.from_pandas(sl[pd.MultiIndex.from_arrays([sl["rank"], sl["dump"].astype(str)]).isin(list(keys))], preserve_index=False)
+        for key in [k for k in plan.slice_parts if k not in keys]:
+            plan.slice_parts.pop(key).unlink()  # the left-out dump's slices, already in the run's temporary folder
+        summary = plan.slice_summary.to_pandas()
+        plan.slice_summary = plan.slice_summary.filter(pa.array(pd.MultiIndex.from_arrays([summary["rank"], summary["dump"]]).isin(list(keys))))
         plan.tasks = [task for task in plan.tasks if (task.rank, task.dump) in keys]
         if dumps["is_control"].any() and not kept["is_control"].any():
             plan.warnings.append(f"{_selector(pattern, domain)} left out every control dump (dest=local / control=1): the slot-wait floor and "

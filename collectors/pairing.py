@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
 import pyarrow.compute as pc
 
 from xstage_trace.base.errors import InputError
@@ -46,14 +45,6 @@ class Pairing:
     epoch_ns: int
 
 
-def dump_span_gt_ns(slices: pa.Table) -> tuple[int, int]:
-    """A dump's probe span in raw %globaltimer ns: first slice open to last slice close (used slices)."""
-    used = pc.greater(slices["records_stored"], 0)
-    s = slices.filter(used) if pc.any(used).as_py() else slices
-    closed = s.filter(s["closed"]) if pc.any(s["closed"]).as_py() else s
-    return int(pc.min(s["open_gt_ns"]).as_py()), int(pc.max(closed["close_gt_ns"]).as_py())
-
-
 def _try(export, device: int, spans_gt: np.ndarray, bounds: AlignBounds) -> tuple[Alignment | None, str]:
     """Align one group against one export: (alignment, "") when it holds the group, else (None, why)."""
     if export.utc_epoch_ns is None:
@@ -82,13 +73,14 @@ def _try(export, device: int, spans_gt: np.ndarray, bounds: AlignBounds) -> tupl
 
 
 def pair_dumps(exports: list, dumps: list, bounds: AlignBounds = AlignBounds()) -> list[Pairing]:
-    """Pair every (rank, GPU) group of dumps with the one export that holds it (see the module text)."""
+    """Pair every (rank, GPU) group of dumps with the one export that holds it (see the module text). A dump
+    is anything with ``header`` (rank, device_index), ``path`` and ``span_gt_ns`` (a ProbeDump, a DumpHeader)."""
     groups: dict[tuple[int, int], list[int]] = {}
     for i, d in enumerate(dumps):
         groups.setdefault((d.header["rank"], d.header["device_index"]), []).append(i)
     out = []
     for (rank, device), idx in sorted(groups.items()):
-        spans = np.array([dump_span_gt_ns(dumps[i].slices) for i in idx], dtype=np.int64)
+        spans = np.array([dumps[i].span_gt_ns for i in idx], dtype=np.int64)
         held, refused = [], []
         for e_i, e in enumerate(exports):
             a, why = _try(e, device, spans, bounds)

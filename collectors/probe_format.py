@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from xstage_trace.base.atomic import atomic_file
 from xstage_trace.base.config import ConfigError, RunConfig
@@ -86,11 +87,24 @@ class ProbeDump:
     records: pa.Table
     warnings: list[str] = field(default_factory=list)
 
+    @property
+    def span_gt_ns(self) -> tuple[int, int]:
+        """The dump's probe span in raw %globaltimer ns (``dump_span_gt_ns`` of its slices)."""
+        return dump_span_gt_ns(self.slices)
+
     def dumps_row(self) -> dict:
         """This dump's row of the ``dumps`` table: where it ran and its typed configuration."""
         h = self.header
         return dict(self.config.columns(), rank=h["rank"], dump=display_name(self.path.name), device_index=h["device_index"],
                     gpu_name=h["gpu_name"], sm_count=h["sm_count"], label=h["label"], kernel_index=None)
+
+
+def dump_span_gt_ns(slices: pa.Table) -> tuple[int, int]:
+    """A dump's probe span in raw %globaltimer ns: first slice open to last slice close (used slices)."""
+    used = pc.greater(slices["records_stored"], 0)
+    s = slices.filter(used) if pc.any(used).as_py() else slices
+    closed = s.filter(s["closed"]) if pc.any(s["closed"]).as_py() else s
+    return int(pc.min(s["open_gt_ns"]).as_py()), int(pc.max(closed["close_gt_ns"]).as_py())
 
 
 def _constant(n: int, value: int) -> np.ndarray:

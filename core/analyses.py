@@ -103,7 +103,9 @@ def _table3(parts: dict[str, pd.DataFrame], tables: dict[str, pd.DataFrame], ctx
     return attach_kernel_times(table3_from_tiles(parts["tiles"]), trials)
 
 
-SLICE_COLUMNS = ["rank", "dump", "ns_per_cycle"]  # what the per-dump steps read of the probe_slices table (calibration points)
+# What the per-dump steps read of the probe_slices table: calibration points take the median ns_per_cycle of a
+# dump's slices, so the plan's slice summary (one row per dump holding that median) reads the same.
+SLICE_COLUMNS = ["rank", "dump", "ns_per_cycle"]
 DUMP_ANALYSES: tuple[Analysis, ...] = (  # in order: a step sees the results of the steps above it
     Analysis("calibration_points", _calibration_points),
     Analysis("tile_spans", _tile_spans),

@@ -26,17 +26,18 @@ def _default_run_dir(first: Path) -> Path:
 def analyze_inputs(inputs: list[Path], output: Path | None, nsys=None, calibration=None, allow_overflow=False, progress=None,
                    rank_overrides: dict[str, int] | None = None, warmup_launches: int = 0, workers: int | None = None,
                    force: bool = False, scheduler: str | None = None, nvtx: str | None = None, nvtx_domain: str | None = None) -> dict:
-    """plan (exports, dump headers, pairing) → dumps streamed through the per-dump analyses (probes,
-    tiles and bursts written part by part as they are produced; core/stream.py) → Table 3 per
-    configuration → run dataset (atomic) → summary dict.
+    """plan (exports, dump headers, pairing; each dump's slice table written as it is read) → dumps streamed
+    through the per-dump analyses (probes, tiles and bursts written part by part as they are produced;
+    core/stream.py) → Table 3 per configuration → run dataset (atomic) → summary dict. All of it runs inside
+    the run's temporary folder, so bad input leaves no output behind.
 
     The output folder is checked before any input is read: it must be new, or an earlier run folder
     with ``force``, and it must neither be, lie inside, nor hold an input."""
-    from xstage_trace.analyses import SLICE_COLUMNS, AnalysisContext
+    from xstage_trace.analyses import AnalysisContext
     from xstage_trace.base.malloc import keep_freed_memory
     from xstage_trace.calibration_io import load_platform
     from xstage_trace.collectors.collect import plan_run
-    from xstage_trace.collectors.dataset import check_output_against_inputs, check_output_dir, write_run, write_table
+    from xstage_trace.collectors.dataset import check_output_against_inputs, check_output_dir, write_run
     from xstage_trace.collectors.nvtx_filter import restrict_to_nvtx
     from xstage_trace.stream import analyze_streaming, early_pool
 
@@ -45,34 +46,35 @@ def analyze_inputs(inputs: list[Path], output: Path | None, nsys=None, calibrati
     check_output_dir(run_dir, force)
     check_output_against_inputs(run_dir, [*inputs, calibration] if calibration else inputs)
     ctx = AnalysisContext(model=load_platform(calibration) if calibration else None, warmup_launches=warmup_launches)
+    tables: dict = {}
+    state: dict = {}
     with early_pool(inputs, workers, scheduler) as pool:  # workers start while the plan is made
-        plan = plan_run(inputs, nsys=nsys, allow_overflow=allow_overflow, rank_overrides=rank_overrides)
-        plan = restrict_to_nvtx(plan, nvtx, nvtx_domain) if (nvtx, nvtx_domain) != (None, None) else plan
-        tables = plan.tables
-        state: dict = {}
 
         def fill(tmp: Path) -> dict[str, int]:
-            slice_rows = tables["probe_slices"].num_rows
-            write_table(tmp, "probe_slices", tables["probe_slices"])  # now, so that the passes hold only what the steps read of it
-            tables["probe_slices"] = tables["probe_slices"].select(SLICE_COLUMNS)
+            plan = plan_run(inputs, tmp, nsys=nsys, allow_overflow=allow_overflow, rank_overrides=rank_overrides)  # writes probe_slices
+            plan = restrict_to_nvtx(plan, nvtx, nvtx_domain) if (nvtx, nvtx_domain) != (None, None) else plan
+            state["plan"] = plan
+            tables.update(plan.tables)
             tick = progress("analyzing probe dumps", len(plan.tasks)) if (progress and plan.tasks) else None
-            result = analyze_streaming(plan.tasks, tmp, tables, ctx, workers, tick, scheduler, pool)
+            steps = dict(tables, probe_slices=plan.slice_summary)  # one row per dump: what the steps read of its slices
+            result = analyze_streaming(plan.tasks, tmp, steps, ctx, workers, tick, scheduler, pool)
             state["result"] = result
             state["warnings"] = plan.warnings + result.warnings
             points = result.calibration_points
             if len(points):
                 points = points.sort_values(["dest", "mode", "K", "B", "gap_ns"]).reset_index(drop=True)
             state["points"] = points
-            return {**result.counts, "probe_slices": slice_rows}
+            return {**result.counts, **({"probe_slices": plan.slice_rows} if plan.slice_parts else {})}  # none: write_run writes it empty
 
         def manifest() -> dict:
-            return dict(plan.manifest, calibration=str(calibration) if calibration else None, warnings=state["warnings"],
+            return dict(state["plan"].manifest, calibration=str(calibration) if calibration else None, warnings=state["warnings"],
                         warmup_launches=warmup_launches, calibration_points=int(len(state["points"])))
 
         written = write_run(run_dir, tables, manifest,
                             extra_files=lambda: {"calibration_points.csv": state["points"].to_csv(index=False)} if len(state["points"]) else {},
                             results=lambda: {"table3": state["result"].table3} if len(state["result"].table3) else {},
                             fill=fill, force=force)
+    plan = state["plan"]
     table3 = state["result"].table3
     gm = tables["gpu_metrics"]
     metric_counts = {}

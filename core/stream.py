@@ -329,8 +329,10 @@ def analyze_streaming(tasks: list[DumpTask], folder: Path, tables: dict[str, pa.
                       workers: int | None = None, tick=None, scheduler: str | None = None,
                       pool: ProcessPoolExecutor | None = None) -> StreamResult:
     """Both passes over ``tasks`` in batches (module text), writing the probes, tiles and bursts parts into
-    the run's temporary ``folder``; then Table 3 per configuration from the tile parts. ``pool``: workers
-    already started (``early_pool``), used when the run is large enough for a pool."""
+    the run's temporary ``folder``; then Table 3 per configuration from the tile parts. ``tables``: kernels,
+    dumps, and probe_slices' rows the steps read (SLICE_COLUMNS; a plan's slice_summary, one row per dump,
+    reads the same as every slice). ``pool``: workers already started (``early_pool``), used when the run is
+    large enough for a pool."""
     pa.default_memory_pool().release_unused()  # what reading the exports and dump headers left in the pool
     release_freed_memory()  # and in the heap
     sl, dumps = tables["probe_slices"].select(SLICE_COLUMNS), tables["dumps"]  # a task gets its dumps' rows of what the steps read

@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import CALIB, REFERENCE, SAMPLES, reference_sqlite, run_sql
+from xstage_trace import open_run
 from xstage_trace.base import atomic
 from xstage_trace.base.errors import InputError
 from xstage_trace.cli import main
@@ -493,7 +494,7 @@ def test_anchors_implying_an_absurd_clock_fall_back_to_the_nominal_clock(xs, tmp
     r = xs("analyze", bad, "-o", tmp_path / "run", "--json")
     assert r.rc == 0, r.err
     assert any("nominal SM clock" in w for w in r.json()["warnings"])
-    npc = pq.read_table(tmp_path / "run" / "probe_slices.parquet").column("ns_per_cycle").to_numpy()
+    npc = open_run(tmp_path / "run").probe_slices()["ns_per_cycle"].to_numpy()
     assert npc[0] == pytest.approx(1e6 / int(h["sm_clock_khz"]))
     assert np.all(np.isfinite(npc))
 
@@ -1262,7 +1263,7 @@ def test_a_dump_whose_name_is_not_utf8(xs, tmp_path):
     r = xs("analyze", tmp_path / name, "-o", tmp_path / "run", "--json")
     assert r.rc == 0, r.err
     assert r.json()["probes"] == dump_records(data)
-    dumps = pq.read_table(tmp_path / "run" / "probe_slices.parquet").column("dump").unique().to_pylist()
+    dumps = open_run(tmp_path / "run").probe_slices()["dump"].astype(str).unique().tolist()
     assert dumps == ["dump-\\xff\\xfe.xsp"]
     text = (tmp_path / "run" / "manifest.json").read_text()
     text.encode("utf-8")  # no lone surrogate: any JSON reader accepts it
@@ -1295,3 +1296,17 @@ def test_one_line_quotes_control_characters():
     e = InputError("a\nb.xsp", "bad\nthing", "fix\tit")
     assert e.one_line() == "'a\\nb.xsp': bad\\nthing; fix\\tit"
     assert InputError("plain.xsp", "p", "f").one_line() == "plain.xsp: p; f"
+
+
+def test_two_different_dumps_of_one_name_and_rank_are_refused_before_any_output(xs, tmp_path):
+    """A run keys its dumps by (rank, file name): two dumps that share both would have their slices and
+    records taken for one dump's. The second is refused, naming it, and no run folder is left."""
+    first, second = tmp_path / "a", tmp_path / "b"
+    first.mkdir()
+    second.mkdir()
+    data = sample_dump_bytes()
+    write_dump(first / "d.xsp", data)
+    write_dump(second / "d.xsp", set_header(data, "sm_clock_khz", 1_500_000))  # other bytes: not a duplicate input
+    r = xs("analyze", first / "d.xsp", second / "d.xsp", "-o", tmp_path / "run")
+    one_line_error(r, str(second / "d.xsp"), fix="rename one of the two dump files")
+    assert not (tmp_path / "run").exists() and sorted(p.name for p in tmp_path.iterdir()) == ["a", "b"]

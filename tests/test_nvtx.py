@@ -23,6 +23,9 @@ def test_nvtx_filter_keeps_the_wave_kernels_and_dumps(split_runs, fused_run):
     dumps = set(wave.probes()["dump"].astype(str).unique())
     assert dumps == {p.name for p in (FUSED / "traced").glob("*_wave_*.xsp*")}
     assert set(wave.tiles()["dump"]) == dumps
+    slices = wave.probe_slices()  # the left-out dumps' slice parts, written as the plan read them, are gone
+    assert set(slices["dump"].astype(str)) == dumps and wave.manifest["tables"]["probe_slices"] == len(slices)
+    assert len(slices) == full.probe_slices()["dump"].astype(str).isin(dumps).sum()
     assert wave.manifest["nvtx_filter"]["kernels_kept"] == 28
     gm = wave.gpu_metrics()["timestamp_ns"].to_numpy()
     inside = ((gm[:, None] >= k["start_ns"].to_numpy()) & (gm[:, None] <= k["end_ns"].to_numpy())).any(axis=1)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import shutil
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -18,6 +19,7 @@ from xstage_trace.analyses import AnalysisContext, analyze_frames
 from xstage_trace.base.schema import conform
 from xstage_trace.calibration_io import load_platform
 from xstage_trace.collectors.collect import collect
+from xstage_trace.collectors.probe_format import decode_probe_dump
 from xstage_trace.runner import analyze_inputs
 
 HOST_CAL = CALIB / "calibration_host.json"
@@ -172,3 +174,38 @@ def test_a_run_without_control_dumps_streams_like_the_whole_table(tmp_path):
     run = xstage_trace.open_run(tmp_path / "run")
     pd.testing.assert_frame_equal(run.tiles().reset_index(drop=True), _as_stored("tiles", whole["tiles"]))
     pd.testing.assert_frame_equal(run.table3().reset_index(drop=True), whole["table3"].reset_index(drop=True), check_dtype=False)
+
+
+def test_the_plan_writes_each_dumps_slices_as_it_reads_them_and_keeps_one_row_per_dump(tmp_path):
+    """plan_run holds no slice table: each dump's slices are a part of probe_slices in the folder as soon as its
+    header is read (the decoder's table, row for row), and the summary keeps its median ns_per_cycle (what
+    the per-dump steps read), slices and records_stored, checked against the decoder."""
+    from xstage_trace.collectors.collect import plan_run
+
+    paths = sorted((FUSED / "traced").glob("*.xsp*"))
+    plan = plan_run([FUSED / "traced" / "fused_reference.nsys-rep", FUSED / "traced"], tmp_path)
+    assert "probe_slices" not in plan.tables and "probes" not in plan.tables
+    summary = plan.slice_summary.to_pandas().set_index("dump")
+    assert len(summary) == len(plan.slice_parts) == len(paths)
+    for path in paths:
+        decoded = decode_probe_dump(path, records=False).slices
+        name = decoded["dump"][0].as_py()
+        part = pq.read_table(plan.slice_parts[(0, name)])
+        assert part.equals(decoded), name
+        npc = decoded["ns_per_cycle"].to_numpy()
+        assert summary.loc[name, "ns_per_cycle"] == np.median(npc)
+        assert summary.loc[name, "slices"] == len(npc) and summary.loc[name, "records_stored"] == pa.compute.sum(decoded["records_stored"]).as_py()
+    assert plan.slice_rows == sum(decode_probe_dump(p, records=False).header["num_slices"] for p in paths)
+
+
+def test_a_run_holds_one_probe_slices_part_per_dump_equal_to_the_decoded_slices(tmp_path):
+    inputs = [FUSED / "traced" / "fused_reference.nsys-rep", FUSED / "traced"]
+    analyze_inputs(inputs, tmp_path / "run", workers=1)
+    paths = sorted((FUSED / "traced").glob("*.xsp*"))
+    parts = sorted((tmp_path / "run" / "probe_slices" / "rank=0").iterdir())
+    assert len(parts) == len(paths) and not (tmp_path / "run" / "probe_slices.parquet").exists()
+    decoded = pa.concat_tables(decode_probe_dump(p, records=False).slices for p in paths).to_pandas()
+    stored = xstage_trace.open_run(tmp_path / "run").probe_slices()
+    key = ["dump", "slice"]
+    pd.testing.assert_frame_equal(stored.astype({"dump": str, "label": str}).sort_values(key).reset_index(drop=True),
+                                  decoded.sort_values(key).reset_index(drop=True), check_dtype=False)
