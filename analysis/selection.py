@@ -115,7 +115,8 @@ def order_statistics(chunks: Callable[[], Iterable[Mapping[str, np.ndarray]]], r
                 held.pop(name, None)
             else:
                 held.setdefault(name, []).append(np.asarray(v, np.float64))
-    whole = {name: np.concatenate(held[name]) if held.get(name) else np.zeros(0) for name in n if name not in over}
+    # each sample's chunks let go as it is joined: the held values and one joined copy at a time, never two of all
+    whole = {name: np.concatenate(held.pop(name)) if held.get(name) else np.zeros(0) for name in n if name not in over}
     wanted = [_Rank(name, r, inside=n[name]) for name in sorted(over, key=repr) for r in sorted(set(ranks_of(name, n[name])))]
     found: dict[str, dict[int, float]] = {name: {} for name in over}
     for name, v in whole.items():
