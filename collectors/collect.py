@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import tempfile
-from collections import Counter
+from collections import Counter, deque
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from xstage_trace import __version__
-from xstage_trace.collectors.dataset import MANIFEST, is_run_dir, iter_table_files, read_manifest, read_run, table_part_path, write_table_part
+from xstage_trace.collectors.dataset import MANIFEST, is_run_dir, iter_table_files, read_manifest, read_run, table_part_path, write_parquet, write_table_part
 from xstage_trace.collectors.nsys_reader import read_nsys_export
 from xstage_trace.collectors.nsys_rep import export_report
 from xstage_trace.collectors.align import Alignment
@@ -174,9 +175,9 @@ class DumpHeader:
 @dataclass
 class Plan:
     """Everything about a run but its probe records: the small tables (kernels, nvtx, gpu_metrics, dumps), one
-    task per dump, the manifest. Each dump's slice table is already a part file of ``probe_slices`` in the
-    plan's folder (``slice_parts``); ``slice_summary`` keeps one row per dump: rank, dump, its slices'
-    median ns_per_cycle (all the per-dump steps read of them), slices and records_stored."""
+    task per dump, the manifest. Each dump's slice table is already in a part file of ``probe_slices`` in the
+    plan's folder (``slice_parts``: (rank, dump) → its part); ``slice_summary`` keeps one row per dump: rank,
+    dump, its slices' median ns_per_cycle (all the per-dump steps read of them), slices and records_stored."""
 
     tables: dict[str, pa.Table]
     tasks: list[DumpTask]
@@ -196,31 +197,79 @@ SUMMARY = pa.schema([("rank", pa.int32()), ("dump", pa.string()), ("ns_per_cycle
 
 
 class SliceParts:
-    """Writes each dump's slice table as its own part of ``probe_slices`` (``NAME/rank=R/part-NNNNN.parquet``)
-    in a run's folder as the plan reads it, and keeps one summary row per dump instead of the table."""
+    """Writes the dumps' slice tables as parts of ``probe_slices`` (``NAME/rank=R/part-NNNNN.parquet``) in a run's
+    folder as the plan reads them, consecutive dumps of one rank together up to PART_SLICES rows (a part file
+    costs ~1 ms to write whatever its size), and keeps one summary row per dump instead of the tables. The
+    writes run on a thread beside the header reads (Arrow's Parquet writer releases the GIL), at most
+    WRITES_AHEAD parts waiting; leaving the ``with`` block writes the last part and waits for every write."""
+
+    PART_SLICES = 1 << 16  # ~19 MB of slice rows held before they are written
+    WRITES_AHEAD = 2
 
     def __init__(self, folder: Path):
         self.folder, self.parts, self.rows = Path(folder), {}, []
+        self.held: list[pa.Table] = []
+        self.writer, self.pending = ThreadPoolExecutor(1, thread_name_prefix="xstage-slices"), deque()
+        self.written = 0
+
+    def __enter__(self) -> "SliceParts":
+        return self
+
+    def __exit__(self, exc_type, *_) -> None:
+        try:
+            if exc_type is None:  # after an error the folder is discarded: nothing more to write or wait for
+                self._flush()
+                while self.pending:
+                    self.pending.popleft().result()
+        finally:
+            self.writer.shutdown(cancel_futures=True)
 
     def add(self, slices: pa.Table, owner: Path) -> dict:
-        """Write one dump's slices (one rank and dump; ``owner``: the input they came from, named when a dump
-        comes twice) and return its summary row."""
+        """Take one dump's slices (one rank and dump; ``owner``: the input they came from, named when a dump
+        comes twice) for the current part and return the dump's summary row."""
         key = (int(slices["rank"][0].as_py()), str(slices["dump"][0].as_py())) if slices.num_rows else None
         if key is None:
             return {}
         if key in self.parts:
             raise InputError(owner, f"is a second dump named {key[1]} on rank {key[0]} (a run keys its dumps by rank and file name)",
                              "rename one of the two dump files, or leave one out")
-        self.parts[key] = table_part_path(self.folder, SLICES, key[0], len(self.parts))
-        write_table_part(self.folder, SLICES, key[0], len(self.parts) - 1, slices)
+        if self.held and (self.held[0]["rank"][0].as_py() != key[0] or sum(t.num_rows for t in self.held) + slices.num_rows > self.PART_SLICES):
+            self._flush()
+        self.held.append(slices)
+        self.parts[key] = table_part_path(self.folder, SLICES, key[0], self.written)
         row = {"rank": key[0], "dump": key[1], "ns_per_cycle": float(np.median(slices["ns_per_cycle"].to_numpy())),
                "slices": slices.num_rows, "records_stored": int(pc.sum(slices["records_stored"]).as_py() or 0)}
         self.rows.append(row)
         return row
 
+    def _flush(self) -> None:
+        if not self.held:
+            return
+        table, rank = pa.concat_tables(self.held), self.held[0]["rank"][0].as_py()
+        self.held = []
+        self.pending.append(self.writer.submit(write_table_part, self.folder, SLICES, rank, self.written, table))
+        self.written += 1
+        while len(self.pending) > self.WRITES_AHEAD:
+            self.pending.popleft().result()
+
     def summary(self) -> pa.Table:
-        """One row per dump written (SUMMARY)."""
+        """One row per dump taken (SUMMARY)."""
         return pa.Table.from_pylist(self.rows, schema=SUMMARY)
+
+
+def keep_slices(plan: Plan, keys: set[tuple[int, str]]) -> None:
+    """Keep only the slices of the dumps ``keys`` (rank, dump) in ``plan``'s slice parts (a part left with none
+    is deleted, one left with some is written again without the others) and summary."""
+    for path in {p for k, p in plan.slice_parts.items() if k not in keys}:
+        part = pq.read_table(path)
+        rank, dump = part["rank"].to_numpy(), part["dump"].to_numpy(zero_copy_only=False)
+        kept = pd.MultiIndex.from_arrays([rank, dump]).isin(list(keys))
+        path.unlink()
+        if kept.any():
+            write_parquet(conform(SLICES, part.filter(pa.array(kept))), path)
+    plan.slice_parts = {k: p for k, p in plan.slice_parts.items() if k in keys}
+    summary = plan.slice_summary.to_pandas()
+    plan.slice_summary = plan.slice_summary.filter(pa.array(pd.MultiIndex.from_arrays([summary["rank"], summary["dump"]]).isin(list(keys))))
 
 
 def _split_by_dump(slices: pa.Table) -> list[pa.Table]:
@@ -244,41 +293,41 @@ def plan_run(inputs: list[str | Path], folder: Path, nsys: str | None = None, al
     def digest(path: Path) -> str:
         return digests.get(path) or sha256_of(path)
 
-    slices = SliceParts(folder)
     sources: list[dict] = []
     exports = []
     dumps: list[DumpHeader] = []
     prior: list[tuple[Path, dict, dict, list[dict]]] = []
     probe_paths: list[Path] = []
-    for raw in inputs:
-        path = Path(raw)
-        kind = classify(path)
-        if kind == "run":
-            tabs, man = read_run(path, tables=list(PRIOR_TABLES))  # bursts and tiles are recomputed from its probes
-            rows = [slices.add(part, path) for table in iter_table_files(path, man, SLICES) for part in _split_by_dump(table)]
-            prior.append((path, tabs, man, [r for r in rows if r]))
-            sources.append({"path": str(path), "kind": kind})
-        elif kind in ("nsys-rep", "sqlite", "parquetdir"):
-            info: dict = {}
-            target = path
-            if kind == "nsys-rep":
-                target, info = export_report(path, nsys)
-            exp = read_nsys_export(target)
-            exp.path = path
-            exports.append(exp)
-            warnings += exp.warnings
-            sources.append({"path": str(path), "kind": kind, "sha256": info.get("report_sha256") or (digest(path) if path.is_file() else None),
-                            "nsys_version": exp.nsys_version, "schema_version": exp.schema_version, **{k: v for k, v in info.items() if k != "report_sha256"}})
-        elif kind == "probe-dir":
-            probe_paths += sorted(p for p in path.iterdir() if is_probe_dump_name(p.name))
-        else:
-            probe_paths.append(path)
-    for p in probe_paths:
-        d = decode_probe_dump(p, allow_overflow=allow_overflow, records=False)
-        row = slices.add(d.slices, p)
-        dumps.append(DumpHeader(d.path, d.header, d.dumps_row(), d.span_gt_ns, row.get("records_stored", 0)))
-        sources.append({"path": str(p), "kind": "probe", "sha256": digest(p), "gpu": d.header["gpu_name"], "label": d.header["label"]})
-        del d  # its slice table is on disk
+    with SliceParts(folder) as slices:  # every slice part written when the block is left
+        for raw in inputs:
+            path = Path(raw)
+            kind = classify(path)
+            if kind == "run":
+                tabs, man = read_run(path, tables=list(PRIOR_TABLES))  # bursts and tiles are recomputed from its probes
+                rows = [slices.add(part, path) for table in iter_table_files(path, man, SLICES) for part in _split_by_dump(table)]
+                prior.append((path, tabs, man, [r for r in rows if r]))
+                sources.append({"path": str(path), "kind": kind})
+            elif kind in ("nsys-rep", "sqlite", "parquetdir"):
+                info: dict = {}
+                target = path
+                if kind == "nsys-rep":
+                    target, info = export_report(path, nsys)
+                exp = read_nsys_export(target)
+                exp.path = path
+                exports.append(exp)
+                warnings += exp.warnings
+                sources.append({"path": str(path), "kind": kind, "sha256": info.get("report_sha256") or (digest(path) if path.is_file() else None),
+                                "nsys_version": exp.nsys_version, "schema_version": exp.schema_version, **{k: v for k, v in info.items() if k != "report_sha256"}})
+            elif kind == "probe-dir":
+                probe_paths += sorted(p for p in path.iterdir() if is_probe_dump_name(p.name))
+            else:
+                probe_paths.append(path)
+        for p in probe_paths:
+            d = decode_probe_dump(p, allow_overflow=allow_overflow, records=False)
+            row = slices.add(d.slices, p)
+            dumps.append(DumpHeader(d.path, d.header, d.dumps_row(), d.span_gt_ns, row.get("records_stored", 0)))
+            sources.append({"path": str(p), "kind": "probe", "sha256": digest(p), "gpu": d.header["gpu_name"], "label": d.header["label"]})
+            del d  # its slice table is on its way to disk
     if not exports and not dumps and not prior:
         raise InputError(None, "no inputs", "pass at least one .nsys-rep, .sqlite, parquetdir, probe dump or run folder")
     refuse_same_capture(exports)
@@ -370,7 +419,7 @@ def collect(inputs: list[str | Path], nsys: str | None = None, allow_overflow: b
     table (for small runs and tests; ``analyze`` streams the tasks instead)."""
     with tempfile.TemporaryDirectory(prefix="xstage-collect-") as folder:
         plan = plan_run(inputs, Path(folder), nsys, allow_overflow, rank_overrides, bounds)
-        slices = _concat(SLICES, [pq.read_table(p) for p in plan.slice_parts.values()])
+        slices = _concat(SLICES, [pq.read_table(p) for p in dict.fromkeys(plan.slice_parts.values())])
     parts, warnings = [], list(plan.warnings)
     for task in plan.tasks:
         recs, w = load_records(task)

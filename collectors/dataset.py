@@ -2,8 +2,8 @@
 table holds several ranks), zstd-compressed, plus manifest.json. Written to a temporary folder and
 renamed, so a reader never sees half a run. DuckDB reads it as is:
 ``SELECT * FROM read_parquet('RUN/kernels*.parquet')`` or ``'RUN/kernels/*/*.parquet'`` with
-``hive_partitioning = true``. The ``probe_slices`` table of an analyzed run is one file per dump and its ``probes``,
-``tiles`` and ``bursts`` tables one file per batch of dumps, ``NAME/rank=R/part-NNNNN.parquet`` (written while the
+``hive_partitioning = true``. The ``probe_slices``, ``probes``, ``tiles`` and ``bursts`` tables of an analyzed run
+are one file per batch of consecutive dumps, ``NAME/rank=R/part-NNNNN.parquet`` (written while the
 dumps stream through ``analyze``).
 
 

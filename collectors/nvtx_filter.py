@@ -25,6 +25,7 @@ import pyarrow as pa
 
 from xstage_trace.base.errors import InputError
 from xstage_trace.base.schema import conform
+from xstage_trace.collectors.collect import keep_slices
 
 
 def name_matches(names: pd.Series, pattern: str) -> np.ndarray:
@@ -135,10 +136,7 @@ def restrict_to_nvtx(plan, pattern: str | None, domain: str | None = None):
         kept = dumps[keep_d].assign(kernel_index=new_index[ki[keep_d].astype(int)])
         keys = set(zip(kept["rank"].astype(int), kept["dump"].astype(str)))
         out["dumps"] = pa.Table.from_pandas(kept, preserve_index=False)
-        for key in [k for k in plan.slice_parts if k not in keys]:
-            plan.slice_parts.pop(key).unlink()  # the left-out dump's slices, already in the run's temporary folder
-        summary = plan.slice_summary.to_pandas()
-        plan.slice_summary = plan.slice_summary.filter(pa.array(pd.MultiIndex.from_arrays([summary["rank"], summary["dump"]]).isin(list(keys))))
+        keep_slices(plan, keys)  # the left-out dumps' slices, already in the run's temporary folder, go
         plan.tasks = [task for task in plan.tasks if (task.rank, task.dump) in keys]
         if dumps["is_control"].any() and not kept["is_control"].any():
             plan.warnings.append(f"{_selector(pattern, domain)} left out every control dump (dest=local / control=1): the slot-wait floor and "

@@ -176,34 +176,39 @@ def test_a_run_without_control_dumps_streams_like_the_whole_table(tmp_path):
     pd.testing.assert_frame_equal(run.table3().reset_index(drop=True), whole["table3"].reset_index(drop=True), check_dtype=False)
 
 
-def test_the_plan_writes_each_dumps_slices_as_it_reads_them_and_keeps_one_row_per_dump(tmp_path):
-    """plan_run holds no slice table: each dump's slices are a part of probe_slices in the folder as soon as its
-    header is read (the decoder's table, row for row), and the summary keeps its median ns_per_cycle (what
-    the per-dump steps read), slices and records_stored, checked against the decoder."""
-    from xstage_trace.collectors.collect import plan_run
+def test_the_plan_writes_the_dumps_slices_as_it_reads_them_and_keeps_one_row_per_dump(tmp_path, monkeypatch):
+    """plan_run holds no slice table: the dumps' slices go into parts of probe_slices in the folder as the headers
+    are read (consecutive dumps of one rank up to PART_SLICES rows; the decoder's tables, row for row), and the
+    summary keeps each dump's median ns_per_cycle (what the per-dump steps read), slices and records_stored,
+    checked against the decoder."""
+    from xstage_trace.collectors.collect import SliceParts, plan_run
 
     paths = sorted((FUSED / "traced").glob("*.xsp*"))
+    decoded = [decode_probe_dump(p, records=False).slices for p in paths]
+    per_dump = decoded[0].num_rows
+    assert all(d.num_rows == per_dump for d in decoded)
+    monkeypatch.setattr(SliceParts, "PART_SLICES", 2 * per_dump + 1)  # two dumps a part
     plan = plan_run([FUSED / "traced" / "fused_reference.nsys-rep", FUSED / "traced"], tmp_path)
     assert "probe_slices" not in plan.tables and "probes" not in plan.tables
+    parts = list(dict.fromkeys(plan.slice_parts.values()))
+    assert len(parts) == (len(paths) + 1) // 2
+    assert pa.concat_tables(pq.read_table(p) for p in parts).equals(pa.concat_tables(decoded))
     summary = plan.slice_summary.to_pandas().set_index("dump")
     assert len(summary) == len(plan.slice_parts) == len(paths)
-    for path in paths:
-        decoded = decode_probe_dump(path, records=False).slices
-        name = decoded["dump"][0].as_py()
-        part = pq.read_table(plan.slice_parts[(0, name)])
-        assert part.equals(decoded), name
-        npc = decoded["ns_per_cycle"].to_numpy()
+    for i, d in enumerate(decoded):
+        name = d["dump"][0].as_py()
+        assert plan.slice_parts[(0, name)] == parts[i // 2]
+        npc = d["ns_per_cycle"].to_numpy()
         assert summary.loc[name, "ns_per_cycle"] == np.median(npc)
-        assert summary.loc[name, "slices"] == len(npc) and summary.loc[name, "records_stored"] == pa.compute.sum(decoded["records_stored"]).as_py()
+        assert summary.loc[name, "slices"] == len(npc) and summary.loc[name, "records_stored"] == pa.compute.sum(d["records_stored"]).as_py()
     assert plan.slice_rows == sum(decode_probe_dump(p, records=False).header["num_slices"] for p in paths)
 
 
-def test_a_run_holds_one_probe_slices_part_per_dump_equal_to_the_decoded_slices(tmp_path):
+def test_a_runs_probe_slices_are_the_decoded_slices_of_its_dumps(tmp_path):
     inputs = [FUSED / "traced" / "fused_reference.nsys-rep", FUSED / "traced"]
     analyze_inputs(inputs, tmp_path / "run", workers=1)
     paths = sorted((FUSED / "traced").glob("*.xsp*"))
-    parts = sorted((tmp_path / "run" / "probe_slices" / "rank=0").iterdir())
-    assert len(parts) == len(paths) and not (tmp_path / "run" / "probe_slices.parquet").exists()
+    assert (tmp_path / "run" / "probe_slices" / "rank=0").is_dir() and not (tmp_path / "run" / "probe_slices.parquet").exists()
     decoded = pa.concat_tables(decode_probe_dump(p, records=False).slices for p in paths).to_pandas()
     stored = xstage_trace.open_run(tmp_path / "run").probe_slices()
     key = ["dump", "slice"]
