@@ -60,20 +60,26 @@ for mode in upstream off on; do
     nvcc $flags $extra $define -arch="$arch" "$work/$name.cu" -o "$work/$name.$mode.cubin" > "$work/$name.$mode.log" 2>&1 \
       || { tail -30 "$work/$name.$mode.log"; exit 1; }
     cuobjdump -sass "$work/$name.$mode.cubin" > "$work/$name.$mode.sass"
-    usage=$(awk -f "$here/flux_usage.awk" "$work/$name.$mode.log" "$work/$name.$mode.sass") \
+    cuobjdump -res-usage "$work/$name.$mode.cubin" > "$work/$name.$mode.res"
+    usage=$(awk -f "$here/flux_usage.awk" "$work/$name.$mode.log" "$work/$name.$mode.res" "$work/$name.$mode.sass") \
       || { echo "flux.sh: no single flux_ kernel in $name ($mode)" >&2; exit 1; }
     storage=$(cuobjdump -elf "$work/$name.$mode.cubin" | awk '$NF == "xstage_check_shared_storage_bytes" { size = $3 } END { print size }')
     [ -n "$storage" ] || { echo "flux.sh: no SharedStorage symbol in $name ($mode)" >&2; exit 1; }
-    row[$name.$mode]="$usage $((storage))"
-    echo "$name $mode: $usage $((storage)) ($(( $(date +%s) - t0 )) s)" >&2
+    # the kernel's instructions without addresses and encodings, and how many differ from upstream's
+    awk '/Function : / { k = ($3 ~ /flux_/) } k && /^ +\/\*[0-9a-f][0-9a-f][0-9a-f][0-9a-f]+\*\// { sub(/^ +\/\*[0-9a-f]+\*\/ +/, ""); sub(/ *\/\*.*/, ""); print }' \
+      "$work/$name.$mode.sass" > "$work/$name.$mode.text"
+    changed=$(diff "$work/$name.upstream.text" "$work/$name.$mode.text" | grep -c '^>' || true)
+    row[$name.$mode]="$usage $((storage)) $changed"
+    echo "$name $mode: ${row[$name.$mode]} ($(( $(date +%s) - t0 )) s)" >&2
   done
 done
 
-# usage fields: registers stack spill_st spill_ld static_smem instructions clock globaltimer shared_storage
-echo "| kernel | registers: upstream / off / on | spills (st / ld bytes): upstream / off / on | stack bytes | shared memory (static + SharedStorage) | clock / globaltimer reads: upstream / off / on | SASS instructions: upstream / off / on |"
-echo "|---|---|---|---|---|---|---|"
+# fields: 0 registers 1 stack 2 spill_st 3 spill_ld 4 static_smem 5 param_bank 6 instructions 7 clock
+# 8 globaltimer 9 shared_storage 10 instructions not in upstream's SASS (diff lines)
+echo "| kernel | registers | spills (st / ld bytes) | stack bytes | shared memory: static + SharedStorage | constant bank 0 (parameters) | clock + globaltimer reads | SASS instructions | instructions not in upstream's SASS |"
+echo "|---|---|---|---|---|---|---|---|---|"
 for k in "${kernels[@]}"; do
   IFS='|' read -r name arch extra file hp <<< "$k"
   read -r -a u <<< "${row[$name.upstream]}"; read -r -a f <<< "${row[$name.off]}"; read -r -a n <<< "${row[$name.on]}"
-  echo "| $name ($arch, $hp) | ${u[0]} / ${f[0]} / ${n[0]} | ${u[2]}/${u[3]}, ${f[2]}/${f[3]}, ${n[2]}/${n[3]} | ${u[1]} / ${f[1]} / ${n[1]} | ${u[4]} + ${u[8]} / ${f[4]} + ${f[8]} / ${n[4]} + ${n[8]} | ${u[6]}+${u[7]} / ${f[6]}+${f[7]} / ${n[6]}+${n[7]} | ${u[5]} / ${f[5]} / ${n[5]} |"
+  echo "| $name ($arch, $hp): upstream / off / on | ${u[0]} / ${f[0]} / ${n[0]} | ${u[2]}/${u[3]}, ${f[2]}/${f[3]}, ${n[2]}/${n[3]} | ${u[1]} / ${f[1]} / ${n[1]} | ${u[4]} + ${u[9]} / ${f[4]} + ${f[9]} / ${n[4]} + ${n[9]} | ${u[5]} / ${f[5]} / ${n[5]} | ${u[7]}+${u[8]} / ${f[7]}+${f[8]} / ${n[7]}+${n[8]} | ${u[6]} / ${f[6]} / ${n[6]} | – / ${f[10]} / ${n[10]} |"
 done
