@@ -68,18 +68,22 @@ for mode in upstream off on; do
     # the kernel's instructions without addresses and encodings, and how many differ from upstream's
     awk '/Function : / { k = ($3 ~ /flux_/) } k && /^ +\/\*[0-9a-f][0-9a-f][0-9a-f][0-9a-f]+\*\// { sub(/^ +\/\*[0-9a-f]+\*\/ +/, ""); sub(/ *\/\*.*/, ""); print }' \
       "$work/$name.$mode.sass" > "$work/$name.$mode.text"
+    # and the same with register names, branch targets and immediates replaced (what ptxas re-ordered)
+    sed -E 's/\bU?[RP][0-9]+\b/R/g; s/\.reuse//g; s/0x[0-9a-f]+/X/g' "$work/$name.$mode.text" > "$work/$name.$mode.shape"
     changed=$(diff "$work/$name.upstream.text" "$work/$name.$mode.text" | grep -c '^>' || true)
-    row[$name.$mode]="$usage $((storage)) $changed"
+    moved=$(diff "$work/$name.upstream.shape" "$work/$name.$mode.shape" | grep -c '^>' || true)
+    row[$name.$mode]="$usage $((storage)) $changed $moved"
     echo "$name $mode: ${row[$name.$mode]} ($(( $(date +%s) - t0 )) s)" >&2
   done
 done
 
 # fields: 0 registers 1 stack 2 spill_st 3 spill_ld 4 static_smem 5 param_bank 6 instructions 7 clock
-# 8 globaltimer 9 shared_storage 10 instructions not in upstream's SASS (diff lines)
-echo "| kernel | registers | spills (st / ld bytes) | stack bytes | shared memory: static + SharedStorage | constant bank 0 (parameters) | clock + globaltimer reads | SASS instructions | instructions not in upstream's SASS |"
+# 8 globaltimer 9 shared_storage 10 instructions not in upstream's SASS (diff lines) 11 the same up to
+# register names, branch targets and immediates
+echo "| kernel | registers | spills (st / ld bytes) | stack bytes | shared memory: static + SharedStorage | constant bank 0 (parameters) | clock + globaltimer reads | SASS instructions | not in upstream's SASS: as is, up to registers and addresses |"
 echo "|---|---|---|---|---|---|---|---|---|"
 for k in "${kernels[@]}"; do
   IFS='|' read -r name arch extra file hp <<< "$k"
   read -r -a u <<< "${row[$name.upstream]}"; read -r -a f <<< "${row[$name.off]}"; read -r -a n <<< "${row[$name.on]}"
-  echo "| $name ($arch, $hp): upstream / off / on | ${u[0]} / ${f[0]} / ${n[0]} | ${u[2]}/${u[3]}, ${f[2]}/${f[3]}, ${n[2]}/${n[3]} | ${u[1]} / ${f[1]} / ${n[1]} | ${u[4]} + ${u[9]} / ${f[4]} + ${f[9]} / ${n[4]} + ${n[9]} | ${u[5]} / ${f[5]} / ${n[5]} | ${u[7]}+${u[8]} / ${f[7]}+${f[8]} / ${n[7]}+${n[8]} | ${u[6]} / ${f[6]} / ${n[6]} | – / ${f[10]} / ${n[10]} |"
+  echo "| $name ($arch, $hp): upstream / off / on | ${u[0]} / ${f[0]} / ${n[0]} | ${u[2]}/${u[3]}, ${f[2]}/${f[3]}, ${n[2]}/${n[3]} | ${u[1]} / ${f[1]} / ${n[1]} | ${u[4]} + ${u[9]} / ${f[4]} + ${f[9]} / ${n[4]} + ${n[9]} | ${u[5]} / ${f[5]} / ${n[5]} | ${u[7]}+${u[8]} / ${f[7]}+${f[8]} / ${n[7]}+${n[8]} | ${u[6]} / ${f[6]} / ${n[6]} | – / ${f[10]}, ${f[11]} / ${n[10]}, ${n[11]} |"
 done
