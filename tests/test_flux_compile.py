@@ -2,7 +2,9 @@
 (the generated translation unit cut to one configuration; one kernel's registers, spills, clock reads
 and instructions read from ptxas' log and the SASS), and the whole check on a real FLUX checkout when
 XSTAGE_SRC_FLUX and XSTAGE_CUTLASS_FLUX name one (FLUX 19831ca2, cutlass df8a550d) and g++, nvcc and
-cuobjdump are on PATH."""
+cuobjdump are on PATH. And the recipe's sm80 probe (files/flux/src/xstage_flux.h) in a kernel that,
+like FLUX's stream-K epilogue, builds the callbacks per tile: it builds with nvcc, and on a GPU every
+tile's span lands in its CTA's slice (tests/cuda/flux_epilogues.cu)."""
 
 from __future__ import annotations
 
@@ -15,7 +17,9 @@ from pathlib import Path
 
 import pytest
 
-COMPILE = Path(__file__).resolve().parents[1] / "instrument" / "recipes" / "compile"
+ROOT = Path(__file__).resolve().parents[1]
+COMPILE = ROOT / "instrument" / "recipes" / "compile"
+EPILOGUES = ROOT / "tests" / "cuda" / "flux_epilogues.cu"
 META = "bf16_bf16_void_bf16_fp32_fp32_sm80_a100_reducescatter_rcr_gemmv2_false_false_intranode"
 # three configurations; the first name is a prefix of the second's
 HPARAMS = ("128x128x32_gemmstreamk_3", "128x128x32_gemmstreamk_3_raster", "128x256x32_gemmstreamk_4")
@@ -194,3 +198,35 @@ def test_compile_check_on_real_flux(tmp_path: Path):
         assert 0 <= off[5] - up[5] <= 32 and on[5] == off[5]
         assert on[8] >= 2 and on[8] % 2 == 0 and on[7] > on[8] and (on[7] - on[8]) % 2 == 0
         assert on[4] == up[4] and on[9] == up[9] and min(on[10], on[11]) >= on[6] - up[6]
+
+
+
+def build_epilogues(out: Path, arch: str, traced: bool) -> None:
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        pytest.skip("nvcc not installed")
+    cmd = [nvcc, "-std=c++17", f"-I{ROOT / 'instrument' / 'include'}", f"-I{ROOT / 'instrument' / 'recipes' / 'files' / 'flux' / 'src'}",
+           f"-gencode=arch=compute_{arch[3:]},code={arch}", *(["-DXSTAGE_TRACE"] if traced else []), str(EPILOGUES), "-o", str(out)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.parametrize("traced", [False, True])
+def test_sm80_epilogue_probe_builds_with_callbacks_per_tile(traced: bool, tmp_path: Path):
+    build_epilogues(tmp_path / "epilogues", "sm_80", traced)
+    assert (tmp_path / "epilogues").is_file()
+
+
+def _gpu() -> bool:
+    return shutil.which("nvidia-smi") is not None and subprocess.run(["nvidia-smi", "-L"], capture_output=True).returncode == 0
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _gpu(), reason="no NVIDIA GPU on this machine")
+@pytest.mark.parametrize("traced", [False, True])
+def test_sm80_epilogues_keep_every_tiles_span_on_gpu(traced: bool, tmp_path: Path):
+    """Three CTAs run 3, 3 and 2 tiles' epilogues, each on fresh callbacks: every tile's begin / end in
+    tile order in its CTA's slice, the open anchors the first epilogue's (flux_epilogues.cu checks)."""
+    build_epilogues(tmp_path / "epilogues", "sm_90a", traced)
+    r = subprocess.run([str(tmp_path / "epilogues")], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr
