@@ -12,8 +12,9 @@
 # FLUX_ROOT: a FLUX checkout (recipe verified at 19831ca2); CUTLASS_ROOT: the cutlass FLUX pins in
 # 3rdparty/cutlass (df8a550d, v3.8.0-12), with include/ and tools/util/include/.
 # Needs g++ (C++17), nvcc 13.0 and cuobjdump on PATH; no GPU, no NVSHMEM (FLUX_SHM_USE_NVSHMEM stays
-# undefined: these two kernels do not use it). Leaves the recipe applied. About 5 min, 2.3 GB peak.
+# undefined: these two kernels do not use it). Leaves the recipe applied. 4-6 min on 2 cores, 2.3 GB peak.
 set -euo pipefail
+[ $# -ge 2 ] || { echo "usage: flux.sh FLUX_ROOT CUTLASS_ROOT [XSTAGE_TRACE_CLI]" >&2; exit 2; }
 here=$(dirname "$(realpath "$0")")
 root=$(realpath "$1"); cutlass=$(realpath "$2"); cli=${3:-xstage-trace}
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
