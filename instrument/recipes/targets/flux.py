@@ -76,5 +76,7 @@ RECIPE = Recipe(
     buffer_plumbing=(
         "Params field `xstage::DeviceBuffer xstage_buf` (ours) in VisitorAuxStoreScatter and the GatherRS kernel, "
         "filled in to_underlying_arguments from xstage_flux::current(), set by the extern \"C\" "
-        "xstage_flux_set_trace_buffer exported from the ths_op library before the op builds its arguments."),
+        "xstage_flux_set_trace_buffer exported from the ths_op library before the op builds its arguments; "
+        "ProbeBuffer.reset() before each launch: each sm80 epilogue resumes its CTA's slice from the count stored at "
+        "the previous one's close (cutlass builds the callbacks per tile)."),
 )

@@ -1,6 +1,7 @@
 // xstage-trace setter for FLUX (written for xstage-trace; included once, by src/pybind/ths_op.cc).
 // Python: ctypes.CDLL(flux_lib_path).xstage_flux_set_trace_buffer(*ProbeBuffer(num_ctas=grid,
-// roles_per_cta=1, capacity=...).device_fields()) before the op is created (Params are built then).
+// roles_per_cta=1, capacity=...).device_fields()) before the op is created (Params are built then),
+// and buf.reset() before each launch (the sm80 epilogue resumes its CTA's slice from the stored count).
 #pragma once
 
 #include <cstdint>
