@@ -66,8 +66,9 @@ constexpr ::xstage::u32 kEvKvStep = 2;    // span per K/V block n (payload n): t
 constexpr ::xstage::u32 kKvSlots = XSTAGE_FA3_KV_STEPS ? 16 : 0;
 constexpr ::xstage::u32 kKvEvery = XSTAGE_FA3_KV_STEPS ? XSTAGE_FA3_KV_EVERY : 0;
 static_assert(kKvEvery == 0 || (kKvEvery & (kKvEvery - 1)) == 0, "XSTAGE_FA3_KV_EVERY must be a power of 2");
-// Words of the writer state: 8, and with the K/V steps the ring (2 per slot) and the tile ordinal (padded to 16 bytes).
+// Words of the writer state: 8, and with the K/V steps the ring (2 per slot) and the exit clock (padded to 16 bytes).
 constexpr ::xstage::u32 kStateWords = 8 + (kKvSlots ? 2 * kKvSlots + 4 : 0);
+constexpr ::xstage::u32 kExitWord = 8 + 2 * kKvSlots;  // with the K/V steps: the K/V loop's exit clock
 constexpr ::xstage::u32 kNoBlock = 0xFFFFFFFFu;  // a ring slot holding no mark of the current tile
 
 // The buffer of the next launches (host side, one per process; zero means no records).
@@ -87,11 +88,12 @@ __device__ __forceinline__ ::xstage::u32 tile_id(BlockCoord const& block_coord) 
 #endif
 
 // The writer's state in FA3's SharedStorage::PipelineStorage (4 * kStateWords bytes; none without probes; words
-// [6..7], the ring and the ordinal used only with the K/V steps):
+// [6..7], the ring and the exit clock used only with the K/V steps):
 // [0] records attempted, [1] the slice's capacity (0: no slice for this CTA), [2..3] its first record, [4..5] the
-// clock stamp of XSTAGE_FA3_SPAN_STAMP, [6] the K/V loop's exit clock (low 32 bits), [7] the mainloop's begin clock
-// (low 32 bits); [8 .. 8 + 2 kKvSlots) the K/V ring, 2 words per slot (block n in slot n % kKvSlots): n's mark clock
-// (low 32 bits), n (kNoBlock: empty); [8 + 2 kKvSlots] the ordinal of the writer's current tile in its slice. The
+// clock stamp of XSTAGE_FA3_SPAN_STAMP, [6] the tiles the writer has ended (the current tile's ordinal in its slice),
+// [7] the mainloop's begin clock (low 32 bits), read at the epilogue's end with the stamp in one 16-byte load;
+// [8 .. 8 + 2 kKvSlots) the K/V ring, 2 words per slot (block n in slot n % kKvSlots): n's mark clock (low 32 bits), n
+// (kNoBlock: empty); [kExitWord] the K/V loop's exit clock (low 32 bits). The
 // mainloop's flag field (XSTAGE_FA3_MAINLOOP_FIELD, in CollectiveMainloop) is the consumer's writer flag, lent to the
 // mainloop object before the tile loop so that the sites inside `mma` test it.
 #ifdef XSTAGE_TRACE
@@ -172,7 +174,7 @@ __device__ __forceinline__ void probe_open(::xstage::DeviceBuffer const& b, Writ
                  "l"(reinterpret_cast<::xstage::u64>(b.records + (::xstage::u64)slice_of(b) * b.capacity)));
 #if XSTAGE_FA3_KV_STEPS
     kv_reset(s);  // tile 0 is sampled
-    asm volatile("st.shared.u32 [%0], %1;" ::"r"(a + 4 * (8 + 2 * kKvSlots)), "r"(0u));
+    asm volatile("st.shared.u32 [%0+24], %1;" ::"r"(a), "r"(0u));
 #endif
 }
 
@@ -205,13 +207,13 @@ __device__ __forceinline__ ::xstage::u32 clock_lo() {
 }
 
 // The writer only, inside the K/V loop: K/V block n's mark (the clock's low word and n into n's slot), and after
-// the loop its exit (state [6]). Stores only: no load, nothing held in a register across the loop.
+// the loop its exit (state [kExitWord]). Stores only: no load, nothing held in a register across the loop.
 __device__ __forceinline__ void kv_mark(WriterState& s, int n) {
     asm volatile("st.shared.v2.u32 [%0+32], {%1, %2};" ::"r"(state_addr(s) + ((static_cast<::xstage::u32>(n) % kKvSlots) << 3)),
                  "r"(clock_lo()), "r"(n));
 }
 __device__ __forceinline__ void kv_exit(WriterState& s) {
-    asm volatile("st.shared.u32 [%0+24], %1;" ::"r"(state_addr(s)), "r"(clock_lo()));
+    asm volatile("st.shared.u32 [%0], %1;" ::"r"(state_addr(s) + 4 * kExitWord), "r"(clock_lo()));
 }
 
 // The clock whose low word is `lo`, read at most 2^32 cycles before the 64-bit clock `now`.
@@ -224,44 +226,32 @@ __device__ __forceinline__ ::xstage::u64 widen(::xstage::u32 lo, ::xstage::u64 n
 // them. The ring was emptied before the tile; its loop marked blocks n_max-2 ... 0, the last of which are in their own
 // slots, so the filled slots are 0 ... marks-1 holding blocks 0 ... marks-1 (marks = min(n_max-1, kKvSlots)). Step b
 // spans b's mark to b-1's (block 0's: to the loop's exit); the first step recorded is block top = min(marks,
-// kKvSlots-1), which begins at the mainloop's begin when it had no mark (b == marks: the tile's first block). The
-// ring is read with 16-byte loads and each step written by two independent stores (unrolled over the slots, no
-// load between stores), so the writer's warp is held only briefly while its warpgroup waits.
+// kKvSlots-1), which begins at the mainloop's begin (begin_lo) when it had no mark (b == marks: the tile's first
+// block). One loop over the recorded steps, a slot load and two record stores each (a compact read-out: fully
+// unrolled over the 16 slots it ran slower on the H200).
 __device__ __forceinline__ ::xstage::u32 put_kv_steps(WriterState& s, ::xstage::u32 i, ::xstage::u32 capacity, ::xstage::Record* first,
-                                                      ::xstage::u64 now, ::xstage::u32 tile) {
+                                                      ::xstage::u64 now, ::xstage::u32 begin_lo, ::xstage::u32 tile) {
     const ::xstage::u32 a = state_addr(s);
-    ::xstage::u32 clk[kKvSlots], blk[kKvSlots], exit_lo, begin_lo;
+    ::xstage::u32 marks = 0, exit_lo;
 #pragma unroll
-    for (::xstage::u32 k = 0; k < kKvSlots; k += 2)
-        asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4+32];"
-                     : "=r"(clk[k]), "=r"(blk[k]), "=r"(clk[k + 1]), "=r"(blk[k + 1]) : "r"(a + 8 * k));
-    asm volatile("ld.shared.v2.u32 {%0, %1}, [%2+24];" : "=r"(exit_lo), "=r"(begin_lo) : "r"(a));
-    ::xstage::u32 marks = 0;
-#pragma unroll
-    for (::xstage::u32 k = 0; k < kKvSlots; ++k) marks += blk[k] != kNoBlock;
-    const ::xstage::u32 top = min(marks, kKvSlots - 1);
-#pragma unroll
-    for (::xstage::u32 b = 0; b < kKvSlots; ++b) {
-        if (b > top) continue;
-        const ::xstage::u32 begin = b < marks ? clk[b] : begin_lo;
-        const ::xstage::u32 end = b == 0 ? exit_lo : clk[b == 0 ? 0 : b - 1];
-        const ::xstage::u32 k = i + 2 * (top - b);
-        if (k < capacity) ::xstage::store_record_cs(first + k, ts_ev(widen(begin, now), kEvKvStep, ::xstage::kKindBegin), tile, b);
-        if (k + 1 < capacity) ::xstage::store_record_cs(first + k + 1, ts_ev(widen(end, now), kEvKvStep, ::xstage::kKindEnd), tile, b);
+    for (::xstage::u32 k = 0; k < kKvSlots; k += 2) {
+        ::xstage::u32 n0, n1;
+        asm volatile("ld.shared.u32 %0, [%2+36];\n\tld.shared.u32 %1, [%2+44];" : "=r"(n0), "=r"(n1) : "r"(a + 8 * k));
+        marks += (n0 != kNoBlock) + (n1 != kNoBlock);
     }
-    return i + 2 * (top + 1);
-}
-
-// The writer only, at the epilogue's end: with the K/V steps, the tile's ordinal t in the slice; its steps written
-// when t is a multiple of kKvEvery, the ring emptied when t + 1 is (before the next sampled tile's marks).
-__device__ __forceinline__ ::xstage::u32 put_kv_sampled(WriterState& s, ::xstage::u32 i, ::xstage::u32 capacity, ::xstage::Record* first,
-                                                        ::xstage::u64 now, ::xstage::u32 tile) {
-    const ::xstage::u32 at = state_addr(s) + 4 * (8 + 2 * kKvSlots);
-    ::xstage::u32 t;
-    asm volatile("ld.shared.u32 %0, [%1];" : "=r"(t) : "r"(at));
-    if ((t & (kKvEvery - 1)) == 0) i = put_kv_steps(s, i, capacity, first, now, tile);
-    if (((t + 1) & (kKvEvery - 1)) == 0) kv_reset(s);
-    asm volatile("st.shared.u32 [%0], %1;" ::"r"(at), "r"(t + 1));
+    asm volatile("ld.shared.u32 %0, [%1];" : "=r"(exit_lo) : "r"(a + 4 * kExitWord));
+    const ::xstage::u32 top = min(marks, kKvSlots - 1);
+    ::xstage::u32 begin = begin_lo;
+    if (top < marks) asm volatile("ld.shared.u32 %0, [%1+32];" : "=r"(begin) : "r"(a + 8 * top));
+#pragma unroll 1
+    for (::xstage::u32 b = top + 1; b-- > 0;) {
+        ::xstage::u32 end = exit_lo;
+        if (b > 0) asm volatile("ld.shared.u32 %0, [%1+24];" : "=r"(end) : "r"(a + 8 * b));  // slot b-1's clock
+        if (i < capacity) ::xstage::store_record_cs(first + i, ts_ev(widen(begin, now), kEvKvStep, ::xstage::kKindBegin), tile, b);
+        if (i + 1 < capacity) ::xstage::store_record_cs(first + i + 1, ts_ev(widen(end, now), kEvKvStep, ::xstage::kKindEnd), tile, b);
+        i += 2;
+        begin = end;
+    }
     return i;
 }
 #endif
@@ -275,10 +265,18 @@ __device__ __forceinline__ void probe_put3(WriterState& s, ::xstage::u32 ended, 
     ::xstage::Record* first;
     load_state(s, i, capacity, first);
 #if XSTAGE_FA3_KV_STEPS
-    i = put_kv_sampled(s, i, capacity, first, c, tile);
-#endif
+    ::xstage::u32 stamp_lo, stamp_hi, ordinal, begin_lo;
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4+16];" : "=r"(stamp_lo), "=r"(stamp_hi), "=r"(ordinal), "=r"(begin_lo)
+                 : "r"(state_addr(s)));
+    const ::xstage::u64 stamp = (static_cast<::xstage::u64>(stamp_hi) << 32) | stamp_lo;
+    // a sampled tile (ordinal a multiple of kKvEvery) writes its steps; the ring is emptied before the next sampled one
+    if ((ordinal & (kKvEvery - 1)) == 0) i = put_kv_steps(s, i, capacity, first, c, begin_lo, tile);
+    if (((ordinal + 1) & (kKvEvery - 1)) == 0) kv_reset(s);
+    asm volatile("st.shared.u32 [%0+24], %1;" ::"r"(state_addr(s)), "r"(ordinal + 1));
+#else
     ::xstage::u64 stamp;
     asm volatile("ld.shared.u64 %0, [%1+16];" : "=l"(stamp) : "r"(state_addr(s)));
+#endif
     if (i < capacity) ::xstage::store_record_cs(first + i, ts_ev(stamp, ended, ::xstage::kKindEnd), tile, 0u);
     if (i + 1 < capacity) ::xstage::store_record_cs(first + i + 1, ts_ev(stamp, begun, ::xstage::kKindBegin), tile, 0u);
     if (i + 2 < capacity) ::xstage::store_record_cs(first + i + 2, ts_ev(c, event, ::xstage::kKindEnd), tile, 0u);
