@@ -247,7 +247,7 @@ bool records_ok(const xstage::HostBuffer& tb, const Case& c, FILE* f) {
     while (pos < m.count) {
       const uint32_t tile = r[pos].tile, b = tile >> 24, h = (tile >> 12) & 0xFFF, mb = tile & 0xFFF;
       if (!(b < (uint32_t)c.batch && h < (uint32_t)c.heads && mb < (uint32_t)m_blocks)) { ++bad_tiles; break; }
-      const bool sampled = kKvEvery != 0 && ordinal++ % kKvEvery == 0;
+      const bool sampled = kKvEvery != 0 && (ordinal++ & (kKvEvery - 1)) == 0;  // S a power of 2 (static_assert in the header)
       const int blocks = kv_blocks(c, (int)mb), steps = sampled ? std::min(blocks, kKvSlots) : 0;
       const uint32_t n = 4 + 2 * (uint32_t)steps;
       if (pos + n > m.count) { ++bad_tiles; break; }
