@@ -5,7 +5,8 @@ consumer warp), per output tile a ``mainloop`` span (the Q tile's loop over its 
 ``epilogue`` span (O to shared memory, TMA store issued and waited: the sender-visible issue of the
 tile's O burst) and, from the recipe's K/V steps, per K/V block n a ``kv_step`` span (payload n: from the
 block's QK^T GEMM issued to the next block's, the last block's to the loop's exit; the tile's last 16 blocks,
-all when it has no more). The tile id packs batch (bits 24..31), head (12..23) and m block (0..11). The dump
+all when it has no more) on the sampled tiles: a CTA's tiles 0, S, 2S, ... in its order, S being the payload of
+every ``mainloop`` begin record (0 in builds without K/V steps). The tile id packs batch (bits 24..31), head (12..23) and m block (0..11). The dump
 label names ``seqlen causal block_m block_n head_dim out_bytes`` (instrument/recipes/runs/fa3/driver.cu).
 
 Per tile the gap after its O burst is the next tile's whole Q-loop on the same CTA; against each
@@ -76,11 +77,20 @@ def _kv_step_columns(probes: pd.DataFrame) -> pd.DataFrame:
                                             kv_step_max_ns=("step_ns", "max"), kv_exit_ns=("end_ns", "max")).reset_index()
 
 
+def _kv_every(probes: pd.DataFrame) -> pd.DataFrame:
+    """Per dump the recipe's K/V-step sampling period S: the payload of its ``mainloop`` begin records (0: no K/V
+    steps)."""
+    b = probes[(probes["event"] == QLOOP_EVENTS[0]).to_numpy() & (probes["kind"] == "begin").to_numpy()]
+    return (b.assign(dump=lambda f: f["dump"].astype(str)).groupby(["rank", "dump"], sort=False)["payload"].max()
+            .rename("kv_every").reset_index())
+
+
 def qloop_tiles(probes: pd.DataFrame, dumps: pd.DataFrame) -> pd.DataFrame:
     """Per FA3 output tile: its Q-loop (``mainloop_ns``), O epilogue (``epilogue_ns``), K/V blocks and
     σ = mainloop_ns / kv_blocks, the CTA's tile order (``position``) and ``gap_after_ns`` = the next
-    tile's Q-loop on the same CTA (NaN for a CTA's last tile); from the ``kv_step`` spans where the dump holds
-    them (else 0 and NaN): ``kv_steps`` recorded, their median and longest (``kv_step_median_ns``,
+    tile's Q-loop on the same CTA (NaN for a CTA's last tile); ``kv_every`` (the dump's K/V-step sampling period
+    S, 0 without K/V steps) and ``kv_sampled`` (S > 0 and ``position`` a multiple of S: the tile must carry its
+    steps); from the ``kv_step`` spans where the dump holds them (else 0 and NaN): ``kv_steps`` recorded, their median and longest (``kv_step_median_ns``,
     ``kv_step_max_ns``) and ``qloop_tail_ns``, the Q-loop after the K/V loop's exit (the last PV GEMM, O's final
     rescale, the scheduler's next tile). Dumps whose label lacks the geometry (``GEOMETRY_KEYS``) are left out."""
     geo = _geometry(dumps)
@@ -105,11 +115,14 @@ def qloop_tiles(probes: pd.DataFrame, dumps: pd.DataFrame) -> pd.DataFrame:
     t["kv_blocks"] = kv
     t["sigma_ns"] = t["mainloop_ns"] / t["kv_blocks"]
     t["gap_after_ns"] = shift_back(t["mainloop_ns"].to_numpy(dtype=np.float64), ids, 1)
+    t = t.merge(_kv_every(p), on=["rank", "dump"], how="left")
+    t["kv_every"] = t["kv_every"].fillna(0).astype(np.int64)
+    t["kv_sampled"] = (t["kv_every"] > 0) & (t["position"] % t["kv_every"].clip(lower=1) == 0)
     t = t.merge(_kv_step_columns(p), on=KEYS, how="left")
     t["kv_steps"] = t["kv_steps"].fillna(0).astype(np.int64)
     t["qloop_tail_ns"] = t["start_ns"] + t["mainloop_ns"] - t["kv_exit_ns"]
     return t[["rank", "dump", "dest", "shape", "cta", "position", "tile", "m_block", "head", "batch", "kv_blocks",
-              "start_ns", "mainloop_ns", "epilogue_ns", "sigma_ns", "gap_after_ns", "kv_steps", "kv_step_median_ns",
+              "start_ns", "mainloop_ns", "epilogue_ns", "sigma_ns", "gap_after_ns", "kv_every", "kv_sampled", "kv_steps", "kv_step_median_ns",
               "kv_step_max_ns", "qloop_tail_ns", *GEOMETRY_KEYS]]
 
 

@@ -26,9 +26,10 @@ def tile_id(m_block: int, head: int, batch: int) -> int:
     return batch << 24 | head << 12 | m_block
 
 
-def write_fa3_dump(path, ctas: list[list[tuple[int, int, int, int]]], label: str) -> None:
+def write_fa3_dump(path, ctas: list[list[tuple[int, int, int, int]]], label: str, kv_every: int = 0) -> None:
     """One slice per CTA; per tile (tile id, mainloop start ns, mainloop ns, epilogue ns), the epilogue right
-    after the mainloop. Times are cycles since the slice opened (1 cycle = 1 ns)."""
+    after the mainloop, the mainloop begin's payload ``kv_every`` (the recipe's K/V-step sampling period). Times are
+    cycles since the slice opened (1 cycle = 1 ns)."""
     cap = 4 * max(len(t) for t in ctas)
     slices = np.zeros(len(ctas), SLICE_DTYPE)
     records = np.zeros(len(ctas) * cap, RECORD_DTYPE)
@@ -36,7 +37,7 @@ def write_fa3_dump(path, ctas: list[list[tuple[int, int, int, int]]], label: str
         recs = []
         for tile, start, ml, ep in tiles:
             for ev, kind, t in ((0, 1, start), (0, 2, start + ml), (1, 1, start + ml), (1, 2, start + ml + ep)):
-                recs.append((t | ev << 48 | kind << 56, tile, 0))
+                recs.append((t | ev << 48 | kind << 56, tile, kv_every if (ev, kind) == (0, 1) else 0))
         end = max(s + m + e for _, s, m, e in tiles) + 1000
         slices[c] = (len(recs), 1, c, c, GT0, 0, GT0 + end, end)
         records[c * cap: c * cap + len(recs)] = np.array(recs, RECORD_DTYPE)
@@ -135,6 +136,24 @@ def test_tiles_without_kv_steps_have_none(fa3_run):
     run = open_run(fa3_run)
     t = qloop_tiles(run.probes(), run.dumps())
     assert (t["kv_steps"] == 0).all() and t[["kv_step_median_ns", "kv_step_max_ns", "qloop_tail_ns"]].isna().all().all()
+    assert (t["kv_every"] == 0).all() and not t["kv_sampled"].any()
+
+
+def test_kv_sampled_tiles_are_every_kth_of_each_cta(tmp_path):
+    """With the recipe's tile sampling (the mainloop begin payload S = 2), a CTA's tiles 0, 2, 4, ... in its order are
+    the sampled ones: CTA 0's first and third tile, CTA 1's first (CONTROL's two CTAs, by hand)."""
+    from xstage_trace import open_run
+    from xstage_trace.runner import analyze_inputs
+
+    dumps = tmp_path / "dumps"
+    dumps.mkdir()
+    write_fa3_dump(dumps / "fa3_local_s520_noncausal.xsp", CONTROL, label("local"), kv_every=2)
+    analyze_inputs([dumps], tmp_path / "run")
+    run = open_run(tmp_path / "run")
+    t = qloop_tiles(run.probes(), run.dumps()).set_index("tile")
+    assert (t["kv_every"] == 2).all()
+    sampled = {tile_id(0, 0, 0), tile_id(4, 0, 0), tile_id(1, 1, 1)}
+    assert t["kv_sampled"].to_dict() == {k: k in sampled for k in t.index}
 
 
 def test_dumps_without_fa3_geometry_are_left_out():

@@ -36,7 +36,8 @@ RECIPE = Recipe(
               "the previous block's V arrived) to the next block's (the last block's: to the K/V loop's exit; the first "
               "block's starts at the mainloop's begin), so it holds the block's QK^T wait, softmax (row max, exp, row sum, "
               "O rescale) and the next block's K/V waits; the tile's last 16 blocks (all when it has no more), in the order "
-              "they ran, inside the tile's mainloop span; only with -DXSTAGE_FA3_KV_STEPS=1 (off by default)"),
+              "they ran, inside the tile's mainloop span; only with -DXSTAGE_FA3_KV_STEPS=1 (off by default) and only on each "
+              "CTA's tiles 0, S, 2S, ... (S = -DXSTAGE_FA3_KV_EVERY, default 8, the payload of every mainloop begin record)"),
     ),
     anchors=(
         Anchor("kernel.include", _K, r'^#include\s*"softmax\.h"\n', "after", '#include "xstage_fa3.h"', '#include "softmax.h"'),
@@ -112,7 +113,8 @@ RECIPE = Recipe(
         "Reduced FA3 (bf16, head dim 128, forward): `cd hopper && python setup.py install` with these variables; "
         "the probes are switched by -DXSTAGE_TRACE=1 in NVCC_APPEND_FLAGS (nvcc only; the host files need just the "
         "buffer type). The K/V-step events (kv_step) are off by default: add -DXSTAGE_FA3_KV_STEPS=1 to NVCC_APPEND_FLAGS "
-        "for them (on the H200 they cost up to +7.5 %, the two spans alone within 1 %; docs/recipes.md). FA3 compiles with "
+        "for them, recorded on every 8th tile of each CTA (-DXSTAGE_FA3_KV_EVERY=S, a power of 2, sets the period; on the "
+        "H200 S = 8 costs up to +2.8 % at 1-2 K tokens in HBM, the two spans alone within 1 %; docs/recipes.md). FA3 compiles with "
         "nvcc 13.0; 13.2 has a reported ptxas failure."),
     buffer_plumbing=(
         "epilogue Arguments/Params field `xstage::DeviceBuffer xstage_buf` (ours), filled in the launch template from "

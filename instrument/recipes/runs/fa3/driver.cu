@@ -200,8 +200,10 @@ void reference(const Case& c, const std::vector<float>& q, const std::vector<flo
       }
 }
 
-// The K/V steps the recipe records per tile (flash::xstage_fa3::kKvSlots: the tile's last blocks).
+// The K/V steps the recipe records per sampled tile (flash::xstage_fa3::kKvSlots: the tile's last blocks) and its
+// sampling period (kKvEvery: the writer's tiles 0, S, 2S, ... of its slice carry them; 0 without K/V steps).
 constexpr int kKvSlots = (int)flash::xstage_fa3::kKvSlots;
+constexpr uint32_t kKvEvery = flash::xstage_fa3::kKvEvery;
 
 // K/V blocks of Q tile m_block: all of them (non-causal), those up to the diagonal (causal; equal Q and K lengths).
 int kv_blocks(const Case& c, int m_block) {
@@ -211,7 +213,8 @@ int kv_blocks(const Case& c, int m_block) {
 }
 
 // The traced launch's records against the recipe's layout: every issued tile exactly once, as its
-// records in this order -- mainloop begin; per K/V step of its last min(K/V blocks, kKvSlots) blocks, in the order
+// records in this order -- mainloop begin (payload kKvEvery); on a sampled tile (its ordinal in the slice a multiple
+// of kKvEvery; none without K/V steps) per K/V step of its last min(K/V blocks, kKvSlots) blocks, in the order
 // they ran (K/V block n descending to 0), a kv_step begin and end with payload n, each step beginning at the clock
 // its predecessor ended (one mark), the first K/V block's step (when recorded) at the mainloop's begin; mainloop
 // end, epilogue begin, epilogue end -- all of its tile id, with non-decreasing clocks, the mainloop's end and the
@@ -240,14 +243,15 @@ bool records_ok(const xstage::HostBuffer& tb, const Case& c, FILE* f) {
       continue;
     }
     const xstage::Record* r = &rec[(size_t)s * v.capacity];
-    uint32_t pos = 0;
+    uint32_t pos = 0, ordinal = 0;
     while (pos < m.count) {
       const uint32_t tile = r[pos].tile, b = tile >> 24, h = (tile >> 12) & 0xFFF, mb = tile & 0xFFF;
       if (!(b < (uint32_t)c.batch && h < (uint32_t)c.heads && mb < (uint32_t)m_blocks)) { ++bad_tiles; break; }
-      const int blocks = kv_blocks(c, (int)mb), steps = std::min(blocks, kKvSlots);
+      const bool sampled = kKvEvery != 0 && (ordinal++ & (kKvEvery - 1)) == 0;  // S a power of 2 (static_assert in the header)
+      const int blocks = kv_blocks(c, (int)mb), steps = sampled ? std::min(blocks, kKvSlots) : 0;
       const uint32_t n = 4 + 2 * (uint32_t)steps;
       if (pos + n > m.count) { ++bad_tiles; break; }
-      bool ok = event(r[pos]) == 0 && kind(r[pos]) == xstage::kKindBegin && r[pos].payload == 0;
+      bool ok = event(r[pos]) == 0 && kind(r[pos]) == xstage::kKindBegin && r[pos].payload == kKvEvery;
       for (int j = 0; j < steps; ++j) {
         const xstage::Record& sb = r[pos + 1 + 2 * j];
         const xstage::Record& se = r[pos + 2 + 2 * j];
@@ -372,9 +376,9 @@ int bench(const std::string& out, int trials, const std::vector<Case>& cases, in
     xstage::HostBuffer tb(num_sm, flash::xstage_fa3::kNumRoles, (4 + 2 * kKvSlots) * per_cta * 4 + 16);
     char label[256];
     std::snprintf(label, sizeof(label),
-                  "kernel=fa3 dest=%s shape=b%dh%ds%d%s tiles=%d ctas=%d batch=%d heads=%d seqlen=%d causal=%d block_m=%d block_n=%d head_dim=%d out_bytes=%d",
+                  "kernel=fa3 dest=%s shape=b%dh%ds%d%s tiles=%d ctas=%d batch=%d heads=%d seqlen=%d causal=%d block_m=%d block_n=%d head_dim=%d out_bytes=%d kv_every=%u",
                   c.dest.c_str(), c.batch, c.heads, c.seqlen, c.causal ? "c" : "n", tiles, num_sm, c.batch, c.heads, c.seqlen, (int)c.causal,
-                  bm, bn, kHeadDim, kOutBytes);
+                  bm, bn, kHeadDim, kOutBytes, kKvEvery);
     const Build order[3] = {Build::kPlain, Build::kTraced, Build::kCleared};
     int last_traced = -1;
     for (int tr = -3; tr < trials; ++tr) {  // three warm-up rounds

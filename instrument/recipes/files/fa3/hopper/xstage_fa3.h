@@ -48,15 +48,27 @@ constexpr ::xstage::u32 kEvKvStep = 2;    // span per K/V block n (payload n): t
 // the span from its mark to the next block's (block 0's: to the loop's exit, after its softmax, before the last
 // PV GEMM), so it holds block n's QK^T wait, softmax (row max, exp, row sum, O rescaled) and PV GEMM issue, and the
 // next block's K and V waits. The tile's first block n_max-1 (QK^T and softmax before the loop) starts at the
-// mainloop's begin. The marks go into a ring of kKvSlots slots in the writer state (stores only) and are written as
-// records at the epilogue's end: the tile's last min(K/V blocks, kKvSlots) steps, in the order they ran.
-// Compile-time switch, off by default: -DXSTAGE_FA3_KV_STEPS=1 adds them. On the H200 the writer's marks and ring
-// cost up to +7.5 % (O in HBM, 1 K tokens; docs/recipes.md fa3), beyond the 1 % the two spans keep; off, the
-// kernel is the two-span recipe's, instruction for instruction.
+// mainloop's begin. The marks go into a ring of kKvSlots slots in the writer state (stores only; block n in slot
+// n % kKvSlots, so the ring ends holding blocks min(n_max-2, kKvSlots-1) ... 0 in their own slots) and are written
+// as records at the epilogue's end: the tile's last min(K/V blocks, kKvSlots) steps, in the order they ran.
+// Tile sampling: the marks are taken on every tile, but the ring is written out only on the writer's tiles 0, S,
+// 2S, ... (S = kKvEvery, the tile's ordinal in the CTA's slice, i.e. in the scheduler order of the slice) and
+// emptied before each of them; the other tiles carry no kv_step records. Every mainloop begin record carries S as
+// its payload (0 in builds without K/V steps), so a reader knows which tiles must carry steps.
+// Compile-time switches, off by default: -DXSTAGE_FA3_KV_STEPS=1 adds them, -DXSTAGE_FA3_KV_EVERY=S (a power of 2,
+// default 8) sets the sampling period. Off, the kernel is the two-span recipe's, instruction for instruction.
 #ifndef XSTAGE_FA3_KV_STEPS
 #define XSTAGE_FA3_KV_STEPS 0
 #endif
+#ifndef XSTAGE_FA3_KV_EVERY
+#define XSTAGE_FA3_KV_EVERY 8
+#endif
 constexpr ::xstage::u32 kKvSlots = XSTAGE_FA3_KV_STEPS ? 16 : 0;
+constexpr ::xstage::u32 kKvEvery = XSTAGE_FA3_KV_STEPS ? XSTAGE_FA3_KV_EVERY : 0;
+static_assert(kKvEvery == 0 || (kKvEvery & (kKvEvery - 1)) == 0, "XSTAGE_FA3_KV_EVERY must be a power of 2");
+// Words of the writer state: 8, and with the K/V steps the ring (2 per slot) and the exit clock (padded to 16 bytes).
+constexpr ::xstage::u32 kStateWords = 8 + (kKvSlots ? 2 * kKvSlots + 4 : 0);
+constexpr ::xstage::u32 kExitWord = 8 + 2 * kKvSlots;  // with the K/V steps: the K/V loop's exit clock
 constexpr ::xstage::u32 kNoBlock = 0xFFFFFFFFu;  // a ring slot holding no mark of the current tile
 
 // The buffer of the next launches (host side, one per process; zero means no records).
@@ -75,15 +87,17 @@ __device__ __forceinline__ ::xstage::u32 tile_id(BlockCoord const& block_coord) 
 }
 #endif
 
-// The writer's state in FA3's SharedStorage::PipelineStorage (32 + 8 * kKvSlots bytes; none without probes;
-// words [6..7] and the ring used only with the K/V steps):
+// The writer's state in FA3's SharedStorage::PipelineStorage (4 * kStateWords bytes; none without probes; words
+// [6..7], the ring and the exit clock used only with the K/V steps):
 // [0] records attempted, [1] the slice's capacity (0: no slice for this CTA), [2..3] its first record, [4..5] the
-// clock stamp of XSTAGE_FA3_SPAN_STAMP, [6] the K/V loop's exit clock (low 32 bits), [7] the mainloop's begin clock
-// (low 32 bits); from [8] the K/V ring, 2 words per slot (block n in slot n % kKvSlots): n's mark clock (low 32
-// bits), n (kNoBlock: empty). The mainloop's flag field (XSTAGE_FA3_MAINLOOP_FIELD, in CollectiveMainloop) is the
-// consumer's writer flag, lent to the mainloop object before the tile loop so that the sites inside `mma` test it.
+// clock stamp of XSTAGE_FA3_SPAN_STAMP, [6] the tiles the writer has ended (the current tile's ordinal in its slice),
+// [7] the mainloop's begin clock (low 32 bits), read at the epilogue's end with the stamp in one 16-byte load;
+// [8 .. 8 + 2 kKvSlots) the K/V ring, 2 words per slot (block n in slot n % kKvSlots): n's mark clock (low 32 bits), n
+// (kNoBlock: empty); [kExitWord] the K/V loop's exit clock (low 32 bits). The
+// mainloop's flag field (XSTAGE_FA3_MAINLOOP_FIELD, in CollectiveMainloop) is the consumer's writer flag, lent to the
+// mainloop object before the tile loop so that the sites inside `mma` test it.
 #ifdef XSTAGE_TRACE
-#define XSTAGE_FA3_SMEM_FIELD alignas(16) ::xstage::u32 xstage_writer_state[8 + 2 * ::flash::xstage_fa3::kKvSlots];
+#define XSTAGE_FA3_SMEM_FIELD alignas(16) ::xstage::u32 xstage_writer_state[::flash::xstage_fa3::kStateWords];
 #if XSTAGE_FA3_KV_STEPS
 #define XSTAGE_FA3_MAINLOOP_FIELD bool xstage_writer = false;
 #else
@@ -95,7 +109,7 @@ __device__ __forceinline__ ::xstage::u32 tile_id(BlockCoord const& block_coord) 
 #endif
 
 #if defined(__CUDACC__) && defined(XSTAGE_TRACE)
-using WriterState = ::xstage::u32[8 + 2 * kKvSlots];
+using WriterState = ::xstage::u32[kStateWords];
 
 __device__ __forceinline__ ::xstage::u32 tid_x() {
     ::xstage::u32 t;
@@ -133,6 +147,16 @@ __device__ __forceinline__ ::xstage::u64 ts_ev(::xstage::u64 clock, ::xstage::u3
     return (clock & 0xFFFFFFFFFFFFull) | ((::xstage::u64)(event & 0xFF) << 48) | ((::xstage::u64)(kind & 0x3) << 56);
 }
 
+#if XSTAGE_FA3_KV_STEPS
+// The writer only: the K/V ring emptied (every slot's block kNoBlock), 16 bytes (two slots) per store.
+__device__ __forceinline__ void kv_reset(WriterState& s) {
+    const ::xstage::u32 a = state_addr(s);
+#pragma unroll
+    for (::xstage::u32 k = 0; k < kKvSlots; k += 2)
+        asm volatile("st.shared.v4.u32 [%0+32], {%1, %2, %1, %2};" ::"r"(a + 8 * k), "r"(0u), "r"(kNoBlock));
+}
+#endif
+
 // The writer only: the slice's open anchor and the state (capacity 0 when the CTA has no slice).
 __device__ __forceinline__ void probe_open(::xstage::DeviceBuffer const& b, WriterState& s) {
     const ::xstage::u32 a = state_addr(s);
@@ -148,17 +172,20 @@ __device__ __forceinline__ void probe_open(::xstage::DeviceBuffer const& b, Writ
     ::xstage::store_meta_u64(&m->clk_open, c);
     asm volatile("st.shared.v2.u32 [%0], {%1, %2};\n\tst.shared.u64 [%0+8], %3;" ::"r"(a), "r"(0u), "r"(b.capacity),
                  "l"(reinterpret_cast<::xstage::u64>(b.records + (::xstage::u64)slice_of(b) * b.capacity)));
-    for (::xstage::u32 k = 0; k < kKvSlots; ++k) asm volatile("st.shared.u32 [%0+36], %1;" ::"r"(a + 8 * k), "r"(kNoBlock));
+#if XSTAGE_FA3_KV_STEPS
+    kv_reset(s);  // tile 0 is sampled
+    asm volatile("st.shared.u32 [%0+24], %1;" ::"r"(a), "r"(0u));
+#endif
 }
 
-// The writer only, at the mainloop's begin: its record and, with the K/V steps, its clock's low word
-// (state [7]: the begin of the tile's first K/V step).
+// The writer only, at the mainloop's begin: its record (payload: the K/V-step sampling period kKvEvery, 0 without
+// K/V steps) and, with the K/V steps, its clock's low word (state [7]: the begin of the tile's first K/V step).
 __device__ __forceinline__ void probe_begin(WriterState& s, ::xstage::u32 event, ::xstage::u32 tile) {
     const ::xstage::u64 c = ::xstage::clock_cycles();
     ::xstage::u32 i, capacity;
     ::xstage::Record* first;
     load_state(s, i, capacity, first);
-    if (i < capacity) ::xstage::store_record_cs(first + i, ts_ev(c, event, ::xstage::kKindBegin), tile, 0u);
+    if (i < capacity) ::xstage::store_record_cs(first + i, ts_ev(c, event, ::xstage::kKindBegin), tile, kKvEvery);
 #if XSTAGE_FA3_KV_STEPS
     asm volatile("st.shared.u32 [%0], %1;\n\tst.shared.u32 [%0+28], %2;" ::"r"(state_addr(s)), "r"(i + 1), "r"(static_cast<::xstage::u32>(c)));
 #else
@@ -180,13 +207,13 @@ __device__ __forceinline__ ::xstage::u32 clock_lo() {
 }
 
 // The writer only, inside the K/V loop: K/V block n's mark (the clock's low word and n into n's slot), and after
-// the loop its exit (state [6]). Stores only: no load, nothing held in a register across the loop.
+// the loop its exit (state [kExitWord]). Stores only: no load, nothing held in a register across the loop.
 __device__ __forceinline__ void kv_mark(WriterState& s, int n) {
     asm volatile("st.shared.v2.u32 [%0+32], {%1, %2};" ::"r"(state_addr(s) + ((static_cast<::xstage::u32>(n) % kKvSlots) << 3)),
                  "r"(clock_lo()), "r"(n));
 }
 __device__ __forceinline__ void kv_exit(WriterState& s) {
-    asm volatile("st.shared.u32 [%0+24], %1;" ::"r"(state_addr(s)), "r"(clock_lo()));
+    asm volatile("st.shared.u32 [%0], %1;" ::"r"(state_addr(s) + 4 * kExitWord), "r"(clock_lo()));
 }
 
 // The clock whose low word is `lo`, read at most 2^32 cycles before the 64-bit clock `now`.
@@ -194,44 +221,43 @@ __device__ __forceinline__ ::xstage::u64 widen(::xstage::u32 lo, ::xstage::u64 n
     return now - static_cast<::xstage::u32>(static_cast<::xstage::u32>(now) - lo);
 }
 
-// The writer only, at the epilogue's end: the tile's K/V steps from the ring as begin/end records of kEvKvStep
-// (payload: the block), in the order the blocks ran (descending n), then the ring emptied; returns the records
-// attempted after them. The ring holds the marks of loop blocks n_hi ... 0 (n_hi + 1 of them, at most kKvSlots):
-// step n spans n's mark to n-1's (block 0's: to the loop's exit); when fewer than kKvSlots marks were made the ring
-// did not wrap and the first block n_hi + 1, from the mainloop's begin to n_hi's mark, is recorded too.
+// The writer only, at the epilogue's end of a sampled tile: the tile's K/V steps from the ring as begin/end records
+// of kEvKvStep (payload: the block), in the order the blocks ran (descending n); returns the records attempted after
+// them. The ring was emptied before the tile; its loop marked blocks n_max-2 ... 0, the last of which are in their own
+// slots, so the filled slots are 0 ... marks-1 holding blocks 0 ... marks-1 (marks = min(n_max-1, kKvSlots)). Step b
+// spans b's mark to b-1's (block 0's: to the loop's exit); the first step recorded is block top = min(marks,
+// kKvSlots-1), which begins at the mainloop's begin (begin_lo) when it had no mark (b == marks: the tile's first
+// block). One loop over the recorded steps, a slot load and two record stores each (a compact read-out: fully
+// unrolled over the 16 slots it ran slower on the H200).
 __device__ __forceinline__ ::xstage::u32 put_kv_steps(WriterState& s, ::xstage::u32 i, ::xstage::u32 capacity, ::xstage::Record* first,
-                                                      ::xstage::u64 now, ::xstage::u32 tile) {
+                                                      ::xstage::u64 now, ::xstage::u32 begin_lo, ::xstage::u32 tile) {
     const ::xstage::u32 a = state_addr(s);
-    ::xstage::u32 marks = 0, n_hi = 0, exit_lo, begin_lo;
-    for (::xstage::u32 k = 0; k < kKvSlots; ++k) {
-        ::xstage::u32 n;
-        asm volatile("ld.shared.u32 %0, [%1+36];" : "=r"(n) : "r"(a + 8 * k));
-        if (n != kNoBlock) { ++marks; n_hi = max(n_hi, n); }
+    ::xstage::u32 marks = 0, exit_lo;
+#pragma unroll
+    for (::xstage::u32 k = 0; k < kKvSlots; k += 2) {
+        ::xstage::u32 n0, n1;
+        asm volatile("ld.shared.u32 %0, [%2+36];\n\tld.shared.u32 %1, [%2+44];" : "=r"(n0), "=r"(n1) : "r"(a + 8 * k));
+        marks += (n0 != kNoBlock) + (n1 != kNoBlock);
     }
-    asm volatile("ld.shared.v2.u32 {%0, %1}, [%2+24];" : "=r"(exit_lo), "=r"(begin_lo) : "r"(a));
-    // step b's begin clock: the first block's from the mainloop's begin, the others' their mark
-    auto mark = [&](::xstage::u32 b) {
-        if (b > n_hi || marks == 0) return begin_lo;
-        ::xstage::u32 c;
-        asm volatile("ld.shared.u32 %0, [%1+32];" : "=r"(c) : "r"(a + 8 * (b % kKvSlots)));
-        return c;
-    };
-    const ::xstage::u32 top = marks < kKvSlots ? (marks == 0 ? 0u : n_hi + 1) : n_hi;  // the first step recorded
-    ::xstage::u32 begin = mark(top);
+    asm volatile("ld.shared.u32 %0, [%1];" : "=r"(exit_lo) : "r"(a + 4 * kExitWord));
+    const ::xstage::u32 top = min(marks, kKvSlots - 1);
+    ::xstage::u32 begin = begin_lo;
+    if (top < marks) asm volatile("ld.shared.u32 %0, [%1+32];" : "=r"(begin) : "r"(a + 8 * top));
+#pragma unroll 1
     for (::xstage::u32 b = top + 1; b-- > 0;) {
-        const ::xstage::u32 end = b == 0 ? exit_lo : mark(b - 1);
+        ::xstage::u32 end = exit_lo;
+        if (b > 0) asm volatile("ld.shared.u32 %0, [%1+24];" : "=r"(end) : "r"(a + 8 * b));  // slot b-1's clock
         if (i < capacity) ::xstage::store_record_cs(first + i, ts_ev(widen(begin, now), kEvKvStep, ::xstage::kKindBegin), tile, b);
         if (i + 1 < capacity) ::xstage::store_record_cs(first + i + 1, ts_ev(widen(end, now), kEvKvStep, ::xstage::kKindEnd), tile, b);
         i += 2;
         begin = end;
     }
-    for (::xstage::u32 k = 0; k < kKvSlots; ++k) asm volatile("st.shared.u32 [%0+36], %1;" ::"r"(a + 8 * k), "r"(kNoBlock));
     return i;
 }
 #endif
 
 // The writer only: the stamped boundary's two records (`ended`'s end, `begun`'s begin) and, at this
-// clock, the end of `event`; first, with the K/V steps, the ring's records.
+// clock, the end of `event`; first, with the K/V steps and on a sampled tile, the ring's records.
 __device__ __forceinline__ void probe_put3(WriterState& s, ::xstage::u32 ended, ::xstage::u32 begun, ::xstage::u32 event,
                                            ::xstage::u32 tile) {
     const ::xstage::u64 c = ::xstage::clock_cycles();
@@ -239,10 +265,18 @@ __device__ __forceinline__ void probe_put3(WriterState& s, ::xstage::u32 ended, 
     ::xstage::Record* first;
     load_state(s, i, capacity, first);
 #if XSTAGE_FA3_KV_STEPS
-    i = put_kv_steps(s, i, capacity, first, c, tile);
-#endif
+    ::xstage::u32 stamp_lo, stamp_hi, ordinal, begin_lo;
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4+16];" : "=r"(stamp_lo), "=r"(stamp_hi), "=r"(ordinal), "=r"(begin_lo)
+                 : "r"(state_addr(s)));
+    const ::xstage::u64 stamp = (static_cast<::xstage::u64>(stamp_hi) << 32) | stamp_lo;
+    // a sampled tile (ordinal a multiple of kKvEvery) writes its steps; the ring is emptied before the next sampled one
+    if ((ordinal & (kKvEvery - 1)) == 0) i = put_kv_steps(s, i, capacity, first, c, begin_lo, tile);
+    if (((ordinal + 1) & (kKvEvery - 1)) == 0) kv_reset(s);
+    asm volatile("st.shared.u32 [%0+24], %1;" ::"r"(state_addr(s)), "r"(ordinal + 1));
+#else
     ::xstage::u64 stamp;
     asm volatile("ld.shared.u64 %0, [%1+16];" : "=l"(stamp) : "r"(state_addr(s)));
+#endif
     if (i < capacity) ::xstage::store_record_cs(first + i, ts_ev(stamp, ended, ::xstage::kKindEnd), tile, 0u);
     if (i + 1 < capacity) ::xstage::store_record_cs(first + i + 1, ts_ev(stamp, begun, ::xstage::kKindBegin), tile, 0u);
     if (i + 2 < capacity) ::xstage::store_record_cs(first + i + 2, ts_ev(c, event, ::xstage::kKindEnd), tile, 0u);
