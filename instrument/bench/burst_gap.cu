@@ -80,6 +80,28 @@ __global__ void __launch_bounds__(kThreads) burst_kernel(uint4* dst, uint32_t ve
 
 constexpr uint32_t kBulkStageBytes = 32768;  // shared-memory staging buffer of the bulk kernel
 
+// The burst loop of the TMA-store kernels (bulk, tensor2d), inlined where it stands so that each kernel
+// compiles as if written out: per burst, the probe's BURST begin, thread 0 issues the copies (the macro's argument, a
+// block reading the kernel's locals, src the stage's shared address), commits the group and waits until
+// the engine has read the shared memory, BURST end, the gap; then the last writes' completion and the close.
+#define STAGED_BURSTS(...)                                                                           \
+  for (int b = 0; b < bursts; ++b) {                                                                 \
+    __syncthreads();                                                                                 \
+    if (threadIdx.x < 32) {                                                                          \
+      XSTAGE_BEGIN(EV_BURST, b);                                                                     \
+      if (threadIdx.x == 0) {                                                                        \
+        __VA_ARGS__                                                                                  \
+        asm volatile("cp.async.bulk.commit_group;" ::: "memory");                                    \
+        asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");                               \
+      }                                                                                              \
+      __syncwarp();                                                                                  \
+      XSTAGE_END_P(EV_BURST, b, bytes_per_cta);                                                      \
+    }                                                                                                \
+    spin_cycles(gap_cycles);                                                                         \
+  }                                                                                                  \
+  if (threadIdx.x == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); /* writes complete before exit */ \
+  if (threadIdx.x < 32) XSTAGE_PROBE_CLOSE()
+
 // The bulk-copy twin of burst_kernel: same producers, bursts, gap and probes; the stores are
 // cp.async.bulk copies of at most kBulkStageBytes each from one shared-memory buffer, issued by thread 0.
 __global__ void __launch_bounds__(kThreads) burst_bulk_kernel(char* dst, int bursts, uint64_t gap_cycles,
@@ -90,25 +112,12 @@ __global__ void __launch_bounds__(kThreads) burst_bulk_kernel(char* dst, int bur
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // generic-proxy writes visible to the bulk copy
   const unsigned src = (unsigned)__cvta_generic_to_shared(stage);
   char* mine = dst + (size_t)blockIdx.x * bytes_per_cta;
-  for (int b = 0; b < bursts; ++b) {
-    __syncthreads();
-    if (threadIdx.x < 32) {
-      XSTAGE_BEGIN(EV_BURST, b);
-      if (threadIdx.x == 0) {
-        for (uint32_t off = 0; off < bytes_per_cta; off += kBulkStageBytes)
-          asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(mine + off), "r"(src),
-                       "r"(min(kBulkStageBytes, bytes_per_cta - off))
-                       : "memory");
-        asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-        asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
-      }
-      __syncwarp();
-      XSTAGE_END_P(EV_BURST, b, bytes_per_cta);
-    }
-    spin_cycles(gap_cycles);
-  }
-  if (threadIdx.x == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");  // writes complete before exit
-  if (threadIdx.x < 32) XSTAGE_PROBE_CLOSE();
+  STAGED_BURSTS({
+    for (uint32_t off = 0; off < bytes_per_cta; off += kBulkStageBytes)
+      asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(mine + off), "r"(src),
+                   "r"(min(kBulkStageBytes, bytes_per_cta - off))
+                   : "memory");
+  });
 }
 
 constexpr uint32_t kTileCols = 128;  // columns (bf16) of a CTA's tile in the tensor2d kernel: 256-byte row segments
@@ -135,30 +144,17 @@ __global__ void __launch_bounds__(kThreads) burst_tensor2d_kernel(const __grid_c
     asm volatile("prefetch.tensormap [%0];" ::"l"(&full) : "memory");
     if (tail_rows) asm volatile("prefetch.tensormap [%0];" ::"l"(&tail) : "memory");
   }
-  for (int b = 0; b < bursts; ++b) {
-    __syncthreads();
-    if (threadIdx.x < 32) {
-      XSTAGE_BEGIN(EV_BURST, b);
-      if (threadIdx.x == 0) {
-        const uint32_t full_rows = rows - tail_rows;
-        for (uint32_t r = 0; r < full_rows; r += box_rows)
-          asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];" ::"l"(&full),
-                       "r"(src), "r"(col), "r"(row0 + (int)r)
-                       : "memory");
-        if (tail_rows)
-          asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];" ::"l"(&tail),
-                       "r"(src), "r"(col), "r"(row0 + (int)full_rows)
-                       : "memory");
-        asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-        asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
-      }
-      __syncwarp();
-      XSTAGE_END_P(EV_BURST, b, bytes_per_cta);
-    }
-    spin_cycles(gap_cycles);
-  }
-  if (threadIdx.x == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");  // writes complete before exit
-  if (threadIdx.x < 32) XSTAGE_PROBE_CLOSE();
+  STAGED_BURSTS({
+    const uint32_t full_rows = rows - tail_rows;
+    for (uint32_t r = 0; r < full_rows; r += box_rows)
+      asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];" ::"l"(&full),
+                   "r"(src), "r"(col), "r"(row0 + (int)r)
+                   : "memory");
+    if (tail_rows)
+      asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];" ::"l"(&tail),
+                   "r"(src), "r"(col), "r"(row0 + (int)full_rows)
+                   : "memory");
+  });
 }
 
 // Measures ns per clock64 cycle against %globaltimer over ~2 ms, to convert gap ns to cycles.
