@@ -272,12 +272,15 @@ def keep_slices(plan: Plan, keys: set[tuple[int, str]]) -> None:
     plan.slice_summary = plan.slice_summary.filter(pa.array(pd.MultiIndex.from_arrays([summary["rank"], summary["dump"]]).isin(list(keys))))
 
 
+def rows_by_dump(table: pa.Table) -> dict[tuple[int, str], np.ndarray]:
+    """Row indices of ``table`` per (rank, dump), in table order."""
+    keys = pd.DataFrame({"rank": table["rank"].to_numpy(zero_copy_only=False), "dump": table["dump"].to_numpy(zero_copy_only=False)})
+    return {k: v.astype(np.int64) for k, v in keys.groupby(["rank", "dump"], sort=False).indices.items()} if len(keys) else {}
+
+
 def _split_by_dump(slices: pa.Table) -> list[pa.Table]:
     """A probe_slices table cut into one table per (rank, dump), in first-row order."""
-    if slices.num_rows == 0:
-        return []
-    keys = pd.DataFrame({"rank": slices["rank"].to_numpy(zero_copy_only=False), "dump": slices["dump"].to_numpy(zero_copy_only=False)})
-    return [slices.take(pa.array(rows)) for rows in keys.groupby(["rank", "dump"], sort=False).indices.values()]
+    return [slices.take(pa.array(rows)) for rows in rows_by_dump(slices).values()]
 
 
 def plan_run(inputs: list[str | Path], folder: Path, nsys: str | None = None, allow_overflow: bool = False,

@@ -49,7 +49,7 @@ import pyarrow.feather as feather
 from xstage_trace.base.malloc import keep_freed_memory, release_freed_memory
 from xstage_trace.analyses import SLICE_COLUMNS, AnalysisContext, analyze_dumps
 from xstage_trace.analysis.tiles import ControlStats, control_sample, control_stats_from_samples, finish_tiles, with_dump_config
-from xstage_trace.collectors.collect import DumpTask, load_records
+from xstage_trace.collectors.collect import DumpTask, load_records, rows_by_dump
 from xstage_trace.collectors.dataset import table_part_path, write_table_part
 
 PARALLEL_MIN_RECORDS = 2_000_000  # below this, starting worker processes costs more than it saves
@@ -317,12 +317,6 @@ def run_stats(samples: list[str]) -> ControlStats:
     """The control statistics of the run from its control batches' sample files (defaults when it has none),
     at most CONTROL_CAP_VALUES values of a sample held at once."""
     return control_stats_from_samples(lambda: (pickle.loads(Path(p).read_bytes()) for p in samples), CONTROL_CAP_VALUES)
-
-
-def rows_by_dump(table: pa.Table) -> dict[tuple[int, str], np.ndarray]:
-    """Row indices of ``table`` per (rank, dump), in table order."""
-    keys = pd.DataFrame({"rank": table["rank"].to_numpy(zero_copy_only=False), "dump": table["dump"].to_numpy(zero_copy_only=False)})
-    return {k: v.astype(np.int64) for k, v in keys.groupby(["rank", "dump"], sort=False).indices.items()} if len(keys) else {}
 
 
 def analyze_streaming(tasks: list[DumpTask], folder: Path, tables: dict[str, pa.Table], ctx: AnalysisContext,
