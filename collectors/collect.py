@@ -260,16 +260,18 @@ class SliceParts:
 def keep_slices(plan: Plan, keys: set[tuple[int, str]]) -> None:
     """Keep only the slices of the dumps ``keys`` (rank, dump) in ``plan``'s slice parts (a part left with none
     is deleted, one left with some is written again without the others) and summary."""
+    def kept(table: pa.Table) -> pa.Array:
+        rank, dump = table["rank"].to_numpy(), table["dump"].to_numpy(zero_copy_only=False)
+        return pa.array(pd.MultiIndex.from_arrays([rank, dump]).isin(list(keys)))
+
     for path in {p for k, p in plan.slice_parts.items() if k not in keys}:
         part = pq.read_table(path)
-        rank, dump = part["rank"].to_numpy(), part["dump"].to_numpy(zero_copy_only=False)
-        kept = pd.MultiIndex.from_arrays([rank, dump]).isin(list(keys))
+        rows = kept(part)
         path.unlink()
-        if kept.any():
-            write_parquet(conform(SLICES, part.filter(pa.array(kept))), path)
+        if pc.any(rows).as_py():
+            write_parquet(conform(SLICES, part.filter(rows)), path)
     plan.slice_parts = {k: p for k, p in plan.slice_parts.items() if k in keys}
-    summary = plan.slice_summary.to_pandas()
-    plan.slice_summary = plan.slice_summary.filter(pa.array(pd.MultiIndex.from_arrays([summary["rank"], summary["dump"]]).isin(list(keys))))
+    plan.slice_summary = plan.slice_summary.filter(kept(plan.slice_summary))
 
 
 def rows_by_dump(table: pa.Table) -> dict[tuple[int, str], np.ndarray]:
