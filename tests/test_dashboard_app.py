@@ -14,7 +14,7 @@ from conftest import ROOT
 pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
-APP = str(ROOT / "app" / "main.py")
+APP = str(ROOT / "src" / "xstage_trace" / "app" / "main.py")
 PAGES = ["overview", "timeline", "tiles", "bursts", "calibration", "whatif", "compare"]
 
 

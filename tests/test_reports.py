@@ -103,7 +103,7 @@ def test_markdown_cuts_long_tables_to_fit_and_keeps_the_callers_sections():
 def test_report_of_a_calibration_run_has_no_stall_verdict_but_its_fit(tmp_path):
     from conftest import CALIB
     from xstage_trace.reports.run_report import write_run_report
-    from xstage_trace.runner import analyze_inputs
+    from xstage_trace.pipeline.runner import analyze_inputs
 
     analyze_inputs([CALIB / "quick"], tmp_path / "cal.run")
     write_run_report(open_run(tmp_path / "cal.run"), tmp_path / "rep")

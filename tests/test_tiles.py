@@ -8,8 +8,8 @@ from scipy.stats import spearmanr
 
 from conftest import FUSED
 from xstage_trace.analysis.stall import stall_summary
-from xstage_trace.runner import analyze_inputs
-from xstage_trace.collectors.dataset import read_run
+from xstage_trace.pipeline.runner import analyze_inputs
+from xstage_trace.dataset.run_folder import read_run
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +96,7 @@ def test_table3_carries_kernel_times_from_nsys(fused_run):
 
 
 def test_model_stall_over_the_tile_table(fused_run, tmp_path):
-    from xstage_trace.model_docs import stall_doc
+    from xstage_trace.pipeline.model_eval import stall_doc
 
     _, tiles, _ = fused_run
     path = tmp_path / "tiles.parquet"
