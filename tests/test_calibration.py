@@ -48,7 +48,7 @@ def fit_ref(reference):
 
 def drain_limited(points: pd.DataFrame) -> pd.DataFrame:
     """By hand: the host periodic launches whose median issue is ≥ 2× the smallest median issue of
-    any launch (periodic or isolated) of the same (K, B), with their V / period (spec §3: the
+    any launch (periodic or isolated) of the same (K, B), with their V / period (docs/model.md §3: the
     drain-limited period is V/R at any gap)."""
     h = points[points["dest"] == "host"]
     smallest = h.groupby(["K", "B"])["tiss_med_ns"].min()

@@ -1,4 +1,4 @@
-"""FA3 traced tiles (recipe fa3) and the spec §7 piggyback audit: hand-built dumps with known spans,
+"""FA3 traced tiles (recipe fa3) and the docs/model.md §7 piggyback audit: hand-built dumps with known spans,
 hand-computed K/V block counts, the paper's §7 numbers, and the piggyback command as a user runs it."""
 
 from __future__ import annotations
@@ -175,7 +175,7 @@ def _control_tiles(producers: int, sigma_ns: float, kv: int, seqlen: int, bm: in
 
 
 def test_audit_reproduces_the_papers_fa4_numbers():
-    # spec §7: b_m = 128, d = 128, bf16, K = 148: B_t = 32 KiB, V ≈ 4.6 MiB, G* ≈ 6.0 µs at R ≈ 717 GB/s and
+    # docs/model.md §7: b_m = 128, d = 128, bf16, K = 148: B_t = 32 KiB, V ≈ 4.6 MiB, G* ≈ 6.0 µs at R ≈ 717 GB/s and
     # T_iss^0 ≈ 0.76 µs; σ ≈ 0.79 µs per KV tile gives M_ub* ≈ 1.0 K tokens; b^iso ≈ 4.1 MiB < Q ≈ 4.25 MiB
     mib = 1 << 20
     model = PlatformModel(rate_gbps=717.0, issue_floor_ns={(148, 32768): 760.0}, capacity_by_producers={148: 4.25 * mib}, store_path="peer")

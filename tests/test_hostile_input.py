@@ -562,7 +562,7 @@ def test_calibration_points_with_an_unknown_mode(xs, tmp_path):
 
 
 def test_a_fit_without_drain_limited_launches_is_never_written(xs, tmp_path):
-    """R is identified only by drain-limited launches (spec §3; at any gap, Eq. 1): with the largest
+    """R is identified only by drain-limited launches (docs/model.md §3; at any gap, Eq. 1): with the largest
     gap alone (every (K, B) once, none backpressured against its own floor) no R exists."""
     df = pd.read_csv(REFERENCE / "h200_burst_gap_sweep.csv")
     df = df[(df["dest"] == "host") & (df["gap_ns"] == df["gap_ns"].max())]

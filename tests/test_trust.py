@@ -212,7 +212,7 @@ def test_the_run_configuration_is_stored_as_columns(tmp_path):
 
 
 def test_burst_audit_uses_the_offered_gap_and_only_its_own_store_path(tmp_path):
-    """ρ_n = V_n / (R·(T_iss^0 + G_n)) (spec §4) with G_n the next Linear-2 mainloop in the wave schedule,
+    """ρ_n = V_n / (R·(T_iss^0 + G_n)) (docs/model.md §4) with G_n the next Linear-2 mainloop in the wave schedule,
     by hand from the calibration JSON; the host calibration does not audit the local control."""
     import xstage_trace
     from xstage_trace.collectors.calibration_io import load_platform

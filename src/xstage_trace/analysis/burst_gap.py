@@ -1,4 +1,4 @@
-"""Burst–Gap law for periodic bursts and the isolated-burst capacity law (spec §2, §3, §4 design test).
+"""Burst–Gap law for periodic bursts and the isolated-burst capacity law (docs/model.md §2, §3, §4 design test).
 
 All functions are numpy-vectorized: arguments may be scalars or arrays. Times ns, volumes bytes,
 rates GB/s (= bytes/ns).

@@ -1,7 +1,7 @@
 """Burst reconstruction from probe records and the §4 audit of the real burst sequence.
 
 A remote-store span is a begin/end pair of a remote-store event on one slice (the end record's
-payload carries the bytes). A burst is one issue round of the producers (spec §4's V_n): burst n
+payload carries the bytes). A burst is one issue round of the producers (docs/model.md §4's V_n): burst n
 of a dump is the n-th remote-store span of every producer (CTA) that stores, in the producer's own
 time order. For the calibration bench this is its own burst index (the record's tile field); for a
 fused kernel it is the n-th Linear-2 epilogue of each CTA, i.e. one expert wave's worth of tiles
@@ -10,7 +10,7 @@ different producers overlap and a transitive chain of overlaps would merge a who
 
 Per burst: V_n = Σ bytes, K_act,n = the producers in the round, start = the earliest begin,
 end = the latest end, T_iss,n = end − start, and the gap G_n = the median over the round's
-producers of each one's offered compute before its next store (spec §1: the useful producer time
+producers of each one's offered compute before its next store (docs/model.md §1: the useful producer time
 between bursts). Where the dump has a tile table (a fused kernel) that is the sum of the producer's
 mainloops from the tile after the stored one through the next stored tile (wave schedule: the next
 Linear-2 mainloop, the tile's T_cover; interleaved: the Linear-1 mainloops in between too); without

@@ -1,9 +1,9 @@
-"""Q(K) from the isolated-burst knee and the periodic transients, with a bootstrap interval (spec §3, §4).
+"""Q(K) from the isolated-burst knee and the periodic transients, with a bootstrap interval (docs/model.md §3, §4).
 
 Two kinds of evidence about the effective capacity Q of one producer count K:
 
 - The *isolated knee*. A recovered burst issues at its floor T_iss^0(V) until its excess
-  V − R·T_iss^0 exceeds Q (spec §3). Two detectors, both *persistent* (a knee is the first volume
+  V − R·T_iss^0 exceeds Q (docs/model.md §3). Two detectors, both *persistent* (a knee is the first volume
   from which every larger volume is in excess, so one slow launch below it cannot make a knee):
   the *tail* — p90 above KNEE_TAIL_FACTOR × the launch's own median (some producers are held
   back while the body of the burst still issues at the floor; the floor's shape cancels) — and

@@ -1,4 +1,4 @@
-"""Two runs of the calibration sweep side by side: how far their raw measurements differ (spec §3).
+"""Two runs of the calibration sweep side by side: how far their raw measurements differ (docs/model.md §3).
 
 A no-refit prediction of run B with run A's M_X cannot be closer than the two runs' own
 measurements allow. At the periodic (K, B, G) both runs measured, from the measurements alone

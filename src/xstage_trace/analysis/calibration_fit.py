@@ -1,9 +1,9 @@
-"""Fit the platform model M_X from calibration points and predict a sweep with no refit (spec §3).
+"""Fit the platform model M_X from calibration points and predict a sweep with no refit (docs/model.md §3).
 
 Input: one row per launch with dest, mode (periodic | isolated), K, B, V, gap_ns, tiss_med_ns,
 tiss_p90_ns, period_med_ns (the calibration benchmark's reduction or the reference CSV), and
 optionally store (the store instruction, stg | bulk | tensor2d; points without it are st.global, "stg"). One
-fit is one store path and one store instruction: M_X differs between them (spec §1: "calibrated
+fit is one store path and one store instruction: M_X differs between them (docs/model.md §1: "calibrated
 once per platform and store path"; on the H200 host path bulk copies drain at another rate).
 
 - T_iss^0(K, B): the large-gap plateau, i.e. the recovered launches of that (K, B) (isolated, or
@@ -158,7 +158,7 @@ def _drain_limited(p: pd.DataFrame, floors: dict) -> pd.DataFrame:
 
 
 def _rates(p: pd.DataFrame, floors: dict) -> RateFit | None:
-    """R = V / T_period over the drain-limited launches: pooled, per K and per (K, B) (spec §3)."""
+    """R = V / T_period over the drain-limited launches: pooled, per K and per (K, B) (docs/model.md §3)."""
     d = _drain_limited(p, floors)
     if d.empty:
         return None
@@ -304,7 +304,7 @@ def _transient_errors(per: pd.DataFrame, base: CalibratedPlatform) -> np.ndarray
 
 
 def _loop_overhead(p: pd.DataFrame, floors: dict, rate_by_k: dict[int, float]) -> float:
-    """o: median of period − G − T_iss^0 over the recovered periodic launches with G > 0 (spec §4), ≥ 0."""
+    """o: median of period − G − T_iss^0 over the recovered periodic launches with G > 0 (docs/model.md §4), ≥ 0."""
     plateau = p[(p["mode"] == "periodic") & (p["gap_ns"] > 0)
                 & (p["gap_ns"].to_numpy() >= RECOVERED_GAP_FACTOR * p["V"].to_numpy() / p["K"].map(rate_by_k).to_numpy())]
     plateau = plateau[[kb in floors for kb in zip(plateau["K"].astype(int), plateau["B"].astype(int))]]

@@ -1,4 +1,4 @@
-"""Probe records of the calibration benchmark → one measurement point per launch (spec §3 inputs).
+"""Probe records of the calibration benchmark → one measurement point per launch (docs/model.md §3 inputs).
 
 The columns match ``h200_burst_gap_sweep.csv`` (dest, mode, K, B, V, gap_ns, tiss_med_ns,
 tiss_p90_ns, period_med_ns, ns_per_cycle) plus the store instruction, the measured gap, the bursts

@@ -1,4 +1,4 @@
-"""CTA partitioning for FLUX/COMET GEMM2+GatherRS (spec §9, paper 004): T(C) for every legal C, C*."""
+"""CTA partitioning for FLUX/COMET GEMM2+GatherRS (docs/model.md §9, paper 004): T(C) for every legal C, C*."""
 
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ import numpy as np
 if TYPE_CHECKING:
     import pandas as pd
 
-RHO_REF = (400.19 / 2) / (497.36 / 25)  # spec §9, measured at C = 16 on the A100 path
+RHO_REF = (400.19 / 2) / (497.36 / 25)  # docs/model.md §9, measured at C = 16 on the A100 path
 K_REF, TM_REF, TN_REF, D_REF = 352, 128, 128, 4
 
 
 @dataclass(frozen=True)
 class PartitionProblem:
-    """Workload and kernel description of one GEMM2+GatherRS launch (spec §9 notation)."""
+    """Workload and kernel description of one GEMM2+GatherRS launch (docs/model.md §9 notation)."""
 
     tokens_per_expert: tuple[int, ...]  # M_e
     tokens: int                         # M (global tokens before top-k expansion)
@@ -79,7 +79,7 @@ def completion_columns(p: PartitionProblem, rho: float | None = None) -> dict[st
 
 
 def completion_times(p: PartitionProblem, rho: float | None = None) -> pd.DataFrame:
-    """``completion_columns`` (spec §9) as a DataFrame, one row per legal C."""
+    """``completion_columns`` (docs/model.md §9) as a DataFrame, one row per legal C."""
     import pandas as pd
 
     return pd.DataFrame(completion_columns(p, rho))

@@ -1,4 +1,4 @@
-"""The FlashAttention Q-loop piggyback audit (spec §7) on traced FA3 tiles.
+"""The FlashAttention Q-loop piggyback audit (docs/model.md §7) on traced FA3 tiles.
 
 Event mapping (recipe ``fa3``, instrument/recipes/targets/fa3.py): one slice per CTA (the first
 consumer warp), per output tile a ``mainloop`` span (the Q tile's loop over its K/V blocks) and an

@@ -1,4 +1,4 @@
-"""The platform model M_X = (T_iss^0(K, V), R, Q(K)) of one platform and store path (spec §1, §3).
+"""The platform model M_X = (T_iss^0(K, V), R, Q(K)) of one platform and store path (docs/model.md §1, §3).
 
 Units: R in GB/s, which is numerically bytes per ns, so V/R is ns for V in bytes.
 """

@@ -1,4 +1,4 @@
-"""Backlog recurrence and capacity guard for non-uniform burst sequences (spec §4).
+"""Backlog recurrence and capacity guard for non-uniform burst sequences (docs/model.md §4).
 
 Everything runs over columns. The floor-issue backlog q_{n+1} = [q_n + Δb_n]₊ is a Lindley
 recursion: with S_n = Σ_{i<n} Δb_i (S_0 = 0), q_n = S_n − min_{k≤n} S_k. The stalled trajectory

@@ -1,4 +1,4 @@
-"""From epilogue stall to compute stall (spec §5, Table 3)."""
+"""From epilogue stall to compute stall (docs/model.md §5, Table 3)."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def stall_summary(tiles: pd.DataFrame, by: list[str]) -> pd.DataFrame:
 
 
 CONFIG = ["dest", "shape", "variant"]
-SCHEDULES = {"wave": "linear2", "interleaved": "linear1"}  # schedule → the tile kind whose mainloop covers (spec §5)
+SCHEDULES = {"wave": "linear2", "interleaved": "linear1"}  # schedule → the tile kind whose mainloop covers (docs/model.md §5)
 
 
 def _us(x: float) -> float:
@@ -191,7 +191,7 @@ def kernel_trials(kernels: pd.DataFrame, dumps: pd.DataFrame, warmup_launches: i
 
 
 def attach_kernel_times(table3: pd.DataFrame, trials: pd.DataFrame) -> pd.DataFrame:
-    """Add per schedule the kernel time (spec §10: per trial the slowest rank, then the median over
+    """Add per schedule the kernel time (docs/model.md §10: per trial the slowest rank, then the median over
     trials; warm-ups already excluded by ``kernel_trials``), the trials and the ranks counted."""
     from xstage_trace.analysis.timing import max_across_ranks_median
 
@@ -210,7 +210,7 @@ def attach_kernel_times(table3: pd.DataFrame, trials: pd.DataFrame) -> pd.DataFr
 
 def store_stall_predictions(bursts: pd.DataFrame, gap_ns: float, model: PlatformModel) -> tuple[np.ndarray, float]:
     """Predicted issue stall per burst of one launch (rows in burst order), beyond the floor, and the
-    drain rate R used (R(K, B) of the full round): with a calibrated capacity the spec §4 stalled
+    drain rate R used (R(K, B) of the full round): with a calibrated capacity the docs/model.md §4 stalled
     trajectory (T_iss,n − T_iss,n^0, issue stretched to respect Q), else Eq. 1's
     ΔT_iss = [V/R − G − T_iss^0]₊. ``gap_ns`` is the offered compute between bursts (the
     uncontended mainloop); the last burst's gap is unbounded."""

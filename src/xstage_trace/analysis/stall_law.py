@@ -1,4 +1,4 @@
-"""The spec §5 stall law on numbers and arrays, without pandas (``model stall`` imports only this)."""
+"""The docs/model.md §5 stall law on numbers and arrays, without pandas (``model stall`` imports only this)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Where the per-tile stall error comes from (spec §5; docs/tile-error.md).
+"""Where the per-tile stall error comes from (docs/model.md §5; docs/tile-error.md).
 
 Spec §5 predicts tile i's MMA stall as Δt = [T_RS(i) − T_cover(i)]₊ and measures it on the MMA side:
 the wait for tile i's slot before tile j = i + S reuses it. This module lays every tile's slot cycle
@@ -12,7 +12,7 @@ epilogue span of tile i (ep_e = ep_b + T_RS) and T_cover(i) = Σ mainloop(i+1 �
   time outside the instrumented wait (probes, descriptor loads); ``late_wait``: the pre-wait exceeds
   the control runs' median by more than the noise (the wait probe began late);
 - ``epilogue_lead_ns`` = ep_b(i) − ml_b(i+1): how much later tile i's store starts than the mainloop
-  that covers it (spec §5 takes 0; the per-tile prediction of ``analysis.tiles`` adds it);
+  that covers it (docs/model.md §5 takes 0; the per-tile prediction of ``analysis.tiles`` adds it);
 - ``inner_idle_ns`` = ml_e(j−1) − ml_b(i+1) − T_cover(i): idle between the covering mainloops (0 for S = 2);
 - ``wake_ns`` = ml_b(j) − ep_e(i): from the slot's release to the reusing mainloop's start.
 
@@ -137,7 +137,7 @@ def error_breakdown(timeline: pd.DataFrame, by: list[str]) -> pd.DataFrame:
 
 
 def backpressured_configurations(timeline: pd.DataFrame) -> pd.DataFrame:
-    """The tiles of the configurations (dest, shape, schedule, variant) that spec §5's rule calls
+    """The tiles of the configurations (dest, shape, schedule, variant) that docs/model.md §5's rule calls
     stall-bound: median predicted or measured stall of their Linear-2 tiles with a remote store above
     the noise floor (``analysis.verdict.stall_verdict``)."""
     t = timeline.assign(variant=timeline["variant"].fillna("-"))

@@ -1,4 +1,4 @@
-"""Per-tile stall prediction vs measurement (spec §5) from the probe records of a fused kernel.
+"""Per-tile stall prediction vs measurement (docs/model.md §5) from the probe records of a fused kernel.
 
 Event conventions (instrument/examples/fused_moe.cu and the upstream recipes use them):
 - role "mma" (slice role 0): ``slot_wait`` begin/end before a tile's mainloop (tile = the tile about
@@ -57,7 +57,7 @@ TILE_KEYS = ["rank", "dump", "cta", "tile"]
 @dataclass(frozen=True)
 class StagingLayout:
     """Which probe events of a kernel hold the staging-slot wait, the store spans and the tile's info,
-    and where the wait sits (spec §5): tile i's slot is reused by tile i + ``slots``; its measured
+    and where the wait sits (docs/model.md §5): tile i's slot is reused by tile i + ``slots``; its measured
     wait is that tile's, and T_cover(i) sums the mainloops of tiles i+1 … i+slots−1, plus tile
     i+slots's own when the wait comes after that tile's mainloop (``wait_after_mainloop``)."""
 
@@ -108,7 +108,7 @@ def store_events(probes: pd.DataFrame) -> tuple[str, ...]:
 def tile_spans(probes: pd.DataFrame, slots: int | None = None, layout: StagingLayout | None = None) -> pd.DataFrame:
     """The part of the tile table that one dump's records decide on their own: per tile its mainloop,
     slot wait, epilogue span, T_cover, the epilogue lead T_lead and predicted Δt = [T_lead + T_RS −
-    T_cover]₊ (spec §5 plus the measured lead: ``analysis.stall.predicted_stall_ns``).
+    T_cover]₊ (docs/model.md §5 plus the measured lead: ``analysis.stall.predicted_stall_ns``).
 
     Spans are begin/end pairs per (rank, dump, cta, tile); every mainloop span gets its info
     payload, slot wait, remote- and local-store span by key (pandas left-merge semantics: every match,

@@ -1,4 +1,4 @@
-"""Timing scopes across ranks (spec §10): per trial the slowest rank, then the median over trials."""
+"""Timing scopes across ranks (docs/model.md §10): per trial the slowest rank, then the median over trials."""
 
 from __future__ import annotations
 

@@ -1,10 +1,10 @@
-"""Verdict per configuration and schedule (spec §5): is the compute stalled by the remote-store
+"""Verdict per configuration and schedule (docs/model.md §5): is the compute stalled by the remote-store
 epilogue, and does the model's prediction agree with the measurement?
 
 The rule (one place, for the dashboard and the reports, ``stall_verdict``): over the Linear-2 tiles
 that can be backpressured (those with a remote-store span), a configuration × schedule **stalls**
 when the median measured stall exceeds the noise floor, or when the median predicted stall
-Δt = [T_RS − T_cover]₊ does (spec §5: "backpressured when its predicted or measured stall is
+Δt = [T_RS − T_cover]₊ does (docs/model.md §5: "backpressured when its predicted or measured stall is
 positive beyond noise"); "no stall" when both medians are at or below it; "unknown" when neither
 exists. The noise floor is the tiles' own ``noise_ns`` (derived from the control run by
 ``analysis.tiles``). The model agrees when prediction and measurement fall on the same side of it.

@@ -1,4 +1,4 @@
-"""What-if schedules: MegaMoE interleaving (spec §6) and the FlashAttention Q-loop piggyback audit (§7)."""
+"""What-if schedules: MegaMoE interleaving (docs/model.md §6) and the FlashAttention Q-loop piggyback audit (§7)."""
 
 from __future__ import annotations
 

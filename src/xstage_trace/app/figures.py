@@ -147,7 +147,7 @@ def isolated_issue(iso: pd.DataFrame, floor_ns: np.ndarray, law_ns: np.ndarray |
         go.Scatter(x=v, y=floor_ns / 1e3, mode="lines", name="T_iss^0", line=dict(dash="dash")),
     ])
     if law_ns is not None:
-        fig.add_trace(go.Scatter(x=v, y=law_ns / 1e3, mode="lines", name="capacity law T_iss^iso (spec §3)"))
+        fig.add_trace(go.Scatter(x=v, y=law_ns / 1e3, mode="lines", name="capacity law T_iss^iso (docs/model.md §3)"))
     fig.update_layout(title=f"isolated burst issue vs volume, K = {k}", xaxis_title="volume V (MiB)", yaxis_title="issue time (µs)",
                       xaxis_type="log", yaxis_type="log", height=420, **LAYOUT)
     return fig

@@ -212,7 +212,7 @@ def burst_sequence(bursts: pd.DataFrame, capacity_bytes: np.ndarray | None) -> p
 
 
 def guard_onset(seq: pd.DataFrame) -> int | None:
-    """The first burst whose capacity guard q_n + b_n^iso ≤ Q fails (spec §4), or None."""
+    """The first burst whose capacity guard q_n + b_n^iso ≤ Q fails (docs/model.md §4), or None."""
     fails = seq.index[seq["guard_ok"].astype("boolean").fillna(True) == False]  # noqa: E712 (nullable booleans)
     return int(seq.loc[fails[0], "burst"]) if len(fails) else None
 

@@ -1,4 +1,4 @@
-"""``xstage-trace calibrate fit|run``: the platform model M_X (spec §3)."""
+"""``xstage-trace calibrate fit|run``: the platform model M_X (docs/model.md §3)."""
 
 from __future__ import annotations
 
@@ -101,7 +101,7 @@ def calibrate_fit(
     validate_store: Optional[str] = typer.Option(None, "--validate-store", help="store instruction of the --validate points (default: the fitted one)"),
     force: bool = typer.Option(False, "--force", help="replace the -o file when it is an earlier calibration JSON (never anything else)"),
 ):
-    """Fit M_X (spec §3), predict the whole sweep with no refit, optionally another run's sweep (--validate)."""
+    """Fit M_X (docs/model.md §3), predict the whole sweep with no refit, optionally another run's sweep (--validate)."""
     from xstage_trace.pipeline.runner import fit_measurements
 
     doc = fit_measurements(measurements, dest, output, platform, validate, validate_dest, force=force, store=store, validate_store=validate_store)

@@ -25,7 +25,7 @@ def model_burst(
     capacity_mib: Optional[float] = typer.Option(None, "--capacity-mib"),
     as_json: bool = typer.Option(False, "--json"),
 ):
-    """Burst–Gap law for one recurring burst (spec §2–§4)."""
+    """Burst–Gap law for one recurring burst (docs/model.md §2–§4)."""
     from xstage_trace.pipeline.model_eval import burst_doc
 
     _show(burst_doc(rate_gbps, issue_floor_us, producers, bytes_per_producer, gap_us, capacity_mib), as_json, "burst")
@@ -39,7 +39,7 @@ def model_stall(
     by: Optional[str] = typer.Option(None, "--by", help="comma-separated columns to summarize by"),
     as_json: bool = typer.Option(False, "--json"),
 ):
-    """Predicted MMA stall Δt = [T_RS − T_cover]₊ (spec §5), for one tile or a table of tiles."""
+    """Predicted MMA stall Δt = [T_RS − T_cover]₊ (docs/model.md §5), for one tile or a table of tiles."""
     from xstage_trace.pipeline.model_eval import stall_doc
 
     _show(stall_doc(span_us, cover_us, tiles, by), as_json, "stall")
@@ -59,7 +59,7 @@ def model_qloop(
     seq_len: List[int] = typer.Option([8192], "--seq-len", "-M"),
     as_json: bool = typer.Option(False, "--json"),
 ):
-    """FlashAttention–All-to-All piggyback audit (spec §7)."""
+    """FlashAttention–All-to-All piggyback audit (docs/model.md §7)."""
     from xstage_trace.pipeline.model_eval import qloop_doc
 
     _show(qloop_doc(tile_m, head_dim, elem_bytes, kv_tile, sigma_us, producers, rate_gbps, issue_floor_us, capacity_mib, seq_len), as_json, "qloop")
@@ -79,7 +79,7 @@ def model_interleave(
     expert_intermediate: Optional[int] = typer.Option(None, "--expert-intermediate"),
     as_json: bool = typer.Option(False, "--json"),
 ):
-    """MegaMoE expert-wave vs interleaved schedule (spec §6)."""
+    """MegaMoE expert-wave vs interleaved schedule (docs/model.md §6)."""
     from xstage_trace.pipeline.model_eval import interleave_doc
 
     _show(interleave_doc(volume_bytes, mainloop_l1_us, mainloop_l2_us, n1, n2, issue_floor_us, rate_gbps, n_tile_width, num_sms, expert_intermediate), as_json, "interleave")
@@ -96,10 +96,10 @@ def model_partition(
     tile_m: int = typer.Option(128, "--tile-m"),
     tile_n: int = typer.Option(128, "--tile-n"),
     num_sms: int = typer.Option(108, "--num-sms"),
-    rho: Optional[float] = typer.Option(None, "--rho", help="measured service-time ratio (default: ρ_ref scaled, spec §9)"),
+    rho: Optional[float] = typer.Option(None, "--rho", help="measured service-time ratio (default: ρ_ref scaled, docs/model.md §9)"),
     as_json: bool = typer.Option(False, "--json"),
 ):
-    """CTA partition for GEMM2+GatherRS (spec §9): T(C) for every legal C and C*."""
+    """CTA partition for GEMM2+GatherRS (docs/model.md §9): T(C) for every legal C and C*."""
     from xstage_trace.pipeline.model_eval import partition_doc
 
     _show(partition_doc(tokens_per_expert, tokens, hidden, reduction, splits, ranks, tile_m, tile_n, num_sms, rho), as_json, "partition")
@@ -114,7 +114,7 @@ def model_sequence(
     capacity_mib: Optional[float] = typer.Option(None, "--capacity-mib"),
     as_json: bool = typer.Option(False, "--json"),
 ):
-    """Backlog recurrence and capacity guard over a burst sequence (spec §4)."""
+    """Backlog recurrence and capacity guard over a burst sequence (docs/model.md §4)."""
     from xstage_trace.pipeline.model_eval import sequence_doc
 
     _show(sequence_doc(bursts, calibration, rate_gbps, issue_floor_us, capacity_mib), as_json, "sequence")

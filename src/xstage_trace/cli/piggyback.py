@@ -1,4 +1,4 @@
-"""``xstage-trace piggyback``: the FlashAttention Q-loop piggyback audit (spec §7) on a traced FA3 run:
+"""``xstage-trace piggyback``: the FlashAttention Q-loop piggyback audit (docs/model.md §7) on a traced FA3 run:
 per shape and calibrated store path G*, M_ub* and the verdict from the local control's Q-loops, and
 the predicted vs measured Q-loop where O was stored over that path."""
 
@@ -31,11 +31,11 @@ def piggyback_markdown(summary, run_dir: Path, inputs: list[str], calibrations: 
     """piggyback.md: the table with every number's unit and timing scope named (``inputs``: the folders of the run's dumps)."""
     from xstage_trace.reports.markdown import md_table
 
-    lines = ["# xstage-trace piggyback (spec §7)", "", f"- run: `{run_dir}`", *[f"- dumps: `{d}`" for d in inputs],
+    lines = ["# xstage-trace piggyback (docs/model.md §7)", "", f"- run: `{run_dir}`", *[f"- dumps: `{d}`" for d in inputs],
              *[f"- calibration: `{p}`" for p in calibrations], "",
              "_Timing scope: per-tile spans, probe clock per SM (µs); rates in GB/s. G*, σ (median Q-loop per K/V block), "
              "gap (the next tile's Q-loop) and covered (share of bursts whose gap ≥ G*) come from the local control's "
-             "tiles; the verdict is spec §7's at the run's sequence length M. Q-loop pred = max(G, V/R − T_iss^0) after a "
+             "tiles; the verdict is docs/model.md §7's at the run's sequence length M. Q-loop pred = max(G, V/R − T_iss^0) after a "
              "burst, G = the control's Q-loop of the same tile; meas = the Q-loop where O went over the path; R implied = "
              "V / (measured Q-loop + epilogue), the path's drain rate where the run is drain-limited._", "",
              md_table(display_frame(summary)), ""]

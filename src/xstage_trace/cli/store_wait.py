@@ -33,7 +33,7 @@ def store_wait_markdown(summary, run_dir: Path, calibrations: list[Path]) -> str
     lines = ["# xstage-trace store-wait", "", f"- run: `{run_dir}`",
              *[f"- calibration: `{p}`" for p in calibrations], "",
              "_Timing scope: per-tile spans, probe clock per SM (µs); rates in GB/s. pred = the model's stall of the tile's "
-             "store round (spec §4 stalled trajectory, gap = the control's median mainloop of the shape); wait = measured "
+             "store round (docs/model.md §4 stalled trajectory, gap = the control's median mainloop of the shape); wait = measured "
              "staging-buffer wait beyond the control's floor; excess = the next tile's mainloop beyond the control's median; "
              "ρ = Spearman with pred (empty where a side is constant); MAE = mean |pred − measured|._", "",
              md_table(summary[[c for c in COLUMNS if c in summary]].rename(columns=COLUMNS)), ""]

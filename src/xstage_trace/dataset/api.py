@@ -5,8 +5,8 @@ whose methods each return a pandas DataFrame with the documented schema::
 
     import xstage_trace
     run = xstage_trace.open_run("fused.xstage-run")
-    run.table3()          # spec §5 Table 3, one row per configuration
-    run.tiles()           # one row per tile (spec §5)
+    run.table3()          # docs/model.md §5 Table 3, one row per configuration
+    run.tiles()           # one row per tile (docs/model.md §5)
     run.bursts()          # one row per burst with the §4 audit
 
 Tables are read lazily, once each, from the folder's Parquet files; nothing is recomputed that
@@ -84,7 +84,7 @@ class Run:
         return self._frame("bursts")
 
     def tiles(self) -> pd.DataFrame:
-        """Per-tile spans and predicted / measured stall (spec §5)."""
+        """Per-tile spans and predicted / measured stall (docs/model.md §5)."""
         return self._frame("tiles")
 
     def table3(self) -> pd.DataFrame:

@@ -3,7 +3,7 @@ configurations, calibration drift over time, and SQL over every table of every r
 
     import xstage_trace
     c = xstage_trace.open_collection(["ci-runs/"])      # run folders, or folders holding them
-    c.table3()                # spec §5 Table 3 of every run, one row per (run, configuration)
+    c.table3()                # docs/model.md §5 Table 3 of every run, one row per (run, configuration)
     c.worst(10)               # (run, configuration) ranked by backpressured tiles
     c.calibration_drift()     # fitted M_X per store path over time, drift vs the first fit
     c.point_drift()           # calibration points of every run vs the same point in the earliest run
@@ -286,7 +286,7 @@ class Collection:
         return [row[0] for row in self.con.execute(f"DESCRIBE {view}").fetchall()]
 
     def worst(self, limit: int | None = 20) -> pd.DataFrame:
-        """(run, configuration) ranked by backpressured tiles (spec §5: predicted or measured stall above
+        """(run, configuration) ranked by backpressured tiles (docs/model.md §5: predicted or measured stall above
         the noise), most first; a configuration is a tile's dest, shape, schedule and variant (not its
         rank), so the ranks of one launch count together."""
         lim = "" if limit is None else f"LIMIT {int(limit)}"
@@ -311,7 +311,7 @@ class Collection:
             ORDER BY backpressured_tiles DESC, backpressured_fraction DESC, t.run, configuration {lim}""")
 
     def calibration_drift(self) -> pd.DataFrame:
-        """The fitted platform model M_X (spec §3: R, Q, T_iss^0) of every calibration JSON per
+        """The fitted platform model M_X (docs/model.md §3: R, Q, T_iss^0) of every calibration JSON per
         (platform, store path), oldest first, with its drift from the first fit in percent."""
         return self.sql("""
             WITH c AS (

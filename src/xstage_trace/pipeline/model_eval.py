@@ -151,7 +151,7 @@ def partition_doc(tokens_per_expert: str, tokens, hidden, reduction, splits, ran
     table = completion_columns(p, r)
     if not len(table["comm_ctas"]):
         raise InputError(None, f"--num-sms {num_sms} leaves no SM for compute with any number of communication CTAs", "give --num-sms the GPU's SM count")
-    return {"rho": r, "rho_source": "measured (--rho)" if rho is not None else "reference scaled (spec §9)",
+    return {"rho": r, "rho_source": "measured (--rho)" if rho is not None else "reference scaled (docs/model.md §9)",
             "comm_ctas_best": choose_comm_ctas(table),
             "candidates": [{k: v[i].item() for k, v in table.items()} for i in range(len(table["comm_ctas"]))]}
 

@@ -10,7 +10,7 @@ per batch instead of once per dump (a fused-kernel dump is ~50 k records).
 Two passes over the batches, on the same workers:
 
 1. the control batches only (``is_control`` in the ``dumps`` table): their tile spans decide the
-   statistics every tile is judged by (slot-wait floor and noise, control mainloop p99; spec §5),
+   statistics every tile is judged by (slot-wait floor and noise, control mainloop p99; docs/model.md §5),
    ``ControlStats``. Each control batch is read and analysed here once (``control_task``: its probes
    and bursts parts are written, its unfinished tile spans kept in a scratch Arrow file of the run's
    temporary folder); its control tiles' sample (their slot waits and mainloops, ``ControlSample``) waits in

@@ -3,7 +3,7 @@ against a noise floor from the trial spread, plus the change of stalls and backp
 
 The samples are the runs' trials as Table 3 counts them (``analysis.stall.kernel_trials``: launches
 under a probe dump's configuration, the manifest's warm-ups left out), one value per trial: the
-slowest rank's kernel time (spec §10).
+slowest rank's kernel time (docs/model.md §10).
 
 Verdict rule (per configuration, kernel time; timing scope: nsys kernel time):
 

@@ -17,7 +17,7 @@ WORST_TILES = 40
 
 @dataclass
 class Section:
-    """One report section. ``scope`` names the timing scope of every number in it (spec §10)."""
+    """One report section. ``scope`` names the timing scope of every number in it (docs/model.md §10)."""
 
     title: str
     scope: str = ""
@@ -127,7 +127,7 @@ def model_residuals(verdicts: pd.DataFrame, tiles: pd.DataFrame) -> pd.DataFrame
 
 
 def calibration_residuals(points: pd.DataFrame) -> pd.DataFrame:
-    """For a calibration run: the model fitted on its points (spec §3) and the period residual of
+    """For a calibration run: the model fitted on its points (docs/model.md §3) and the period residual of
     its periodic points per store path (measured vs recurrence prediction, %)."""
     from xstage_trace.analysis.calibration_fit import fit_calibration, predict
 
@@ -168,7 +168,7 @@ def build_sections(run, worst_n: int = WORST_TILES) -> list[Section]:
     secs = [Section("Verdict", scope, headline(verdicts, trials) + (cal_lines if verdicts.empty else []) + [f"> warning: {w}" for w in run.warnings()],
                     figures=["stall"] if len(verdicts) else [])]
     if len(table3):
-        secs.append(Section("Table 3 (spec §5)", f"{SCOPE_PROBE}; kernel columns: {SCOPE_KERNEL}",
+        secs.append(Section("Table 3 (docs/model.md §5)", f"{SCOPE_PROBE}; kernel columns: {SCOPE_KERNEL}",
                             ["Medians over the Linear-2 tiles of each dump; T_mma L1 is the Linear-1 mainloop that covers a Linear-2 tile after interleaving. "
                              "Mainloop-inflated tiles: Linear-2 mainloops slower than the local control's of the same shape (p99, beyond noise and 5 %), "
                              "a stall the slot model cannot see; more than half of them make the schedule stall-bound by mainloop inflation."],
@@ -187,13 +187,13 @@ def build_sections(run, worst_n: int = WORST_TILES) -> list[Section]:
             text.append("No calibration was given to analyze (--calibration): ρ, q and the capacity guard are not computed.")
         else:
             text.append(f"Audited against the calibration `{man.get('calibration')}` (ρ = V/(R·(T_iss^0+G)), guard q + b_iso ≤ Q).")
-        secs.append(Section("Burst audit (spec §4)", SCOPE_SENDER, text, burst_audit_table(bursts, labels), details=True, figures=["bursts"]))
+        secs.append(Section("Burst audit (docs/model.md §4)", SCOPE_SENDER, text, burst_audit_table(bursts, labels), details=True, figures=["bursts"]))
     res_text, res_table = [], None
     if len(verdicts) and len(tiles):
-        res_text.append("Model residual = measured − predicted MMA stall of each Linear-2 tile (spec §5).")
+        res_text.append("Model residual = measured − predicted MMA stall of each Linear-2 tile (docs/model.md §5).")
         res_table = model_residuals(verdicts, tiles)
     if len(cal):
-        res_text += ["Calibration points in this run, fitted here (spec §3); period error of the recurrence prediction:"] + cal_lines
+        res_text += ["Calibration points in this run, fitted here (docs/model.md §3); period error of the recurrence prediction:"] + cal_lines
     align = run.alignment()
     if len(align):
         res_text += [f"- clock alignment {r.rank}: {r.dumps_matched}/{r.dumps_total} dumps inside their kernels, residual {r.residual_ns:.0f} ns, " + (f"drift {r.drift_ppm:.2f} ± {r.drift_uncertainty_ppm:.2f} ppm" if pd.notna(r.drift_ppm) else "drift not identified") + " (probe globaltimer vs nsys)"

@@ -63,7 +63,7 @@ def config_label(row: pd.Series, keys) -> str:
 
 
 def stall_figure(verdicts: pd.DataFrame) -> Figure:
-    """Predicted vs measured median MMA stall (spec §5) per configuration and schedule, as bars
+    """Predicted vs measured median MMA stall (docs/model.md §5) per configuration and schedule, as bars
     (µs, probe clock per SM), with the noise floor as a line."""
     keys = [c for c in ("dest", "shape", "variant", "kernel", "schedule") if c in verdicts]
     labels = [config_label(r, keys) for _, r in verdicts.iterrows()]  # one bar pair per configuration
@@ -110,7 +110,7 @@ def tile_stall_figure(tiles: pd.DataFrame) -> Figure:
 
 
 def burst_figure(bursts: pd.DataFrame) -> Figure:
-    """Remote-store bursts (spec §4): issue time vs volume per burst (sender-visible, probe clock),
+    """Remote-store bursts (docs/model.md §4): issue time vs volume per burst (sender-visible, probe clock),
     and the calibrated floor T_iss^0 where a calibration was given."""
     fig, ax = new_figure("Remote-store bursts (timing scope: sender-visible, probe clock per SM)", "burst volume V (bytes)",
                          "issue time (ns)", log_x=True, log_y=True)

@@ -1,5 +1,5 @@
 """The pure parts of the ``xstage_tiles`` Nsight Systems recipe (reports/nsys_recipe/xstage_tiles):
-per report, analyze it with its probe dumps into a run folder and return the spec §5 verdicts;
+per report, analyze it with its probe dumps into a run folder and return the docs/model.md §5 verdicts;
 over all reports, write the combined tables and a summary. The recipe class only wires these into
 the nsys_recipe framework, which ships inside Nsight Systems (not on PyPI)."""
 

@@ -55,7 +55,7 @@ def render(timeline: pd.DataFrame, run_dir: Path) -> str:
     parts = [f"# Per-tile stall error: {run_dir.name}", "",
              "Timing scope: probe clock64 converted to ns per SM (µs). error = predicted − measured stall (instrumented slot wait); "
              f"idle = the MMA role's idle time before the slot's reuse less its control floor ({floor_us:.3f} µs). "
-             "Stall-bound configurations only (spec §5 rule on the Linear-2 medians).", "",
+             "Stall-bound configurations only (docs/model.md §5 rule on the Linear-2 medians).", "",
              "## Score", "", _table(error_summary(timeline))]
     for title, keys, only_l2 in BREAKDOWNS:
         parts += ["", f"## Error {title}", "", _table(error_breakdown(l2 if only_l2 else bp, keys))]

@@ -1,4 +1,4 @@
-// burst_gap.cu -- the X-Stage calibration microbenchmark (docs/xstage-model.md section 3).
+// burst_gap.cu -- the X-Stage calibration microbenchmark (docs/model.md §3).
 //
 // K producer CTAs (256 threads) each store B bytes per burst, then spin G ns on clock64 with no
 // memory traffic; many bursts per launch. Three store instructions (--store):

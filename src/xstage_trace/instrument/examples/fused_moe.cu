@@ -8,7 +8,7 @@
 //     tiles to the "remote" buffer (host-mapped pinned memory: a real PCIe store path, or a peer
 //     GPU), Linear-1 tiles to a local buffer; after the issuing warps' barrier, free the slot.
 //   Two staging slots (double buffering) between the roles.
-// Tiles come from a host-built global order (expert-wave or interleaved, docs/xstage-model.md §6);
+// Tiles come from a host-built global order (expert-wave or interleaved, docs/model.md §6);
 // CTA c takes global tiles c, c+P, c+2P, ... as a persistent scheduler does.
 //
 // Probes (<xstage/probe.cuh>): role 0 = the MMA role (warp 0's slot wait and mainloop), role 1 = the

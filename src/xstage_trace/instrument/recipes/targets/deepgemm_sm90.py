@@ -70,7 +70,7 @@ RECIPE = Recipe(
               "from the previous tile's epilogue end (the first tile: the role's open; so the scheduler step and the "
               "B-scale load are in it) to the last k-block's WGMMA retired and promoted"),
         Event(1, "store_wait", "span", "math", "",
-              "tma_store_wait<0> on the previous tile's TMA store plus the named barrier: the staging-slot wait (spec §5)"),
+              "tma_store_wait<0> on the previous tile's TMA store plus the named barrier: the staging-slot wait (docs/model.md §5)"),
         Event(2, "epilogue", "span", "math", "tile bytes",
               "accumulators to shared memory (STSM) and TMA store issued; completion shows as the next store_wait"),
         Event(3, "schedule", "mark", "producer", "group index", "the producer took tile (m<<16|n): scheduler order"),

@@ -16,7 +16,7 @@ from xstage_trace.reports.recipe import map_report, reduce_results
 
 
 class XstageTiles(recipe.Recipe):
-    """Predicted vs measured MMA stall per configuration (spec §5) for every input report."""
+    """Predicted vs measured MMA stall per configuration (docs/model.md §5) for every input report."""
 
     @staticmethod
     def _mapper_func(report_path, parsed_args, work_dir):

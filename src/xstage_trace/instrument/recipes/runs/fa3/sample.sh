@@ -2,7 +2,7 @@
 # Turn one device call's results (run.sh's results.tar.gz) into sample_traces/h200_fa3/: the probe dumps
 # zstd-compressed, the correctness check (and the bench dumps' records check where the driver wrote it), every
 # trial's kernel time and the overhead medians, and the
-# spec §7 piggyback audit of the dumps (xstage-trace analyze, then xstage-trace piggyback with the host
+# docs/model.md §7 piggyback audit of the dumps (xstage-trace analyze, then xstage-trace piggyback with the host
 # and local calibrations).
 #   usage: sample.sh RESULTS_TAR_GZ OUT_DIR [XSTAGE_TRACE_CLI]     (run from the repository root)
 set -euo pipefail

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Turn one device call's results (run.sh's results.tar.gz) into sample_traces/h200_fa4/: the per-tile rows as
 # probe dumps (convert.py, zstd-compressed), the correctness check, every trial's kernel time and the overhead
-# medians, the compile check, the recipe's diff, and the spec §7 piggyback audit of the dumps (xstage-trace
+# medians, the compile check, the recipe's diff, and the docs/model.md §7 piggyback audit of the dumps (xstage-trace
 # analyze, then xstage-trace piggyback with the host and local calibrations).
 #   usage: sample.sh RESULTS_TAR_GZ OUT_DIR [PYTHON]     (run from the repository root; PYTHON has xstage-trace)
 set -euo pipefail
