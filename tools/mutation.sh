@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Mutation testing of the modules that produce the answers (docs/mutation.md). Not part of CI.
+#
+#   tools/mutation.sh [GROUP ...]   groups: model calibration tiles kernels pairing align probe_format gate (default: all)
+#
+# Each group mutates its modules in a scratch copy of the working tree (the checkout is never
+# touched) and runs, per mutant, only the fast tests listed for the group (mutmut further narrows
+# them to the tests that call the mutated function). Needs mutmut 3 (pip install mutmut==3.8.1);
+# MUTMUT_PYTHON picks the interpreter (default: python3), MUTMUT_JOBS the workers (default: nproc),
+# MUTMUT_PYTHONPATH is appended to the path (where mutmut is installed with pip --target).
+# Results: mutation-results/GROUP.txt (one line per mutant: name: status) and a summary on stdout.
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+py=${MUTMUT_PYTHON:-python3}
+jobs=${MUTMUT_JOBS:-$(nproc)}
+out=${MUTMUT_OUT:-$here/mutation-results}
+mkdir -p "$out"
+
+A=src/xstage_trace/analysis
+C=src/xstage_trace/collectors
+# group: modules to mutate | the fast tests that cover them (tests/test_mutation_*.py: tests written against mutants)
+declare -A MUTATE TESTS
+add() { MUTATE[$1]=$2; TESTS[$1]=$3; ORDER+=("$1"); }
+ORDER=()
+add model        "$A/burst_gap.py $A/recurrence.py $A/stall_law.py $A/whatif.py $A/partition.py $A/timing.py" \
+                 "tests/test_model.py tests/test_burst_gaps.py tests/test_mutation_model.py"
+add calibration  "$A/calibration_fit.py $A/calibration_capacity.py $A/calibration_points.py $A/calibration_crossrun.py" \
+                 "tests/test_calibration_synthetic.py tests/test_calibration.py tests/test_mutation_calibration.py"
+add tiles        "$A/tiles.py $A/stall.py $A/verdict.py $A/tile_error.py $A/bursts.py $A/piggyback.py" \
+                 "tests/test_tiles.py tests/test_verdict.py tests/test_diagnosis.py tests/test_tile_error.py tests/test_fa3_piggyback.py tests/test_mutation_tiles.py"
+add kernels      "$A/selection.py $A/columnar.py $A/spans.py $A/platform.py" \
+                 "tests/test_selection.py tests/test_columnar.py"
+add pairing      "$C/pairing.py"      "tests/test_trust.py tests/test_mutation_pairing.py"
+add align        "$C/align.py"        "tests/test_collect_align.py tests/test_mutation_align.py"
+add probe_format "$C/probe_format.py" "tests/test_probe_format.py tests/test_mutation_probe_format.py"
+add gate         "src/xstage_trace/reports/compare.py" "tests/test_compare.py tests/test_mutation_gate.py"
+
+groups=("$@"); [ ${#groups[@]} -eq 0 ] && groups=("${ORDER[@]}")
+for g in "${groups[@]}"; do
+  [ -n "${MUTATE[$g]:-}" ] || { echo "unknown group $g (${ORDER[*]})" >&2; exit 2; }
+  work=$(mktemp -d "${TMPDIR:-/tmp}/xstage-mut-$g.XXXXXX")
+  (cd "$here" && git ls-files -co --exclude-standard -z | xargs -0 cp --parents -t "$work" 2>/dev/null || true)
+  pats=${MUTMUT_ONLY:-${MUTATE[$g]}}   # MUTMUT_ONLY: a narrower glob (one module) for a quick run
+  tests=$(cd "$work" && { ls ${TESTS[$g]} 2>/dev/null || true; } | tr "\n" " ")
+  {
+    echo "[mutmut]"
+    echo "source_paths = src"
+    echo "only_mutate ="; for p in $pats; do echo "    $p"; done
+    echo "also_copy ="; for p in sample_traces benchmarks docs; do echo "    $p"; done
+    echo "pytest_add_cli_args_test_selection ="; for t in $tests; do echo "    $t"; done
+    echo "pytest_add_cli_args ="; for a in -q -p no:cacheprovider -m "not gpu"; do echo "    $a"; done
+  } > "$work/setup.cfg"
+  rm -f "$work/pyproject.toml.orig"
+  echo "== $g: $(cd "$work" && ls $pats | wc -l) modules, tests: $tests"
+  # subprocesses the tests start (the CLI) import the mutated copy too, and mutmut's trampoline
+  # (an editable install of another checkout must not win: sitecustomize drops its path entry)
+  mkdir -p "$work/.mutpath" "$work/mutants/src"   # before python starts: a missing path entry is cached as empty
+  cat > "$work/.mutpath/sitecustomize.py" <<PY
+import os, sys
+sys.path[:] = [p for p in sys.path if p == "$work/mutants/src" or not os.path.isdir(os.path.join(p, "xstage_trace"))]
+sys.path.insert(0, "$work/mutants/src")
+PY
+  export PYTHONPATH="$work/.mutpath:$work/mutants/src${MUTMUT_PYTHONPATH:+:$MUTMUT_PYTHONPATH}"
+  (cd "$work" && "$py" -m mutmut run --max-children "$jobs" > "$out/$g.log" 2>&1 || true)
+  (cd "$work" && "$py" -m mutmut results --all true > "$out/$g.txt" 2>&1 || true)
+  "$py" - "$out/$g.txt" "$g" <<'PY'
+import collections, sys
+counts = collections.Counter(line.rsplit(":", 1)[1].strip() for line in open(sys.argv[1]) if ":" in line and "__mutmut_" in line)
+killed = counts["killed"] + counts["timeout"]
+total = sum(counts.values())
+print(f"{sys.argv[2]}: {dict(counts)}  killed {killed}/{total} = {100 * killed / max(total, 1):.1f} % (before removing equivalent mutants)")
+PY
+  echo "   scratch copy: $work (mutmut browse there; rm -rf it when done)"
+done
