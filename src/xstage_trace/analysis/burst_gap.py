@@ -29,11 +29,6 @@ def period_ns(gap_ns, volume_bytes, rate_gbps, issue_floor_ns):
     return np.maximum(np.asarray(issue_floor_ns) + gap_ns, drain_time_ns(volume_bytes, rate_gbps))
 
 
-def completion_coupled_period_ns(gap_ns, volume_bytes, rate_gbps):
-    """Spec §2 alternative model: G + V/R (what a completion-coupled sender would see)."""
-    return np.asarray(gap_ns) + drain_time_ns(volume_bytes, rate_gbps)
-
-
 def issue_overhead_ns(gap_ns, volume_bytes, rate_gbps, issue_floor_ns):
     """Spec §2: ΔT_iss = [V/R − G − T_iss^0]₊."""
     return pos(drain_time_ns(volume_bytes, rate_gbps) - gap_ns - issue_floor_ns)

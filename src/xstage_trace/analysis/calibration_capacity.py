@@ -34,6 +34,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from xstage_trace.analysis.burst_gap import capacity_from_knee_bytes
+
 KNEE_TAIL_FACTOR = 1.05  # below the knee the p90 of a recovered burst sits < 1 % above its median on the H200 sweeps
 KNEE_BODY_FACTOR = 1.15  # the floor's own departure from proportionality reaches ~11 % on the H200 sweeps
 KNEE_TREND_OCTAVES = 2.0  # the bandwidth-like part of the floor: a fixed cost dominates further down
@@ -108,14 +110,15 @@ def isolated_knee(volume_bytes, p90_ns, median_ns, rate_gbps: float) -> tuple[Kn
     if not found:
         trend = floor_trend_ns(v, med, np.ones(len(v), bool))
         v_lo = float(v[-1])
-        return Knee("none", v_lo, None, v_lo - rate_gbps * float(trend(v_lo)), None), trend
+        return Knee("none", v_lo, None, float(capacity_from_knee_bytes(v_lo, rate_gbps, float(trend(v_lo)))), None), trend
     detector = min(found, key=found.get)
     i = found[detector]
     if i == 0:
         return None, None  # in excess from the smallest volume: nothing below the knee
     trend = floor_trend_ns(v, med, np.arange(len(v)) < i)
     v_lo, v_hi = float(v[i - 1]), float(v[i])
-    return Knee(detector, v_lo, v_hi, v_lo - rate_gbps * float(trend(v_lo)), v_hi - rate_gbps * float(trend(v_hi))), trend
+    return Knee(detector, v_lo, v_hi, float(capacity_from_knee_bytes(v_lo, rate_gbps, float(trend(v_lo)))),
+                float(capacity_from_knee_bytes(v_hi, rate_gbps, float(trend(v_hi))))), trend
 
 
 def _allowed(q_grid: np.ndarray, knee: Knee | None) -> np.ndarray:

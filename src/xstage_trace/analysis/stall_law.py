@@ -14,15 +14,3 @@ def predicted_stall_ns(span_ns, cover_ns, lead_ns=0.0):
     and needed at (cover start + T_cover), so the lead adds to the store span one for one."""
     return pos(np.asarray(lead_ns, dtype=np.float64) + np.asarray(span_ns, dtype=np.float64) - np.asarray(cover_ns, dtype=np.float64))
 
-
-def table3_row(span_wave_ns: float, span_interleaved_ns: float, mainloop_l2_ns: float, mainloop_l1_ns: float) -> dict:
-    """Spec §5 Table 3 predictions from medians: wave covers with the Linear-2 mainloop,
-    interleaved with the Linear-1 mainloop that now follows each Linear-2 tile."""
-    return {
-        "span_wave_ns": span_wave_ns,
-        "span_interleaved_ns": span_interleaved_ns,
-        "mainloop_l2_ns": mainloop_l2_ns,
-        "mainloop_l1_ns": mainloop_l1_ns,
-        "predicted_stall_wave_ns": float(predicted_stall_ns(span_wave_ns, mainloop_l2_ns)),
-        "predicted_stall_interleaved_ns": float(predicted_stall_ns(span_interleaved_ns, mainloop_l1_ns)),
-    }

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from xstage_trace.analysis.burst_gap import isolated_excess_bytes, pos, recovery_gap_ns
+from xstage_trace.analysis.burst_gap import isolated_excess_bytes, recovery_gap_ns
 
 
 def interleave(volume_bytes: float, mainloop_l1_ns: float, mainloop_l2_ns: float, n1: int, n2: int,
@@ -57,7 +57,3 @@ def qloop_audit(tile_m: int, head_dim: int, elem_bytes: int, kv_tile: int, sigma
         "m_ub_tokens": m_ub, "per_seq_len": per_m,
     }
 
-
-def completion_coupled_excess_ns(volume_bytes: float, rate_gbps: float, latency_ns: float, cover_ns) -> np.ndarray:
-    """Spec §7 counterfactual per aligned burst: Δt^cc = [V/R + T_lat − T_cover]₊."""
-    return pos(volume_bytes / rate_gbps + latency_ns - np.asarray(cover_ns, dtype=np.float64))

@@ -78,11 +78,6 @@ def cache_name(report: Path, digest: str) -> str:
     return name
 
 
-def cached_export_path(report: Path, digest: str) -> Path:
-    """Where the SQLite export of ``report`` is cached: beside it, keyed by the report's hash."""
-    return report.with_name(cache_name(report, digest))
-
-
 def _regular_no_follow(path: Path) -> bool:
     """True when ``path`` itself (not a symlink's target) is a regular file."""
     try:
