@@ -19,7 +19,8 @@
 // waits behind it); the epilogue's writer lane writes both roles' records, the MMA role's after it has
 // released the tile's slot.
 //
-//   fused_moe --dest host|local|peer --shape S1|S2|S3|all --out DIR [--trials N] [--layout split|shared] [--no-dumps]
+//   fused_moe --dest host|local|peer --shape S1|S2|S3|all --out DIR [--trials N] [--layout split|shared]
+//             [--operands smem|global] [--epilogue tma|stg] [--device D] [--peer P] [--no-dumps]
 //
 // Build: nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I instrument/include
 //        [-DXSTAGE_TRACE] fused_moe.cu -o fused_moe
@@ -293,20 +294,20 @@ struct Shape {
   std::string name;
   int k1, k2;  // mainloop depth (x16) of Linear-1 and Linear-2 tiles
 };
-// --shapes "S1:256:64,S2:256:160,S3:256:512" overrides these (name:k1:k2, depths in units of 16).
 // S1: short Linear-2 mainloop (drain-limited in the expert-wave schedule); S2: medium; S3: the
 // negative control, whose Linear-2 mainloop is longer than the drain time of an aligned burst.
-static std::vector<Shape> kShapes = {{"S1", 256, 16}, {"S2", 256, 64}, {"S3", 256, 320}};
+static const std::vector<Shape> kShapes = {{"S1", 256, 16}, {"S2", 256, 64}, {"S3", 256, 320}};
 
 // Skewed routing: rows (m-blocks) per expert within each wave.
 static const std::vector<std::vector<int>> kWaveRows = {{6, 3, 2, 1}, {5, 4, 2, 1}};
-static int N1_PER_ROW = 132;  // Linear-1 tiles per row (--n1-per-row)
-static int N2_PER_ROW = 176;  // Linear-2 tiles per row (--n2-per-row)
+constexpr int N1_PER_ROW = 132;  // Linear-1 tiles per row
+constexpr int N2_PER_ROW = 176;  // Linear-2 tiles per row
+constexpr int LEAD_ROWS = 1;     // D of Algorithm 1: the Linear-1 stream's lead in rows before a Linear-2 tile
 
 // Expert-wave order: all Linear-1 tiles of a wave, then its Linear-2 tiles. Interleaved
 // (Algorithm 1): emit a Linear-2 tile only when the Linear-1 stream leads by >= D rows, else a ready
 // Linear-1 tile; when Linear-1 is exhausted, drain Linear-2.
-static std::vector<TileDesc> build_schedule(const Shape& s, bool interleaved, int lead_rows) {
+static std::vector<TileDesc> build_schedule(const Shape& s, bool interleaved) {
   // Tile identity (id, output slot) is fixed at creation, so both orders compute and store the
   // same tiles at the same places; only the order differs.
   std::vector<TileDesc> out;
@@ -335,7 +336,7 @@ static std::vector<TileDesc> build_schedule(const Shape& s, bool interleaved, in
     size_t i1 = 0, i2 = 0;
     while (i1 < l1.size() || i2 < l2.size()) {
       const int l1_rows_done = i1 == l1.size() ? row : l1_row[i1];  // rows whose L1 tiles are all emitted
-      const bool l2_ready = i2 < l2.size() && (i1 == l1.size() || l1_rows_done - l2_row[i2] >= lead_rows);
+      const bool l2_ready = i2 < l2.size() && (i1 == l1.size() || l1_rows_done - l2_row[i2] >= LEAD_ROWS);
       out.push_back(l2_ready ? l2[i2++] : l1[i1++]);
     }
   }
@@ -344,7 +345,7 @@ static std::vector<TileDesc> build_schedule(const Shape& s, bool interleaved, in
 
 int main(int argc, char** argv) {
   std::string dest = "host", out = ".", shape_arg = "all";
-  int trials = 21, lead_rows = 1, split_smsp = 1, smem_operands = 1, tma_epilogue = 1;
+  int trials = 21, split_smsp = 1, smem_operands = 1, tma_epilogue = 1;
   int device = 0, peer = -1;  // this process's GPU (its rank) and, for --dest peer, the GPU holding the remote buffer
   bool dumps = true;
   for (int i = 1; i < argc; ++i) {
@@ -353,31 +354,14 @@ int main(int argc, char** argv) {
     else if (a == "--out" && i + 1 < argc) out = argv[++i];
     else if (a == "--shape" && i + 1 < argc) shape_arg = argv[++i];
     else if (a == "--trials" && i + 1 < argc) trials = std::atoi(argv[++i]);
-    else if (a == "--lead-rows" && i + 1 < argc) lead_rows = std::atoi(argv[++i]);
     else if (a == "--no-dumps") dumps = false;
     else if (a == "--layout" && i + 1 < argc) split_smsp = std::string(argv[++i]) == "split";
     else if (a == "--operands" && i + 1 < argc) smem_operands = std::string(argv[++i]) == "smem";
     else if (a == "--epilogue" && i + 1 < argc) tma_epilogue = std::string(argv[++i]) == "tma";
     else if (a == "--device" && i + 1 < argc) device = std::atoi(argv[++i]);
     else if (a == "--peer" && i + 1 < argc) peer = std::atoi(argv[++i]);
-    else if (a == "--n1-per-row" && i + 1 < argc) N1_PER_ROW = std::atoi(argv[++i]);
-    else if (a == "--n2-per-row" && i + 1 < argc) N2_PER_ROW = std::atoi(argv[++i]);
-    else if (a == "--shapes" && i + 1 < argc) {
-      kShapes.clear();
-      std::string list = argv[++i], item;
-      for (size_t pos = 0; pos <= list.size(); ++pos) {
-        if (pos == list.size() || list[pos] == ',') {
-          char nm[32];
-          int k1, k2;
-          if (std::sscanf(item.c_str(), "%31[^:]:%d:%d", nm, &k1, &k2) == 3) kShapes.push_back({nm, k1, k2});
-          item.clear();
-        } else {
-          item += list[pos];
-        }
-      }
-    }
     else {
-      std::fprintf(stderr, "usage: fused_moe --dest host|local|peer --shape S1|S2|S3|all --out DIR [--trials N] [--lead-rows D] [--layout split|shared] [--operands smem|global] [--epilogue tma|stg] [--device D] [--peer P] [--shapes S:k1:k2,...] [--n1-per-row N] [--n2-per-row N] [--no-dumps]\n");
+      std::fprintf(stderr, "usage: fused_moe --dest host|local|peer --shape S1|S2|S3|all --out DIR [--trials N] [--layout split|shared] [--operands smem|global] [--epilogue tma|stg] [--device D] [--peer P] [--no-dumps]\n");
       return 2;
     }
   }
@@ -471,7 +455,7 @@ int main(int argc, char** argv) {
     const char* opname = opname_s.c_str();
     unsigned long long ref_sum[2] = {0, 0};
     for (int inter = 0; inter < 2; ++inter) {
-      std::vector<TileDesc> sched = build_schedule(s, inter, lead_rows);
+      std::vector<TileDesc> sched = build_schedule(s, inter);
       int n_l2 = 0;
       for (auto& d : sched) n_l2 += d.kind;
       TileDesc* dt;
@@ -486,7 +470,7 @@ int main(int argc, char** argv) {
       const char* sched_name = inter ? "interleaved" : "wave";
       char label[256];
       std::snprintf(label, sizeof(label), "kernel=fused_moe rank=%d dest=%s shape=%s schedule=%s layout=%s operands=%s epilogue=%s k1=%d k2=%d tiles=%zu l2_tiles=%d ctas=%d lead_rows=%d control=%d",
-                    device, dest.c_str(), s.name.c_str(), sched_name, split_smsp ? "split" : "shared", smem_operands ? "smem" : "global", tma_epilogue ? "tma" : "stg", s.k1 * 16, s.k2 * 16, sched.size(), n_l2, ctas, lead_rows,
+                    device, dest.c_str(), s.name.c_str(), sched_name, split_smsp ? "split" : "shared", smem_operands ? "smem" : "global", tma_epilogue ? "tma" : "stg", s.k1 * 16, s.k2 * 16, sched.size(), n_l2, ctas, LEAD_ROWS,
                     (dest == "local" || s.name == "S3") ? 1 : 0);
       std::vector<float> ms;
       cudaEvent_t e0, e1;
