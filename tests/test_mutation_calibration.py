@@ -1,0 +1,174 @@
+"""The calibration fit (analysis/calibration_fit.py, docs/model.md §3) on a sweep small enough to fit
+by hand: every number asserted below is worked out in the comments from the rules of the module
+docstring (docs/mutation.md: no planted bug in the fit was caught before these tests)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from xstage_trace.analysis.calibration_fit import (CalibratedPlatform, fit_calibration, predict, predict_isolated, rates_of,
+                                                   recurrence_medians, store_of)
+from xstage_trace.analysis.platform import PlatformModel
+
+
+def _pt(K, B, G, tiss, period, mode="periodic", dest="host", store=None, p90=None):
+    row = {"dest": dest, "mode": mode, "K": K, "B": B, "V": K * B, "gap_ns": float(G), "tiss_med_ns": float(tiss),
+           "tiss_p90_ns": float(tiss if p90 is None else p90), "period_med_ns": float(period)}
+    if store is not None:
+        row["store"] = store
+    return row
+
+
+# K = 4, B = 1000 (V = 4000 B): drains at 2 GB/s (V/R = 2000 ns), floor ~105 ns, loop overhead ~50 ns.
+# K = 8, B = 1000 (V = 8000 B): drains at 5 GB/s (V/R = 1600 ns), floor 200 ns.
+HAND = [
+    _pt(4, 1000, 0, 1950, 2000), _pt(4, 1000, 500, 1450, 2000), _pt(4, 1000, 1000, 950, 2500),   # drain-limited: 2.0, 2.0, 1.6 GB/s
+    _pt(4, 1000, 3000, 100, 3150), _pt(4, 1000, 6000, 105, 6155), _pt(4, 1000, 12000, 108, 12160),  # recovered (G ≥ 1.5·V/R = 3000)
+    _pt(4, 1000, 2000, 112, 2162),  # within 12 % of the floor but not recovered by construction (G < 3000): no floor vote
+    _pt(8, 1000, 0, 1550, 1600), _pt(8, 1000, 500, 1050, 1600),  # drain-limited: 5.0, 5.0 GB/s
+    _pt(8, 1000, 3000, 200, 3250), _pt(8, 1000, 6000, 200, 6250),  # recovered (G ≥ 1.5·1600 = 2400)
+]
+
+
+@pytest.fixture(scope="module")
+def hand_fit():
+    return fit_calibration(pd.DataFrame(HAND))
+
+
+def test_drain_rates_by_hand(hand_fit):
+    r = hand_fit.rates
+    # drain-limited: median issue ≥ 2 × floor (K=4: 2 × 105 = 210; K=8: 400): the 3 + 2 launches above
+    assert r.points == hand_fit.rate_points == 5
+    # pooled: median of [1.6, 2, 2, 5, 5] = 2; numpy percentiles 25 / 75 % = 2 and 5: half-IQR 1.5
+    assert r.rate_gbps == pytest.approx(2.0) and r.uncertainty_gbps == pytest.approx(1.5)
+    # K=4: median 2.0, half-IQR of [1.6, 2, 2] = (2 − 1.8)/2 = 0.1; |2 − 2| ≤ max(0.1, 1.5): uses the pooled R
+    assert r.measured_by_producers[4] == {"rate_gbps": pytest.approx(2.0), "uncertainty_gbps": pytest.approx(0.1), "points": 3, "differs": False}
+    # K=8: median 5.0, |5 − 2| = 3 > 1.5: differs, R(8) = 5
+    assert r.measured_by_producers[8] == {"rate_gbps": pytest.approx(5.0), "uncertainty_gbps": pytest.approx(0.0), "points": 2, "differs": True}
+    assert r.used_by_producers == {4: pytest.approx(2.0), 8: pytest.approx(5.0)}
+    assert r.by_configuration[(4, 1000)]["rate_gbps"] == pytest.approx(2.0) and r.by_configuration[(4, 1000)]["points"] == 3
+    assert r.by_configuration[(8, 1000)]["rate_gbps"] == pytest.approx(5.0)
+    assert hand_fit.model.rate_by_producers_gbps == {4: pytest.approx(2.0), 8: pytest.approx(5.0)}
+
+
+def test_issue_floor_and_loop_overhead_by_hand(hand_fit):
+    m = hand_fit.model
+    # K=4 recovered launches 100, 105, 108 (all within 10 % of 100): median 105; the 112 ns launch is not recovered
+    assert m.issue_floor_ns[(4, 1000)] == pytest.approx(105.0)
+    assert m.issue_floor_ns[(8, 1000)] == pytest.approx(200.0)
+    # o = median of period − G − T_iss^0 over recovered launches with G > 0:
+    # K=4: 3150−3000−105 = 45, 6155−6000−105 = 50, 12160−12000−105 = 55; K=8: 50, 50 -> 50
+    assert m.loop_overhead_ns == pytest.approx(50.0)
+
+
+def test_predictions_by_hand(hand_fit):
+    p = hand_fit.points.set_index(["K", "gap_ns"])
+    # K=4 uses R(4, 1000) = 2 GB/s: V/R = 2000 ns
+    assert p.loc[(4, 0.0), "pred_period_ss_ns"] == pytest.approx(2000.0)  # max(105 + 0 + 50, 2000)
+    assert p.loc[(4, 0.0), "pred_issue_ss_ns"] == pytest.approx(1950.0)  # max(105, 2000 − 0 − 50)
+    assert p.loc[(4, 0.0), "regime"] in ("drain_limited", "capacity")
+    assert p.loc[(4, 1000.0), "period_err_ss_pct"] == pytest.approx(20.0)  # |2000 − 2500| / 2500
+    assert p.loc[(4, 1000.0), "issue_err_ss_pct"] == pytest.approx(0.0)  # max(105, 2000 − 1000 − 50) = 950
+    assert p.loc[(4, 3000.0), "pred_period_ss_ns"] == pytest.approx(3155.0) and p.loc[(4, 3000.0), "pred_issue_ss_ns"] == pytest.approx(105.0)
+    assert p.loc[(4, 12000.0), "period_err_ss_pct"] == pytest.approx(100 * 5 / 12160)  # 12155 vs 12160
+    assert p.loc[(8, 500.0), "pred_issue_ss_ns"] == pytest.approx(1050.0)  # R(8) = 5: 1600 − 500 − 50
+    assert p.loc[(8, 6000.0), "pred_period_ss_ns"] == pytest.approx(6250.0)
+    e = hand_fit.errors["ss"]
+    errs = p["period_err_ss_pct"].to_numpy()
+    assert e["period_err_median_pct"] == pytest.approx(np.median(errs)) and e["period_err_mean_pct"] == pytest.approx(errs.mean())
+    assert set(e["by_producers"]) == {4, 8}
+    assert [u["gap_ns"] for u in e["unexplained"]] == [1000.0]  # the only launch more than 10 % off
+
+
+def test_regimes_by_hand():
+    model = PlatformModel(2.0, {(4, 1000): 100.0}, None, 50.0)
+    pts = pd.DataFrame([_pt(4, 1000, 0, 1950, 2000), _pt(4, 1000, 1850, 100, 2000), _pt(4, 1000, 1851, 100, 2001)])
+    p = predict(pts, model)
+    # drain_limited where V/R = 2000 ≥ T0 + G + o: G = 0 and G = 1850 (100 + 1850 + 50 = 2000, the boundary), floor beyond
+    assert p["regime"].tolist() == ["drain_limited", "drain_limited", "floor"]
+    assert p["pred_period_ss_ns"].tolist() == pytest.approx([2000.0, 2000.0, 2001.0])
+    assert "pred_period_rec_ns" not in p  # no capacity: no recurrence
+
+
+def test_recurrence_medians_by_hand():
+    """V = 4000 B, R = 2 GB/s, T0 = 100, G = 0, o = 50, Q = 1 B: each burst issues (q + V − Q)/R = 1999.5 ns
+    (q stays 0: 4000 − 2·(1999.5 + 50) < 0), period 2049.5 ns. With Q = 1 GiB nothing stretches: 100 and 150."""
+    per, iss = recurrence_medians(np.array([4000.0, 4000.0]), np.array([0.0, 0.0]), np.array([100.0, 100.0]), np.array([2.0, 2.0]),
+                                  np.array([1.0, 2.0**30]), 50.0, np.array([64, 64]))
+    assert iss.tolist() == pytest.approx([1999.5, 100.0]) and per.tolist() == pytest.approx([2049.5, 150.0])
+
+
+def test_recurrence_medians_skip_the_warmup():
+    """Q = 3000 B, V = 4000 B, R = 2, T0 = 100, G = 0, o = 0: burst 0 issues (0 + 4000 − 3000)/2 = 500 ns and
+    leaves 4000 − 2·500 = 3000 B; from then on (3000 + 1000)/2 = 2000 ns and the backlog stays 3000 B.
+    With warm-up 0 the median over bursts 0..62 is still 2000 (one short burst of 63); warm-up 62 keeps one."""
+    args = (np.array([4000.0]), np.array([0.0]), np.array([100.0]), np.array([2.0]), np.array([3000.0]), 0.0)
+    per, iss = recurrence_medians(*args, np.array([3]), warmup=0)  # bursts 0, 1 used (the last one has no period)
+    assert iss.tolist() == pytest.approx([(500.0 + 2000.0) / 2])
+    per, iss = recurrence_medians(*args, np.array([3]), warmup=1)
+    assert iss.tolist() == pytest.approx([2000.0]) and per.tolist() == pytest.approx([2000.0])
+
+
+def test_isolated_law_by_hand():
+    model = PlatformModel(2.0, {(4, 1000): 105.0, (4, 100): 20.0}, {4: 1000.0}, 0.0)
+    pts = pd.DataFrame([_pt(4, 1000, 0, 1600, 0, mode="isolated", p90=2000), _pt(4, 100, 0, 25, 0, mode="isolated")])
+    p = predict_isolated(pts, model)
+    # V = 4000: excess 4000 − 2·105 = 3790 > Q = 1000: max(105, (4000 − 1000)/2) = 1500; V = 400: 400 − 40 ≤ Q: the floor 20
+    assert p["pred_issue_iso_ns"].tolist() == pytest.approx([1500.0, 20.0])
+    assert p["iso_err_med_pct"].tolist() == pytest.approx([100 * 100 / 1600, 100 * 5 / 25])
+    assert p["iso_err_p90_pct"].tolist()[0] == pytest.approx(100 * 500 / 2000)
+    assert predict_isolated(pts, PlatformModel(2.0, {(4, 1000): 105.0, (4, 100): 20.0})).empty  # no Q: no law
+
+
+def test_rate_interpolation_by_hand():
+    m = CalibratedPlatform(3.0, {(4, 1000): 1.0}, None, 0.0, "", "", {4: 2.0, 8: 5.0}, {(4, 1000): 2.0, (4, 4000): 4.0, (8, 1000): 6.0})
+    assert m.rate([4, 5, 7, 8]).tolist() == [2.0, 2.0, 5.0, 5.0]  # R(K) of the nearest K
+    assert m.rate([6]).tolist() == [2.0]  # a tie takes the smaller K
+    # log-linear in B: B = 2000 is half way between 1000 and 4000 in log: 2 + (4 − 2)/2 = 3; ends held outside
+    assert m.rate([4, 4, 4, 4], [1000, 2000, 4000, 16000]).tolist() == pytest.approx([2.0, 3.0, 4.0, 4.0])
+    assert m.rate([4], [250]).tolist() == pytest.approx([2.0])
+    assert m.rate([8, 7], [4000, 1000]).tolist() == pytest.approx([6.0, 6.0])
+    assert CalibratedPlatform(3.0, {(4, 1000): 1.0}).rate([4, 8], [1000, 1000]).tolist() == [3.0, 3.0]  # nothing per K: pooled
+    assert rates_of(m, [4], [2000]).tolist() == pytest.approx([3.0])
+    assert rates_of(PlatformModel(7.0, {(4, 1000): 1.0}), [4, 8]).tolist() == [7.0, 7.0]
+
+
+def test_floor_interpolation_by_hand():
+    m = PlatformModel(1.0, {(4, 1000): 100.0, (4, 4000): 300.0, (8, 1000): 50.0})
+    # log-linear between 1000 and 4000 (2000: half way), proportional to B outside (500: 50; 8000: 600)
+    assert m.floor_ns([4, 4, 4, 4], [1000, 2000, 500, 8000]).tolist() == pytest.approx([100.0, 200.0, 50.0, 600.0])
+    assert m.floor_ns([7, 9], [1000, 2000]).tolist() == pytest.approx([50.0, 100.0])
+    assert PlatformModel(1.0, {}, {4: 10.0, 8: 20.0}).capacity([3, 6, 7]).tolist() == [10.0, 10.0, 20.0]
+    assert PlatformModel(1.0, {}, {4: 10.0, 8: 20.0}).capacity_bytes == 20.0
+    with pytest.raises(ValueError):
+        PlatformModel(1.0, {}).floor_ns([4], [1000])
+
+
+def test_store_path_and_instruction_selection():
+    rows = [dict(r, store="stg") for r in HAND] + [dict(r, store="bulk", period_med_ns=r["period_med_ns"] * 2) for r in HAND]
+    pts = pd.DataFrame(rows)
+    with pytest.raises(ValueError, match="several store instructions"):
+        fit_calibration(pts)
+    assert fit_calibration(pts, store="stg").rates.rate_gbps == pytest.approx(2.0)
+    bulk = fit_calibration(pts, store="bulk")
+    assert bulk.store == "bulk" and bulk.rates.rate_gbps == pytest.approx(1.0)  # every period doubled: half the rate
+    both = pd.concat([pd.DataFrame(HAND), pd.DataFrame(HAND).assign(dest="peer")])
+    with pytest.raises(ValueError, match="several store paths"):
+        fit_calibration(both)
+    assert fit_calibration(both, store_path="peer").model.store_path == "peer"
+    assert store_of(pd.DataFrame({"store": ["bulk", None, np.nan]})).tolist() == ["bulk", "stg", "stg"]
+    assert store_of(pd.DataFrame({"K": [1, 2]})).tolist() == ["stg", "stg"]
+
+
+def test_a_sweep_never_drain_limited_gives_a_lower_bound():
+    """Only recovered launches: no R can be fitted; R ≥ the largest V / T_period at G = 0 (4000 / 160 = 25)."""
+    pts = pd.DataFrame([_pt(4, 1000, 0, 100, 160), _pt(4, 1000, 0, 120, 200), _pt(4, 1000, 5000, 104, 5150)])
+    fit = fit_calibration(pts)
+    assert fit.rates is None and fit.rate_points == 0
+    assert fit.model.rate_gbps == pytest.approx(25.0)
+    assert fit.capacity_reason.startswith("no drain-limited periodic launch: R >= 25 GB/s")
+    assert fit.model.issue_floor_ns[(4, 1000)] == pytest.approx(102.0)  # 100 and 104 within 10 % of 100 (120 is not): median 102
+    # o over the launches recovered at the lower-bound rate (G ≥ 1.5·4000/25 = 240): 5150 − 5000 − 102 = 48
+    assert fit.model.loop_overhead_ns == pytest.approx(48.0)
