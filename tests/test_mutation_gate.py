@@ -147,3 +147,42 @@ def test_compare_markdown_lists_outcome_scope_and_rows_worst_first():
     assert [r.split("|")[3].strip() for r in rows] == ["regression", "neutral", "inconclusive"]  # VERDICTS order
     accepted = compare_markdown(t, "ACCEPTED (x): 1 regression", "a", "b", cfg, "x")
     assert "- accepted: x" in accepted.split("\n")
+
+
+ROW_KEYS = {"base_ms", "new_ms", "base_trials", "new_trials", "change_pct", "ci_low_pct", "ci_high_pct", "noise_pct", "threshold_pct",
+            "verdict", "reason"}
+
+
+def test_every_branch_returns_the_full_row_and_its_reason():
+    flat = np.full(5, 1_000_000.0)
+    cases = [
+        (None, flat, "neutral", "new configuration (no baseline)"),
+        (flat, None, "inconclusive", "missing from the new run"),
+        (flat, flat[:2], "inconclusive", "fewer than 3 trials"),
+        (flat, flat * 1.01, "neutral", "|change| ≤ 2.00 %"),
+        (flat, flat * 1.5, "regression", "slower by more than 2.00 %, interval above 0"),
+        (flat, flat * 0.5, "improvement", "faster by more than 2.00 %, interval below 0"),
+        (flat, np.array([2.5e6] * 4 + [1e6]), "inconclusive", "change beyond the threshold but the interval contains 0"),
+    ]
+    for base, new, verdict, reason in cases:
+        v = kernel_verdict(base, new, CFG)
+        assert set(v) == ROW_KEYS and (v["verdict"], v["reason"]) == (verdict, reason)
+    # the columns a branch has not reached stay NaN
+    v = kernel_verdict(None, flat, CFG)
+    assert all(np.isnan(v[c]) for c in ("base_ms", "change_pct", "ci_low_pct", "ci_high_pct", "noise_pct", "threshold_pct"))
+    v = kernel_verdict(flat, flat[:2], CFG)
+    assert np.isnan(v["ci_low_pct"]) and np.isnan(v["ci_high_pct"]) and v["threshold_pct"] == 2.0
+
+
+def test_the_confidence_sets_the_interval_ends():
+    """The five-trial sample above: 5.8 % of resamples at a change of 0, the rest at +150 %. At 95 % the
+    lower end (the 2.5 % quantile) is 0: inconclusive. At 85 % it is the 7.5 % quantile, past the 5.8 %
+    at 0: +150 %, a regression."""
+    base, slow = np.full(5, 1_000_000.0), np.array([2.5e6] * 4 + [1e6])
+    assert kernel_verdict(base, slow, GateConfig(gate_pct=2.0, confidence=0.95))["verdict"] == "inconclusive"
+    v = kernel_verdict(base, slow, GateConfig(gate_pct=2.0, confidence=0.85))
+    assert v["ci_low_pct"] == pytest.approx(150.0) and v["verdict"] == "regression"
+
+
+def test_relative_iqr_of_a_zero_median_is_nan_even_with_spread():
+    assert np.isnan(rel_iqr_pct(np.array([-1.0, 0.0, 1.0])))
