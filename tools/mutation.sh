@@ -19,23 +19,24 @@ mkdir -p "$out"
 A=src/xstage_trace/analysis
 C=src/xstage_trace/collectors
 # group: modules to mutate | the fast tests that cover them (tests/test_mutation_*.py: tests written against mutants)
-declare -A MUTATE TESTS
+declare -A MUTATE TESTS SCOPE   # SCOPE: regex over mutant names that the rate counts (default: all)
 add() { MUTATE[$1]=$2; TESTS[$1]=$3; ORDER+=("$1"); }
 ORDER=()
 add model        "$A/burst_gap.py $A/recurrence.py $A/stall_law.py $A/whatif.py $A/partition.py $A/timing.py" \
                  "tests/test_model.py tests/test_burst_gaps.py tests/test_mutation_model.py"
-add calibration  "$A/calibration_fit.py $A/calibration_capacity.py $A/calibration_points.py $A/calibration_crossrun.py" \
-                 "tests/test_calibration_synthetic.py tests/test_calibration.py tests/test_mutation_calibration.py"
+add calibration  "$A/calibration_fit.py $A/calibration_capacity.py $A/calibration_crossrun.py" \
+                 "tests/test_calibration_synthetic.py tests/test_mutation_calibration.py"
 add tiles        "$A/tiles.py $A/stall.py $A/verdict.py $A/tile_error.py $A/bursts.py $A/piggyback.py" \
                  "tests/test_tiles.py tests/test_verdict.py tests/test_diagnosis.py tests/test_tile_error.py tests/test_fa3_piggyback.py tests/test_mutation_tiles.py"
 add kernels      "$A/selection.py $A/columnar.py $A/spans.py $A/platform.py" \
                  "tests/test_selection.py tests/test_columnar.py"
-add pairing      "$C/pairing.py"      "tests/test_trust.py tests/test_mutation_pairing.py"
+add pairing      "$C/pairing.py"      "tests/test_mutation_pairing.py tests/test_trust.py::test_a_clock_two_seconds_off_is_refused"
 add align        "$C/align.py"        "tests/test_collect_align.py tests/test_mutation_align.py"
 add probe_format "$C/probe_format.py" "tests/test_probe_format.py tests/test_mutation_probe_format.py"
 add gate         "src/xstage_trace/reports/compare.py" \
                  "tests/test_mutation_gate.py tests/test_compare.py::test_kernel_verdict_rule_on_hand_made_samples
                   tests/test_compare.py::test_bootstrap_interval_brackets_a_known_shift"
+SCOPE[gate]="x_(kernel_verdict|rel_iqr_pct|bootstrap_change_pct|gate_outcome)__"   # the rule; compare_runs/compare_markdown: plumbing
 
 groups=("$@"); [ ${#groups[@]} -eq 0 ] && groups=("${ORDER[@]}")
 for g in "${groups[@]}"; do
@@ -43,7 +44,8 @@ for g in "${groups[@]}"; do
   work=$(mktemp -d "${TMPDIR:-/tmp}/xstage-mut-$g.XXXXXX")
   (cd "$here" && git ls-files -co --exclude-standard -z | xargs -0 cp --parents -t "$work" 2>/dev/null || true)
   pats=${MUTMUT_ONLY:-${MUTATE[$g]}}   # MUTMUT_ONLY: a narrower glob (one module) for a quick run
-  tests=$(cd "$work" && { ls ${TESTS[$g]} 2>/dev/null || true; } | tr "\n" " ")
+  tests=""   # test files (or file::test ids) that exist in this checkout
+  for t in ${TESTS[$g]}; do [ -e "$work/${t%%::*}" ] && tests="$tests $t"; done
   {
     echo "[mutmut]"
     echo "source_paths = src"
@@ -68,12 +70,6 @@ PY
   export PYTHONPATH="$work/.mutpath:$work/mutants/src${MUTMUT_PYTHONPATH:+:$MUTMUT_PYTHONPATH}"
   (cd "$work" && "$py" -m mutmut run --max-children "$jobs" > "$out/$g.log" 2>&1 || true)
   (cd "$work" && "$py" -m mutmut results --all true > "$out/$g.txt" 2>&1 || true)
-  "$py" - "$out/$g.txt" "$g" <<'PY'
-import collections, sys
-counts = collections.Counter(line.rsplit(":", 1)[1].strip() for line in open(sys.argv[1]) if ":" in line and "__mutmut_" in line)
-killed = counts["killed"] + counts["timeout"]
-total = sum(counts.values())
-print(f"{sys.argv[2]}: {dict(counts)}  killed {killed}/{total} = {100 * killed / max(total, 1):.1f} % (before removing equivalent mutants)")
-PY
+  "$py" "$here/tools/mutation_summary.py" "$out/$g.txt" "$g" "${SCOPE[$g]:-.}"
   echo "   scratch copy: $work (mutmut browse there; rm -rf it when done)"
 done
