@@ -149,6 +149,7 @@ def gate_outcome(table: pd.DataFrame, accept: str | None) -> tuple[int, str]:
 
 def compare_markdown(table: pd.DataFrame, outcome: str, base_path, new_path, cfg: GateConfig, accept: str | None) -> str:
     """compare.md: outcome first, then one row per configuration (report style, every number's scope named)."""
+    from xstage_trace.base.paths import shown_path
     from xstage_trace.reports.markdown import md_table
 
     keys = [k for k in cfg.keys if k in table]
@@ -159,7 +160,7 @@ def compare_markdown(table: pd.DataFrame, outcome: str, base_path, new_path, cfg
             "backpressured_tiles_base": "bp L2 tiles base", "backpressured_tiles_new": "bp L2 tiles new", "reason": "reason"}
     order = table.assign(_o=table["verdict"].map({v: i for i, v in enumerate(VERDICTS)})).sort_values(["_o"] + keys, kind="stable")
     lines = ["# xstage-trace compare", "", f"**{outcome}**", "",
-             f"- base: `{base_path}`", f"- new: `{new_path}`",
+             f"- base: `{shown_path(base_path)}`", f"- new: `{shown_path(new_path)}`",
              f"- gate: {cfg.gate_pct:g} % on the median kernel time per configuration ({', '.join(cfg.keys)}); noise floor = the larger IQR/median of the two runs; "
              f"{100 * cfg.confidence:.0f} % bootstrap interval of the change ({cfg.resamples} resamples)"]
     if accept:

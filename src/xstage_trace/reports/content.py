@@ -206,7 +206,9 @@ def build_sections(run, worst_n: int = WORST_TILES) -> list[Section]:
                             [f"{n_bp} of {len(tiles)} tiles backpressured (predicted or measured stall above {run_noise_ns(tiles):.0f} ns); the {min(worst_n, n_bp)} largest:"],
                             worst_tiles(tiles, worst_n), details=True))
     inputs = man.get("inputs", [])
-    run_lines = [f"- run folder: `{run.path}`", f"- GPUs: {', '.join(man.get('gpus', [])) or 'unknown'}",
+    from xstage_trace.base.paths import shown_path
+
+    run_lines = [f"- run folder: `{shown_path(run.path)}`", f"- GPUs: {', '.join(man.get('gpus', [])) or 'unknown'}",
                  f"- nsys: {', '.join(man.get('nsys_versions', [])) or 'none'}; time base: {man.get('time_base')}",
                  f"- inputs: {len(inputs)} ({sum(i.get('kind') == 'probe' for i in inputs)} probe dumps)"]
     if man.get("nvtx_filter"):
