@@ -6,6 +6,8 @@ Times: ``*_ns`` on the run's time base (docs/run-dataset.md); figures show µs o
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 from scipy import stats
@@ -256,3 +258,43 @@ def compare_verdicts(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
     m = a[keys + cols].merge(b[keys + cols], on=keys, how="outer", suffixes=(" A", " B"))
     m["changed"] = m["verdict A"].fillna("—") != m["verdict B"].fillna("—")
     return m
+
+
+# ---------------------------------------------------------------- what-if
+
+def measured_start(tiles: pd.DataFrame, bursts: pd.DataFrame) -> dict:
+    """The What-if's starting point from one configuration's own measurements (dest × shape × variant,
+    both schedules): per schedule the median Linear-2 remote-store span T_RS, cover T_cover, lead
+    T_lead and measured stall (µs, probe clock per SM), the median Linear-2 / Linear-1 mainloops
+    (µs), the tile counts n1 / n2, and from its wave bursts the producers K and bytes per producer B
+    (medians). Missing pieces are NaN (or None for counts)."""
+    out = {"l2_us": np.nan, "l1_us": np.nan, "producers": None, "bytes_per_producer": np.nan, "n1": None, "n2": None,
+           "noise_ns": np.nan, "schedules": {}}
+    if tiles.empty:
+        return out
+    kind = tiles["tile_kind"].astype(str)
+    l2, l1 = tiles[kind == "linear2"], tiles[kind == "linear1"]
+    out["l2_us"] = float(l2["mainloop_ns"].median()) / 1e3 if len(l2) else np.nan
+    out["l1_us"] = float(l1["mainloop_ns"].median()) / 1e3 if len(l1) else np.nan
+    out["noise_ns"] = float(tiles["noise_ns"].max())
+    if len(l1) and len(l2):
+        per_sched = tiles.groupby([tiles["schedule"].astype(str), kind], observed=True).size()
+        sched = str(l2["schedule"].astype(str).mode().iloc[0])
+        c1, c2 = int(per_sched.get((sched, "linear1"), 0)), int(per_sched.get((sched, "linear2"), 0))
+        if c1 and c2:
+            g = math.gcd(c1, c2)
+            out["n1"], out["n2"] = c1 // g, c2 // g
+    for sched, g in l2.groupby(l2["schedule"].astype(str), sort=True):
+        rs = g.dropna(subset=["rs_span_ns"])
+        out["schedules"][sched] = {
+            "span_us": float(rs["rs_span_ns"].median()) / 1e3 if len(rs) else np.nan,
+            "cover_us": float(rs["cover_ns"].median()) / 1e3 if len(rs) else np.nan,
+            "lead_us": float(rs["epilogue_lead_ns"].fillna(0).median()) / 1e3 if len(rs) and "epilogue_lead_ns" in rs else 0.0,
+            "measured_stall_us": float(rs["measured_stall_ns"].median()) / 1e3 if len(rs) else np.nan,
+        }
+    b = bursts[bursts["schedule"].astype(str) == "wave"] if len(bursts) and "schedule" in bursts else bursts
+    b = b if len(b) else bursts
+    if len(b):
+        out["producers"] = int(b["producers"].median())
+        out["bytes_per_producer"] = float((b["volume_bytes"] / b["producers"].clip(lower=1)).median())
+    return out
