@@ -183,6 +183,17 @@ def group_quantiles(tiles: pd.DataFrame, by: str, value: str) -> pd.DataFrame:
     return out.reset_index()
 
 
+def quantiles_in_us(q: pd.DataFrame) -> pd.DataFrame:
+    """group_quantiles of an ``*_ns`` value for display: the statistics in µs, the unit in each
+    header ("median (µs)"), rounded to 3 decimals (1 ns)."""
+    stats_cols = ["min", "p25", "median", "p75", "max", "mean"]
+    out = q.copy()
+    for c in stats_cols:
+        if c in out:
+            out[c] = (out[c].astype(float) / 1e3).round(3)
+    return out.rename(columns={c: f"{c} (µs)" for c in stats_cols})
+
+
 def backpressured_tiles(tiles: pd.DataFrame, limit: int = 5000) -> pd.DataFrame:
     """Backpressured tiles, the largest measured stall first (then predicted), at most ``limit``,
     with the times in µs."""
