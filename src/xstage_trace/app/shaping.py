@@ -262,13 +262,47 @@ def compare_table3(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
     return m[cols]
 
 
-def compare_verdicts(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
-    """Two runs' configuration verdicts side by side (outer join on dest, shape, schedule, variant)."""
-    keys = ["dest", "shape", "schedule", "variant"]
+def compare_verdicts(a: pd.DataFrame, b: pd.DataFrame, keys=("dest", "shape", "schedule", "variant")) -> pd.DataFrame:
+    """Two runs' configuration verdicts side by side, matched on ``keys`` (those both tables have;
+    the gate's keys on the Compare page), outer join; ``in both`` marks the configurations both runs
+    hold, and ``changed`` is True only there (a configuration in one run alone has no verdict to
+    change). Rows of one run that share the keys (variants, when the keys leave variant out) keep
+    the most severe verdict and the largest stalls."""
+    keys = [k for k in keys if k in a and k in b]
     cols = ["measured_stall_med_ns", "predicted_stall_med_ns", "backpressured_tiles", "verdict"]
-    m = a[keys + cols].merge(b[keys + cols], on=keys, how="outer", suffixes=(" A", " B"))
-    m["changed"] = m["verdict A"].fillna("—") != m["verdict B"].fillna("—")
-    return m
+    if not keys:
+        return pd.DataFrame(columns=["in both", "changed"])
+
+    def per_key(v: pd.DataFrame) -> pd.DataFrame:
+        v = v.assign(_sev=v["verdict"].astype(str).map({"stall": 2, "stall-bound": 2, "no stall": 1, "covered": 1}).fillna(0))
+        g = v.sort_values("_sev", ascending=False).groupby(keys, sort=True, observed=True)
+        return g.agg(measured_stall_med_ns=("measured_stall_med_ns", "max"), predicted_stall_med_ns=("predicted_stall_med_ns", "max"),
+                     backpressured_tiles=("backpressured_tiles", "sum"), verdict=("verdict", "first")).reset_index()
+
+    m = per_key(a).merge(per_key(b), on=keys, how="outer", suffixes=(" A", " B"), indicator=True)
+    m["in both"] = m.pop("_merge") == "both"
+    m["changed"] = m["in both"] & (m["verdict A"] != m["verdict B"])
+    m = m[keys + [f"{c} {r}" for c in cols for r in ("A", "B")] + ["in both", "changed"]]
+    for c in ("measured_stall_med", "predicted_stall_med"):  # spans and stalls in µs on every page
+        for r in ("A", "B"):
+            m[f"{c}_ns {r}"] = m[f"{c}_ns {r}"] / 1e3
+    return m.rename(columns={f"{c}_ns {r}": f"{c} (µs) {r}" for c in ("measured_stall_med", "predicted_stall_med") for r in ("A", "B")})
+
+
+def gate_headline(table: pd.DataFrame) -> dict:
+    """The Compare page's first line from reports.compare.compare_runs' table: configurations in
+    both runs, the median kernel-time change over them (%), and the largest slow-down and speed-up
+    (configuration label, %)."""
+    both = table.dropna(subset=["change_pct"])
+    out = {"in_both": int(len(both)), "median_change_pct": float(both["change_pct"].median()) if len(both) else np.nan,
+           "worst": None, "best": None}
+    keys = [c for c in ("dest", "shape", "schedule", "kernel") if c in table]
+    if len(both):
+        label = lambda r: " ".join(str(r[k]) for k in keys)  # noqa: E731
+        hi, lo = both.loc[both["change_pct"].idxmax()], both.loc[both["change_pct"].idxmin()]
+        out["worst"] = (label(hi), float(hi["change_pct"]))
+        out["best"] = (label(lo), float(lo["change_pct"]))
+    return out
 
 
 # ---------------------------------------------------------------- what-if
