@@ -103,7 +103,7 @@ def _how_much(row) -> str:
     stall = f"median stall {_num(row.get('measured_stall_us'), 'µs')} measured ({_num(row.get('predicted_stall_us'), 'µs')} predicted)"
     if str(row.get("diagnosis")) == "mainloop_inflation":
         text = (f"{_share(row.get('inflated_share'), 1.0)} of the Linear-2 mainloops slower than the local control's, while the slot "
-                f"stall stays below the noise floor ({stall})")
+                f"stall stays below the noise floor ({stall.replace('median stall ', 'median ')})")
     elif str(row.get("verdict")) == "stall-bound":
         text = f"{stall}, {_share(row.get('stalled_tiles'), row.get('tiles'))} of {_count(row.get('tiles'))} Linear-2 tiles"
     else:
@@ -128,7 +128,8 @@ def _change(v: pd.DataFrame, row) -> str:
         alt = alt[[_judged(r) for _, r in alt.iterrows()]]
         text = "Fix: outside the slot model (no predicted gain); keep the remote stores off the memory path the mainloop uses"
         if len(alt):
-            text += f": the {', '.join(sorted(alt['variant'].astype(str)))} variant's mainloops are not inflated in this run"
+            names = sorted(alt["variant"].astype(str))
+            text += f": the mainloops of {' and '.join(names)} are not inflated in this run"
         return text + "."
     if str(row["schedule"]) == "wave":
         o = _other(v, row, "interleaved")
