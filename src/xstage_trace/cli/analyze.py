@@ -85,15 +85,12 @@ def with_verdicts(summary: dict) -> dict:
     return doc
 
 
-TABLE3_KEYS = {"dest": "dest", "shape": "shape", "variant": "variant"}
-TABLE3_SHORT = {"stall_wave_meas_us": "Δt W\nmeas µs", "stall_wave_pred_tiles_us": "Δt W\npred µs",
-                "stall_interleaved_meas_us": "Δt I\nmeas µs", "stall_interleaved_pred_tiles_us": "Δt I\npred µs",
-                "backpressured_wave": "bp W", "backpressured_interleaved": "bp I",
-                "kernel_ms_wave": "kernel\nW ms", "kernel_ms_interleaved": "kernel\nI ms", "speedup": "W/I"}
-TABLE3_WIDE = {"span_wave_us": "span W\nµs", "span_interleaved_us": "span I\nµs", "mainloop_l2_us": "T L2\nµs",
-               "mainloop_l1_us": "T L1\nµs", "stall_wave_pred_medians_us": "Δt W pred\nmedians µs",
-               "err_wave_mean_us": "|err| W\nmean µs", "stall_interleaved_pred_medians_us": "Δt I pred\nmedians µs",
-               "inflated_wave": "infl W", "inflated_interleaved": "infl I"}
+TABLE3_KEYS = {"dest": "dest", "shape": "shape", "variant": "variant", "schedule": "schedule"}
+TABLE3_SHORT = {"stalled_pct": "stalled\n%", "stall_ns": "stall\nµs", "compute_stall_ns": "compute\npart µs",
+                "slot_pred_ns": "slot\npred µs", "forward_stall_ns": "fwd\npred µs", "kernel_ns": "kernel\nms", "speedup": "W/I"}
+TABLE3_WIDE = {"tiles": "tiles", "stalled_tiles": "stalled", "backpressured_tiles": "bp", "inflated_tiles": "infl",
+               "slot_meas_ns": "slot\nmeas µs", "stall_p99_ns": "stall\np99 µs", "store_span_ns": "T_RS\nµs", "cover_ns": "T_cover\nµs",
+               "compute_ns": "compute\nµs", "control_compute_ns": "control\nµs", "noise_ns": "noise\nµs", "trials": "trials"}
 
 
 def print_summary(summary: dict, wide: bool = False) -> None:
@@ -121,20 +118,24 @@ def print_summary(summary: dict, wide: bool = False) -> None:
     table3 = run.table3()
     if len(table3):
         cols = dict(TABLE3_KEYS, **(dict(TABLE3_SHORT, **TABLE3_WIDE) if wide else TABLE3_SHORT))
+        from xstage_trace.reports.verdict_text import schedule_speedups
+
+        sp = schedule_speedups(v).set_index(["dest", "shape", "variant"])["speedup"]
         rows = table3.astype(object).where(table3.notna(), None).to_dict("records")
-        for r in rows:  # the schedule speedup: wave / interleaved kernel time (nsys)
-            w, i = r.get("kernel_ms_wave"), r.get("kernel_ms_interleaved")
-            r["speedup"] = w / i if isinstance(w, float) and isinstance(i, float) and i > 0 else None
+        for r in rows:  # on the wave row: the schedule speedup, wave / interleaved kernel time (nsys)
+            key = (r["dest"], r["shape"], r["variant"])
+            r["speedup"] = float(sp[key]) if r.get("schedule") == "wave" and key in sp.index and sp[key] == sp[key] else None
+            r["stalled_pct"] = 100.0 * r["stalled_tiles"] / r["tiles"] if r.get("tiles") else None
         cols = {c: h for c, h in cols.items() if c in rows[0]}
-        t3 = Table(title="Table 3 (Linear-2 tiles, medians; stalls on the probe clock per SM, kernel time nsys)", title_justify="left")
+        t3 = Table(title="Table 3 (remote-store tiles, medians; stalls on the probe clock per SM, kernel time nsys)", title_justify="left")
         for c, head in cols.items():
             key = c in TABLE3_KEYS
             t3.add_column(head, no_wrap=key, justify="left" if key else "right", overflow="fold")
         for r in rows:
             t3.add_row(*[_cell(r.get(c), c) for c in cols])
-        t3.caption = ("W = expert-wave, I = interleaved; Δt pred = median of per-tile [T_lead + T_RS − T_cover]₊; bp = backpressured tiles; "
-                      "kernel = per trial the slowest rank, median over trials, warm-ups excluded; W/I = schedule speedup"
-                      + ("" if wide else "; every column with --wide"))
+        t3.caption = ("stall = measured: slot wait + compute span beyond the control's (median); slot pred = the slot model's per-tile "
+                      "[T_lead + T_RS − T_cover]₊; fwd pred = the calibrated forward prediction; kernel = per trial the slowest rank, median "
+                      "over trials, warm-ups excluded; W/I = wave / interleaved kernel time" + ("" if wide else "; every column with --wide"))
         t3.caption_justify = "left"
         out.print(t3)
     t = Table(title=f"run: {name}", show_header=False, title_justify="left")
@@ -166,10 +167,15 @@ def _cell(value, column: str) -> str:
         return "n/a"
     if isinstance(value, bool):
         return str(value)
-    if column.startswith(("backpressured_", "inflated_", "tiles_")):
+    if column in ("tiles", "stalled_tiles", "backpressured_tiles", "inflated_tiles", "trials"):
         return f"{int(value):,}"
     if isinstance(value, float):
-        return f"{value:.2f}×" if column == "speedup" else ("0" if value == 0 else f"{value:.3g}")
+        if column == "speedup":
+            return f"{value:.2f}×"
+        if column == "stalled_pct":
+            return f"{value:.0f}"
+        value = value / 1e6 if column == "kernel_ns" else value / 1e3 if column.endswith("_ns") else value
+        return "0" if value == 0 else f"{value:.3g}"
     if isinstance(value, int):
         return f"{value:,}"
     return str(value)

@@ -4,8 +4,9 @@ Overview, report.md/html and compare.
 
 A sentence says, in this order: stall-bound or covered; the cause (the table's ``diagnosis``:
 slot backpressure, the slot model's stall, or mainloop inflation, a stall the slot model cannot
-see); how much (median stall measured and predicted per Linear-2 tile in µs, probe clock per SM;
-the share of tiles; the kernel time in ms, nsys); and for a stall-bound configuration what the
+see); how much (the median measured stall per remote-store tile and its parts, beside the slot
+model's Δt and the calibrated prediction, in µs on the probe clock per SM; the share of tiles
+stalled; the kernel time in ms, nsys); and for a stall-bound configuration what the
 model says to change with its gain: interleaving (docs/model.md §6), with the kernel time the run
 measured under the other schedule where it holds both, else the stall the model predicts there.
 
@@ -16,35 +17,25 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import pandas as pd
 
-COLUMNS = ("dest", "shape", "variant", "schedule", "verdict", "diagnosis", "tiles", "stalled_tiles",
-           "measured_stall_us", "predicted_stall_us", "kernel_ms")
 CONFIG = ("dest", "shape", "variant")
 CAUSES = {"slot_backpressure": "slot backpressure", "mainloop_inflation": "mainloop inflation"}
 
 
 def verdict_table(run) -> pd.DataFrame:
-    """The run's verdict per configuration, with at least COLUMNS (plus ``noise_us`` and
-    ``inflated_share`` where known); empty without fused-kernel tiles."""
-    return _from_table3(run.table3(), run.tiles())
+    """The run's verdict per configuration and schedule (``Run.verdicts()``, base.schema.VERDICTS) in
+    display units (:func:`in_display_units`)."""
+    return in_display_units(run.verdicts())
 
 
-def _from_table3(table3: pd.DataFrame, tiles: pd.DataFrame) -> pd.DataFrame:
-    """analysis.verdict.config_verdicts over Table 3 in the verdict table's columns (the prototype of
-    ``Run.verdicts()``): tiles = the configuration's Linear-2 tiles, stalled = its backpressured ones."""
-    from xstage_trace.analysis.verdict import config_verdicts
-
-    if table3.empty:
-        return pd.DataFrame(columns=list(COLUMNS))
-    noise = float(tiles["noise_ns"].median()) if len(tiles) and "noise_ns" in tiles else None
-    v = config_verdicts(table3, noise)
-    per_cfg = table3.set_index([c for c in CONFIG if c in table3])["tiles_l2"] if "tiles_l2" in table3 else None
-    keys = [c for c in CONFIG if c in v]
-    v["tiles"] = per_cfg.reindex(pd.MultiIndex.from_frame(v[keys]) if len(keys) > 1 else v[keys[0]]).to_numpy() if per_cfg is not None else np.nan
-    v = v.rename(columns={"backpressured_tiles": "stalled_tiles"})
-    return v
+def in_display_units(v: pd.DataFrame) -> pd.DataFrame:
+    """Verdict rows with every ``*_ns`` time also as ``*_us`` (µs) and ``kernel_ns`` as ``kernel_ms``; the
+    placeholder "-" of a kernel without variant or schedule as missing."""
+    out = v.replace({"variant": {"-": None}, "schedule": {"-": None}}) if len(v) else v.copy()
+    for c in [c for c in v.columns if c.endswith("_ns")]:
+        out[c[:-3] + ("_ms" if c == "kernel_ns" else "_us")] = v[c].astype(float) / (1e6 if c == "kernel_ns" else 1e3)
+    return out
 
 
 def _num(x, unit: str = "") -> str:
@@ -93,21 +84,28 @@ def _share(part, whole) -> str:
     return f"{100 * float(part) / float(whole):.0f} %" if pd.notna(part) and pd.notna(whole) and float(whole) > 0 else "n/a"
 
 
-def _judged(row) -> bool:
-    """False where mainloop inflation could not be judged (no local control of the shape and operand path)."""
-    return "inflated_share" not in row or pd.notna(row.get("inflated_share"))
+def _prediction(row) -> str:
+    """The model's numbers beside a measurement: the slot model's median Δt and the calibrated forward
+    prediction where the run had a calibration."""
+    text = f"slot model {_num(row.get('slot_model_stall_us'), 'µs')}"
+    if pd.notna(row.get("predicted_stall_us")):
+        text += f", calibrated prediction {_num(row['predicted_stall_us'], 'µs')}"
+    return text
 
 
 def _how_much(row) -> str:
-    """How much: the slot stall, the share of tiles it hits (or of inflated mainloops) and the kernel time."""
-    stall = f"median stall {_num(row.get('measured_stall_us'), 'µs')} measured ({_num(row.get('predicted_stall_us'), 'µs')} predicted)"
-    if str(row.get("diagnosis")) == "mainloop_inflation":
-        text = (f"{_share(row.get('inflated_share'), 1.0)} of the Linear-2 mainloops slower than the local control's, while the slot "
-                f"stall stays below the noise floor ({stall.replace('median stall ', 'median ')})")
+    """How much: the measured stall (and its parts), the model's, the share of tiles and the kernel time."""
+    stalled = f"{_share(row.get('stalled_tiles'), row.get('tiles'))} of {_count(row.get('tiles'))} remote-store tiles stalled"
+    if str(row.get("basis")) == "predicted":
+        text = f"predicted median stall {_num(row.get('predicted_stall_us', row.get('slot_model_stall_us')), 'µs')} (not measured: no control of this shape)"
+    elif str(row.get("diagnosis")) == "mainloop_inflation":
+        text = (f"median stall {_num(row.get('measured_stall_us'), 'µs')} measured, {_num(row.get('compute_stall_us'), 'µs')} of it in a "
+                f"compute span beyond the control's (slot wait {_num(row.get('slot_stall_us'), 'µs')}); {stalled}; {_prediction(row)}: "
+                "the slot model cannot see this stall")
     elif str(row.get("verdict")) == "stall-bound":
-        text = f"{stall}, {_share(row.get('stalled_tiles'), row.get('tiles'))} of {_count(row.get('tiles'))} Linear-2 tiles"
+        text = f"median stall {_num(row.get('measured_stall_us'), 'µs')} measured ({_prediction(row)}); {stalled}"
     else:
-        text = stall
+        text = f"median stall {_num(row.get('measured_stall_us'), 'µs')} measured ({_prediction(row)})"
         if pd.notna(row.get("noise_us")):
             text += f", at or below the {_num(row['noise_us'], 'µs')} noise floor"
         if pd.notna(row.get("stalled_tiles")) and float(row["stalled_tiles"]) > 0:
@@ -119,28 +117,28 @@ def _how_much(row) -> str:
 
 def _change(v: pd.DataFrame, row) -> str:
     """What the model says to change for a stall-bound row, with the gain (measured where the run has it)."""
-    diagnosis = str(row.get("diagnosis", ""))
-    if diagnosis == "mainloop_inflation":
+    if str(row.get("diagnosis", "")) == "mainloop_inflation":
         same = (v["schedule"].astype(str) == str(row["schedule"])) & (v["dest"].astype(str) == str(row["dest"])) \
-            & (v["shape"].astype(str) == str(row["shape"]))
-        alt = v[same & (v["diagnosis"].astype(str) != "mainloop_inflation") & (v["variant"].astype(str) != str(row["variant"]))] \
-            if "variant" in v else v.iloc[0:0]
-        alt = alt[[_judged(r) for _, r in alt.iterrows()]]
-        text = "Fix: outside the slot model (no predicted gain); keep the remote stores off the memory path the mainloop uses"
+            & (v["shape"].astype(str) == str(row["shape"])) & (v["variant"].astype(str) != str(row["variant"]))
+        judged = v["compute_stall_us"].notna() if "compute_stall_us" in v else pd.Series(False, index=v.index)
+        alt = v[same & judged & (v["diagnosis"].astype(str) != "mainloop_inflation") & (v["basis"].astype(str) == "measured")]
+        text = "Fix: outside the slot model (no predicted gain): keep the remote stores off the memory path the mainloop uses"
         if len(alt):
-            names = sorted(alt["variant"].astype(str))
-            text += f": the mainloops of {' and '.join(names)} are not inflated in this run"
+            text += f"; the mainloops of {', '.join(sorted(alt['variant'].astype(str)))} are not inflated in this run"
+        o = _other(v, row, "interleaved") if str(row.get("schedule")) == "wave" else None
+        if o is not None and pd.notna(o.get("measured_stall_us")):
+            text += f"; interleaved, this variant measured {_num(o['measured_stall_us'], 'µs')}"
         return text + "."
-    if str(row["schedule"]) == "wave":
+    if str(row.get("schedule")) == "wave":
         o = _other(v, row, "interleaved")
         if o is None:
             return "Fix: interleave Linear-1 and Linear-2 tiles (docs/model.md §6; gain on the What-if page, no interleaved launch in this run)."
-        pred = f"predicted stall {_num(o['predicted_stall_us'], 'µs')}"
+        there = f"the slot model predicts {_num(o.get('slot_model_stall_us'), 'µs')} there (measured {_num(o.get('measured_stall_us'), 'µs')})"
         if pd.notna(row.get("kernel_ms")) and pd.notna(o.get("kernel_ms")) and float(o["kernel_ms"]) > 0:
             speed = float(row["kernel_ms"]) / float(o["kernel_ms"])
             return (f"Fix: interleave Linear-1 and Linear-2 tiles: measured {_num(o['kernel_ms'], 'ms')}, "
-                    f"{speed:.2f}× {'faster' if speed >= 1 else 'slower'}; {pred} (measured {_num(o['measured_stall_us'], 'µs')}).")
-        return f"Fix: interleave Linear-1 and Linear-2 tiles: {pred} (measured {_num(o['measured_stall_us'], 'µs')})."
+                    f"{speed:.2f}× {'faster' if speed >= 1 else 'slower'}; {there}.")
+        return f"Fix: interleave Linear-1 and Linear-2 tiles: {there}."
     return ("Fix: interleaving alone does not cover it; more Linear-1 work per Linear-2 tile (n1/n2) or smaller bursts "
             "(docs/model.md §4 design test, the What-if page).")
 
@@ -153,9 +151,9 @@ def sentence(v: pd.DataFrame, row) -> str:
         cause = CAUSES.get(str(row.get("diagnosis")), str(row.get("diagnosis")))
         return f"{name}: stall-bound by {cause}: {_how_much(row)}. {_change(v, row)}"
     if verdict == "covered":
-        blind = "" if _judged(row) else " Mainloop inflation not judged (no local control of this shape and operand path)."
-        return f"{name}: covered: {_how_much(row)}.{blind}"
-    return f"{name}: unknown: no Linear-2 tile with a remote-store span and a measured or predicted stall."
+        return f"{name}: covered: {_how_much(row)}."
+    return (f"{name}: unknown: not measured (no control run of this shape) and the model's prediction "
+            f"({_num(row.get('predicted_stall_us', row.get('slot_model_stall_us')), 'µs')}) is at or below the noise floor.")
 
 
 def with_sentences(v: pd.DataFrame) -> pd.DataFrame:
