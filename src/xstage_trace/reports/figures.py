@@ -70,8 +70,8 @@ def stall_figure(verdicts: pd.DataFrame) -> Figure:
     fig, ax = new_figure("Median MMA stall per tile, Linear-2 (timing scope: probe clock per SM)", "", "stall Δt (µs)",
                          size=(max(6.0, 0.8 * len(labels) + 2), 4.2))
     x = np.arange(len(labels))
-    ax.bar(x - 0.2, verdicts["predicted_stall_us"].fillna(0), 0.4, label="predicted [T_lead + T_RS − T_cover]₊")
-    ax.bar(x + 0.2, verdicts["measured_stall_us"].fillna(0), 0.4, label="measured (slot wait − floor)")
+    ax.bar(x - 0.2, verdicts["slot_model_stall_us"].fillna(0), 0.4, label="predicted [T_lead + T_RS − T_cover]₊")
+    ax.bar(x + 0.2, verdicts["measured_stall_us"].fillna(0), 0.4, label="measured (slot wait + compute beyond the control)")
     if len(verdicts):
         ax.axhline(float(verdicts["noise_us"].iloc[0]), color="k", lw=0.8, ls="--", label="noise floor")
     ax.set_xticks(x, labels, rotation=30, ha="right", fontsize=8)

@@ -22,7 +22,7 @@ def stall_plot(verdicts: pd.DataFrame) -> go.Figure:
     """Predicted vs measured median MMA stall per configuration × schedule (µs, probe clock)."""
     keys = [c for c in ("dest", "shape", "variant", "kernel", "schedule") if c in verdicts]
     labels = [config_label(r, keys) for _, r in verdicts.iterrows()]
-    fig = go.Figure([go.Bar(name="predicted", x=labels, y=verdicts["predicted_stall_us"]),
+    fig = go.Figure([go.Bar(name="predicted", x=labels, y=verdicts["slot_model_stall_us"]),
                      go.Bar(name="measured", x=labels, y=verdicts["measured_stall_us"])])
     if len(verdicts):
         fig.add_hline(y=float(verdicts["noise_us"].iloc[0]), line_dash="dash", annotation_text="noise floor")
