@@ -232,61 +232,28 @@ def guard_onset(seq: pd.DataFrame) -> int | None:
 
 # ---------------------------------------------------------------- compare
 
-CONFIG_COLUMNS = ("dest", "shape", "variant")
-
-
-def schedule_speedup(table3: pd.DataFrame) -> pd.DataFrame:
-    """Within one run: wave / interleaved median kernel time per configuration (kernel time scope)."""
-    keys = [c for c in CONFIG_COLUMNS if c in table3]
-    if table3.empty or "kernel_ms_wave" not in table3 or "kernel_ms_interleaved" not in table3:
-        return pd.DataFrame(columns=[*keys, "kernel_ms_wave", "kernel_ms_interleaved", "speedup"])
-    out = table3[[*keys, "kernel_ms_wave", "kernel_ms_interleaved"]].copy()
-    out["speedup"] = out["kernel_ms_wave"] / out["kernel_ms_interleaved"]
-    return out
-
-
-def compare_table3(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
-    """Two runs' Table 3 joined on the configuration columns they share: every numeric column of
-    both as ``<col> A`` / ``<col> B`` and ``<col> Δ`` = B − A (outer join: a configuration only in
-    one run keeps NaN for the other)."""
-    keys = [c for c in CONFIG_COLUMNS if c in a and c in b]
-    if not keys:
-        return pd.DataFrame()
-    num = [c for c in a.columns if c in b.columns and c not in keys
-           and pd.api.types.is_numeric_dtype(a[c]) and pd.api.types.is_numeric_dtype(b[c])]
-    m = a[[*keys, *num]].merge(b[[*keys, *num]], on=keys, how="outer", suffixes=(" A", " B"))
-    cols = list(keys)
-    for c in num:
-        m[f"{c} Δ"] = m[f"{c} B"] - m[f"{c} A"]
-        cols += [f"{c} A", f"{c} B", f"{c} Δ"]
-    return m[cols]
-
-
-def compare_verdicts(a: pd.DataFrame, b: pd.DataFrame, keys=("dest", "shape", "schedule", "variant")) -> pd.DataFrame:
-    """Two runs' configuration verdicts side by side, matched on ``keys`` (those both tables have;
-    the gate's keys on the Compare page), outer join; ``in both`` marks the configurations both runs
-    hold, and ``changed`` is True only there (a configuration in one run alone has no verdict to
-    change). Rows of one run that share the keys (variants, when the keys leave variant out) keep
-    the most severe verdict and the largest stalls."""
+def compare_verdicts(a: pd.DataFrame, b: pd.DataFrame, keys=("dest", "shape", "variant", "schedule")) -> pd.DataFrame:
+    """Two runs' verdict tables (reports.verdict_text.verdict_table) side by side, matched on ``keys``
+    (those both tables have; the gate's keys on the Compare page), outer join; ``in both`` marks the
+    configurations both runs hold, and ``changed`` is True only there (a configuration in one run alone
+    has no verdict to change). Rows of one run that share the keys (variants, when the keys leave
+    variant out) keep the most severe verdict and the largest stalls (µs)."""
     keys = [k for k in keys if k in a and k in b]
-    cols = ["measured_stall_med_ns", "predicted_stall_med_ns", "backpressured_tiles", "verdict"]
+    cols = ["measured_stall_us", "slot_model_stall_us", "stalled_tiles", "verdict"]
     if not keys:
         return pd.DataFrame(columns=["in both", "changed"])
 
     def per_key(v: pd.DataFrame) -> pd.DataFrame:
-        v = v.assign(_sev=v["verdict"].astype(str).map({"stall": 2, "stall-bound": 2, "no stall": 1, "covered": 1}).fillna(0))
-        g = v.sort_values("_sev", ascending=False).groupby(keys, sort=True, observed=True)
-        return g.agg(measured_stall_med_ns=("measured_stall_med_ns", "max"), predicted_stall_med_ns=("predicted_stall_med_ns", "max"),
-                     backpressured_tiles=("backpressured_tiles", "sum"), verdict=("verdict", "first")).reset_index()
+        v = v.assign(_sev=v["verdict"].astype(str).map({"stall-bound": 2, "covered": 1}).fillna(0))
+        g = v.sort_values("_sev", ascending=False).groupby(keys, sort=True, observed=True, dropna=False)
+        return g.agg(measured_stall_us=("measured_stall_us", "max"), slot_model_stall_us=("slot_model_stall_us", "max"),
+                     stalled_tiles=("stalled_tiles", "sum"), verdict=("verdict", "first")).reset_index()
 
     m = per_key(a).merge(per_key(b), on=keys, how="outer", suffixes=(" A", " B"), indicator=True)
     m["in both"] = m.pop("_merge") == "both"
     m["changed"] = m["in both"] & (m["verdict A"] != m["verdict B"])
     m = m[keys + [f"{c} {r}" for c in cols for r in ("A", "B")] + ["in both", "changed"]]
-    for c in ("measured_stall_med", "predicted_stall_med"):  # spans and stalls in µs on every page
-        for r in ("A", "B"):
-            m[f"{c}_ns {r}"] = m[f"{c}_ns {r}"] / 1e3
-    return m.rename(columns={f"{c}_ns {r}": f"{c} (µs) {r}" for c in ("measured_stall_med", "predicted_stall_med") for r in ("A", "B")})
+    return m.rename(columns={f"{c}_us {r}": f"{c.replace('_', ' ')} (µs) {r}" for c in ("measured_stall", "slot_model_stall") for r in ("A", "B")})
 
 
 def gate_headline(table: pd.DataFrame) -> dict:

@@ -57,8 +57,8 @@ def config_name(row) -> str:
 
 
 def schedule_speedups(v: pd.DataFrame) -> pd.DataFrame:
-    """Per configuration (dest, shape, variant) holding both schedules: kernel time wave and
-    interleaved (ms, nsys) and the speedup wave / interleaved (NaN without both kernel times)."""
+    """Per configuration (dest, shape, variant) with a kernel time under both schedules: kernel time
+    wave and interleaved (ms, nsys) and the speedup wave / interleaved."""
     keys = [c for c in CONFIG if c in v]
     cols = [*keys, "kernel_ms_wave", "kernel_ms_interleaved", "speedup"]
     if v.empty or not {"wave", "interleaved"} <= set(v["schedule"].astype(str)):
@@ -67,7 +67,7 @@ def schedule_speedups(v: pd.DataFrame) -> pd.DataFrame:
     i = v[v["schedule"] == "interleaved"].set_index(keys)["kernel_ms"].rename("kernel_ms_interleaved")
     out = pd.concat([w, i], axis=1, join="inner").reset_index()
     out["speedup"] = out["kernel_ms_wave"] / out["kernel_ms_interleaved"]
-    return out[cols]
+    return out.dropna(subset=["speedup"]).reset_index(drop=True)[cols]
 
 
 def _other(v: pd.DataFrame, row, schedule: str):

@@ -9,6 +9,7 @@ from xstage_trace.app import data, shaping, state
 from xstage_trace.base.errors import InputError
 from xstage_trace.reports.compare import GateConfig, compare_runs, gate_outcome
 from xstage_trace.reports.configs import CONFIG_KEYS
+from xstage_trace.reports.verdict_text import schedule_speedups
 
 
 @st.cache_resource(show_spinner="Comparing the runs…", max_entries=16)
@@ -81,7 +82,7 @@ if path:
             st.dataframe(cv, hide_index=True, key="compare_verdicts")
 
     st.header(f"Expert-wave vs interleaved in {state.run_name(path)}")
-    sp = shaping.schedule_speedup(data.frame(path, "table3"))
+    sp = schedule_speedups(data.verdicts(path))
     if sp.empty:
         st.info("No kernel times per schedule in this run (needs tiles and an nsys export).")
     else:

@@ -34,6 +34,7 @@ if path:
     start = shaping.measured_start(tiles.iloc[0:0], bursts.iloc[0:0])
     choice, cfg_name = None, "generic values"
     if not t3.empty:
+        t3 = t3.drop_duplicates(["dest", "shape", "variant"]).reset_index(drop=True)  # one row per schedule: start from the configuration
         labels = (t3["dest"].astype(str) + " " + t3["shape"].astype(str) + " " + t3["variant"].astype(str)).tolist()
         state.keep_valid("whatif_cfg", list(range(len(labels))))
         choice = st.selectbox("Start from configuration (its own measurements)", range(len(labels)), format_func=lambda j: labels[j], key="whatif_cfg")
