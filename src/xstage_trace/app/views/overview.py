@@ -38,9 +38,9 @@ if path:
                    "see, so it can read 0 µs beside a stall-bound verdict); **unknown** without a control to measure against. "
                    "Stalls in µs (probe clock per SM), kernel time in ms (nsys).")
         cols = {"dest": "dest", "shape": "shape", "variant": "variant", "schedule": "schedule", "verdict": "verdict", "diagnosis": "cause",
-                "measured_stall_us": "stall measured (µs)", "slot_stall_us": "slot part (µs)", "compute_stall_us": "compute part (µs)",
-                "slot_model_stall_us": "slot model Δt (µs)", "predicted_stall_us": "calibrated prediction (µs)",
-                "stalled_tiles": "stalled tiles", "tiles": "tiles", "kernel_ms": "kernel (ms)", "noise_us": "noise floor (µs)"}
+                "measured_stall_us": "stall measured (µs)", "kernel_ms": "kernel (ms)", "stalled_tiles": "stalled tiles", "tiles": "tiles",
+                "slot_stall_us": "slot part (µs)", "compute_stall_us": "compute part (µs)", "slot_model_stall_us": "slot model Δt (µs)",
+                "predicted_stall_us": "calibrated prediction (µs)", "noise_us": "noise floor (µs)"}
         st.dataframe(v[[c for c in cols if c in v]].round(3).rename(columns=cols), hide_index=True, key="verdicts")
         sp = schedule_speedups(v)
         if len(sp):

@@ -95,7 +95,8 @@ if path:
     lead_i = meas.get("interleaved", {}).get("lead_us", 0.0) if meas else 0.0
     stall_wave = float(predicted_stall_ns(span_w, gap_us, lead_w))
     stall_int = float(predicted_stall_ns(span_i, l1, lead_i))
-    verdicts = stall_verdict([np.nan, np.nan], [stall_wave * 1e3, stall_int * 1e3], noise_ns)
+    # the what-if's stall is the one judged: the rule's measured branch (stall / no stall against the noise floor)
+    verdicts = stall_verdict([stall_wave * 1e3, stall_int * 1e3], [np.nan, np.nan], noise_ns)
     st.header("Predicted")
     c = st.columns(4)
     c[0].metric("expert-wave: predicted stall (µs)", _f(stall_wave, unit=""))
