@@ -359,6 +359,7 @@ def _computed_table3(run: Path) -> pd.DataFrame:
         raise InputError(run, f"run tables not readable ({exc.__class__.__name__}: {str(exc).splitlines()[0]})", "re-run xstage-trace analyze for this run") from None
 
 
-def open_collection(roots: Iterable[str | Path]) -> Collection:
-    """Open every run folder under ``roots`` as one DuckDB-backed dataset (``Collection``)."""
-    return Collection(roots)
+def open_collection(roots: str | Path | Iterable[str | Path]) -> Collection:
+    """Open every run folder under ``roots`` (one folder, or a list of them) as one DuckDB-backed
+    dataset (``Collection``)."""
+    return Collection([roots] if isinstance(roots, (str, Path)) else roots)

@@ -157,7 +157,11 @@ def partition_doc(tokens_per_expert: str, tokens, hidden, reduction, splits, ran
 
 
 def sequence_doc(bursts: Path, calibration: Path | None, rate_gbps, issue_floor_us, capacity_mib) -> dict:
-    """docs/model.md §4 over a burst sequence from a table or a run folder."""
+    """docs/model.md §4 over the burst sequences of a table or a run folder: one audit per launch (the rows
+    sharing rank, dump, dest, shape, schedule and variant, where the table has those columns), since
+    the backlog q_n restarts with every launch; ``configurations`` holds each one's onset."""
+    import pandas as pd
+
     from xstage_trace.analysis.recurrence import audit_sequence
     from xstage_trace.collectors.calibration_io import load_platform
 
@@ -202,8 +206,27 @@ def sequence_doc(bursts: Path, calibration: Path | None, rate_gbps, issue_floor_
         q = model.capacity(df["producers"].to_numpy()) if "producers" in df else np.full(len(df), model.capacity_bytes)
     else:
         q = None
-    a = audit_sequence(df["volume_bytes"].to_numpy(), df["gap_ns"].fillna(np.inf).to_numpy(), t0, rate, q)
-    rows = a.table.assign(rate_gbps=rate, capacity_bytes=q).replace([np.inf], None)
-    return {"bursts": int(len(df)), "rate_gbps": float(np.median(rate)), "capacity_bytes": None if q is None else float(np.median(q)), "onset_burst": a.onset,
-            "onset_excess_bytes": a.onset_excess_bytes, "max_rho": float(a.table["rho"].max()) if len(df) else None,
-            "max_q_bytes": float(a.table["q_bytes"].max()) if len(df) else None, "per_burst": rows.to_dict("records")}
+    keys = [c for c in SEQUENCE_KEYS if c in df]
+    groups = df.groupby(keys, sort=True, dropna=False).indices if keys else {(): np.arange(len(df))}
+    rows, configs = [], []
+    for key, idx in groups.items():  # one launch (rank, dump) is one burst sequence: q restarts at 0 in each
+        idx = np.sort(idx)
+        if "burst" in df:
+            idx = idx[np.argsort(df["burst"].to_numpy()[idx], kind="stable")]
+        a = audit_sequence(df["volume_bytes"].to_numpy()[idx], df["gap_ns"].fillna(np.inf).to_numpy()[idx], t0[idx], rate[idx],
+                           None if q is None else q[idx])
+        label = dict(zip(keys, key if isinstance(key, tuple) else (key,)))
+        rows.append(a.table.assign(**label, rate_gbps=rate[idx], capacity_bytes=None if q is None else q[idx]))
+        configs.append({**label, "bursts": int(len(idx)), "onset_burst": a.onset, "onset_excess_bytes": a.onset_excess_bytes,
+                        "max_rho": float(a.table["rho"].max()), "max_q_bytes": float(a.table["q_bytes"].max()),
+                        "rate_gbps": float(np.median(rate[idx])), "capacity_bytes": None if q is None else float(np.median(q[idx]))})
+    per_burst = pd.concat(rows, ignore_index=True).replace([np.inf], None)
+    one = configs[0] if len(configs) == 1 else None  # several sequences: an onset of their concatenation would mean nothing
+    return {"bursts": int(len(df)), "sequences": len(configs), "rate_gbps": float(np.median(rate)),
+            "capacity_bytes": None if q is None else float(np.median(q)),
+            "onset_burst": one["onset_burst"] if one else None, "onset_excess_bytes": one["onset_excess_bytes"] if one else None,
+            "max_rho": float(per_burst["rho"].max()), "max_q_bytes": float(per_burst["q_bytes"].max()),
+            "configurations": configs, "per_burst": per_burst.to_dict("records")}
+
+
+SEQUENCE_KEYS = ("rank", "dump", "dest", "shape", "schedule", "variant")  # the columns that tell one burst sequence from another

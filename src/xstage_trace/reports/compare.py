@@ -255,6 +255,7 @@ def gate_outcome(table: pd.DataFrame, accept: str | None, tiles: pd.DataFrame | 
 def compare_markdown(table: pd.DataFrame, outcome: str, base_path, new_path, cfg: GateConfig, accept: str | None,
                      tiles: pd.DataFrame | None = None) -> str:
     """compare.md: outcome first, then one row per configuration (report style, every number's scope named)."""
+    from xstage_trace.base.paths import shown_path
     from xstage_trace.reports.markdown import md_table
 
     keys = [k for k in cfg.keys if k in table]
@@ -264,7 +265,7 @@ def compare_markdown(table: pd.DataFrame, outcome: str, base_path, new_path, cfg
             "stall_meas_us_base": "Δt meas base (µs, probe)", "stall_meas_us_new": "Δt meas new (µs, probe)",
             "backpressured_tiles_base": "bp L2 tiles base", "backpressured_tiles_new": "bp L2 tiles new", "reason": "reason"}
     lines = ["# xstage-trace compare", "", f"**{outcome}**", "",
-             f"- base: `{base_path}`", f"- new: `{new_path}`",
+             f"- base: `{shown_path(base_path)}`", f"- new: `{shown_path(new_path)}`",
              f"- gate: {cfg.gate_pct:g} % on the median kernel time per configuration ({', '.join(cfg.keys)}); noise floor = the larger IQR/median of the two runs; "
              f"{100 * cfg.confidence:.0f} % bootstrap interval of the change ({cfg.resamples} resamples)"]
     if accept:
