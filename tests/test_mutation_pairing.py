@@ -158,3 +158,51 @@ def test_parse_rank_overrides_by_hand():
     for bad in ("a.nsys-rep", "=3", "a.nsys-rep=", "a.nsys-rep=-1", "a.nsys-rep=x"):
         with pytest.raises(InputError, match="is not REPORT=N"):
             parse_rank_overrides([bad])
+
+
+def test_every_refusal_is_one_input_error_naming_file_problem_and_fix():
+    dumps = _inside(K0, 0, 0, "d")
+    with pytest.raises(InputError) as e:
+        pair_dumps([_export("gpu1.nsys-rep", K1), _export("noepoch.nsys-rep", K0, epoch=None)], dumps)
+    err = e.value
+    assert err.path == "/caps/d0.xsp"
+    assert err.problem == ("no nsys report holds the probe dumps of rank 0 on GPU 0 "
+                           "(gpu1.nsys-rep traced no kernel on GPU 0; noepoch.nsys-rep has no session start time (UTC))")
+    assert err.fix == "pass the report captured together with these dumps, or the dumps alone to analyze them on the probes' own clock"
+    with pytest.raises(InputError) as e:
+        pair_dumps([_export("a.nsys-rep", K0), _export("b.nsys-rep", K0)], dumps)
+    assert e.value.path == "/caps/d0.xsp" and e.value.fix == "pass only the report captured together with these dumps"
+    a, c = _export("a.nsys-rep", K0), _export("c.nsys-rep", [])
+    with pytest.raises(InputError) as e:
+        export_ranks([a], [_pairing(0, 0, 0)], {"a.nsys-rep": 5})
+    assert (e.value.path, e.value.fix) == ("/caps/a.nsys-rep", "drop the --rank for this report or fix it")
+    with pytest.raises(InputError) as e:
+        export_ranks([a, c], [_pairing(0, 0, 0)], {})
+    assert e.value.path == "/caps/c.nsys-rep" and e.value.problem == "holds no probe dumps, so its rank cannot be told from the data"
+    with pytest.raises(InputError) as e:
+        parse_rank_overrides(["oops"])
+    assert e.value.path is None and e.value.problem == "--rank 'oops' is not REPORT=N"
+    assert e.value.fix == "write e.g. --rank run_rank1.nsys-rep=1"
+
+
+def test_the_offset_refusal_reports_ms_to_a_tenth():
+    """Shift 7.050001 ms: '7.1 ms off'; the bound 7 ms: 'allows 7 ms' (ns / 10⁶ exactly)."""
+    shifted = _inside(K0, 0, 0, "d", shift_ns=7_050_001)
+    with pytest.raises(InputError) as e:
+        pair_dumps([_export("cap.nsys-rep", K0)], shifted, AlignBounds(max_offset_ns=7e6))
+    assert "cap.nsys-rep fits them only 7.1 ms off its clock (a capture allows 7 ms)" in e.value.problem
+
+
+def test_a_residual_under_a_nanosecond_is_still_refused():
+    """As in test_no_single_clock_line...: ends ±1 µs, the middle dump 2.001 µs late: m = (2000 − 2001)/2,
+    a residual of 0.5 ns: no clock line holds the three, however small the miss."""
+    ks = [(0, 1_000_000 * i, 1_000_000 * i + 100_000) for i in range(3)]
+    dumps = [_dump(f"d{i}.xsp", 0, 0, s + 1_000 + (2_001 if i == 1 else 0), e - 1_000 + (2_001 if i == 1 else 0)) for i, (_, s, e) in enumerate(ks)]
+    with pytest.raises(InputError, match="no single clock line places them all"):
+        pair_dumps([_export("cap.nsys-rep", ks)], dumps)
+
+
+def test_bounds_below_one_are_allowed():
+    assert AlignBounds(max_offset_ns=0.5, max_drift_ppm=0.5).max_offset_ns == 0.5
+    with pytest.raises(ValueError, match="^alignment bounds must be positive$"):
+        AlignBounds(max_drift_ppm=-1.0)
