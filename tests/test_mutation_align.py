@@ -103,3 +103,73 @@ def test_the_matching_slack_is_the_documented_one():
     assert MATCH_SLACK_NS == 20_000.0
     assert align_dumps(ks - 19_000, ke + 19_000, ks, ke).dumps_matched == 1
     assert align_dumps(ks - 21_000, ke + 21_000, ks, ke).dumps_matched == 0
+
+
+def test_two_dumps_fit_an_offset_only_half_way_between_theirs():
+    """Two dumps (too few for a drift): offsets wanted 3 ms and 3.01 ms, each ±20 µs. A flat line at
+    3.005 ms leaves each 15 µs of margin; its slope stays 0 and the feasible slopes are, by hand, those of
+    lines through [2.98, 3.02] at t0 and [2.99, 3.03] at t1 = t0 + 1.01 ms: (−30 µs, +50 µs) / 1.01 ms... in
+    probe time: t1 − t0 = 1 ms + 10 µs."""
+    ks, ke = _kernels(2)
+    off = np.array([3e6, 3.01e6])
+    a, b = ks + 20_000 + off, ke - 20_000 + off
+    al = align_dumps(a, b, ks, ke)
+    assert al.dumps_matched == 2 and al.residual_ns == 0.0
+    assert al.offset_ns == pytest.approx(3.005e6, abs=1e-3) and al.drift == 0.0
+    dt = (a[1] + b[1]) / 2 - (a[0] + b[0]) / 2
+    lo, hi = al.drift_range
+    assert lo == pytest.approx((2.99e6 - 3.02e6) / dt, rel=1e-6) and hi == pytest.approx((3.03e6 - 2.98e6) / dt, rel=1e-6)
+
+
+def test_three_dumps_are_enough_for_a_drift():
+    ks, ke = _kernels(3)
+    off = 2e6 + np.array([0.0, 10_000.0, 20_000.0])  # +10 µs per ms
+    a, b = ks + 20_000 + off, ke - 20_000 + off
+    al = align_dumps(a, b, ks, ke)
+    t = (a + b) / 2
+    assert al.drift == pytest.approx(20_000 / (t[2] - t[0]), rel=1e-9) and al.offset_ns == pytest.approx(2e6, abs=1e-3)
+
+
+def test_dumps_in_any_order_match_from_the_earliest():
+    ks, ke = _kernels(4)
+    a, b = ks + 20_000 + 1e6, ke - 20_000 + 1e6
+    order = np.array([3, 1, 0, 2])
+    al = align_dumps(a[order], b[order], ks, ke)
+    assert al.dumps_matched == 4 and al.kernel_of_dump.tolist() == order.tolist()
+    assert al.t_ref_ns == pytest.approx((a[0] + b[0]) / 2)
+
+
+def test_a_dump_exactly_the_slack_longer_than_its_kernel_is_matched():
+    ks, ke = _kernels(1)
+    al = align_dumps(ks - MATCH_SLACK_NS, ke + MATCH_SLACK_NS, ks, ke)
+    assert al.dumps_matched == 1 and al.residual_ns == pytest.approx(MATCH_SLACK_NS)
+
+
+def test_an_unmatched_alignment_is_empty():
+    ks, ke = _kernels(2)
+    none = align_dumps(np.array([0.0, 5.0]), np.array([10 * KERNEL_NS, 10 * KERNEL_NS + 5]), ks, ke)
+    assert (none.dumps_matched, none.dumps_total, none.drift, none.t_ref_ns) == (0, 2, 0.0, 0.0)
+    assert np.isnan(none.offset_ns) and np.isnan(none.residual_ns) and none.drift_range is None
+    d = none.as_dict()
+    assert d["drift_range_ppm"] is None and d["drift_ppm"] is None and d["drift_uncertainty_ppm"] is None
+
+
+def test_manifest_entry_by_hand():
+    """A drift of 2 ppm pinned to ±0.5 ppm: drift_ppm is the middle of the feasible range, the uncertainty its half width."""
+    n = 5
+    ks = 1e9 * np.arange(n)
+    ke = ks + KERNEL_NS
+    mid = (ks + ke) / 2
+    tp = mid + 2e-6 * (mid - mid[0])
+    a, b = tp - (KERNEL_NS / 2 - 1_000), tp + (KERNEL_NS / 2 - 1_000)
+    al = align_dumps(a, b, ks, ke)
+    lo, hi = al.drift_range
+    d = al.as_dict()
+    assert set(d) == {"offset_ns", "drift_ppm", "drift_uncertainty_ppm", "drift_range_ppm", "residual_ns", "dumps_matched", "dumps_total"}
+    assert d["drift_range_ppm"] == pytest.approx([lo * 1e6, hi * 1e6], rel=1e-12)
+    assert d["drift_ppm"] == pytest.approx((lo + hi) / 2 * 1e6, rel=1e-9) and d["drift_ppm"] == pytest.approx(2.0, rel=1e-3)
+    assert d["drift_uncertainty_ppm"] == pytest.approx((hi - lo) / 2 * 1e6, rel=1e-9)
+    assert d["offset_ns"] == al.offset_ns and (d["dumps_matched"], d["dumps_total"], d["residual_ns"]) == (5, 5, 0.0)
+    # not identified: the range is given, drift and uncertainty are not
+    wide = align_dumps(ks + 20_000, ke - 20_000, ks, ke).as_dict()
+    assert wide["drift_ppm"] is None and wide["drift_uncertainty_ppm"] is None and wide["drift_range_ppm"] is not None

@@ -68,7 +68,10 @@ def _match(offset: np.ndarray, a: np.ndarray, b: np.ndarray, ks: np.ndarray, ke:
 
 def _max_margin_line(t: np.ndarray, lo: np.ndarray, hi: np.ndarray, fit_drift: bool) -> tuple[float, float, float]:
     """The line c0 + c1·t that lies deepest inside every interval [lo_i, hi_i] (a linear program:
-    maximise the margin m with lo_i + m ≤ c0 + c1·t_i ≤ hi_i − m); m < 0 when no line fits all."""
+    maximise the margin m with lo_i + m ≤ c0 + c1·t_i ≤ hi_i − m); m < 0 when no line fits all.
+    No interval allows more than half its width, so m ≤ max (hi_i − lo_i)/2 bounds the program without
+    cutting off its optimum (a bound of the whole width did, where every interval is empty: a dump
+    longer than its kernel by d on each side reported a residual of 2d)."""
     from scipy.optimize import linprog
 
     scale = max(float(np.abs(t).max()), 1.0)
@@ -80,7 +83,7 @@ def _max_margin_line(t: np.ndarray, lo: np.ndarray, hi: np.ndarray, fit_drift: b
     c = np.zeros(cols)
     c[-1] = -1.0
     res = linprog(c, A_ub=np.vstack([rows_hi, rows_lo]), b_ub=np.concatenate([hi, -lo]),
-                  bounds=[(None, None)] * (cols - 1) + [(None, float(np.max(hi - lo)))], method="highs")
+                  bounds=[(None, None)] * (cols - 1) + [(None, float(np.max(hi - lo)) / 2.0)], method="highs")
     if not res.success:
         mid = (lo + hi) / 2.0
         return float(np.median(mid)), 0.0, float(-np.max(np.abs(mid - np.median(mid))))
