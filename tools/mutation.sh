@@ -34,9 +34,9 @@ add pairing      "$C/pairing.py"      "tests/test_mutation_pairing.py tests/test
 add align        "$C/align.py"        "tests/test_collect_align.py tests/test_mutation_align.py"
 add probe_format "$C/probe_format.py" "tests/test_probe_format.py tests/test_mutation_probe_format.py"
 add gate         "src/xstage_trace/reports/compare.py" \
-                 "tests/test_mutation_gate.py tests/test_compare.py::test_kernel_verdict_rule_on_hand_made_samples
+                 "tests/test_mutation_gate.py tests/test_mutation_gate_tiles.py tests/test_compare.py::test_kernel_verdict_rule_on_hand_made_samples
                   tests/test_compare.py::test_bootstrap_interval_brackets_a_known_shift"
-SCOPE[gate]="x_(kernel_verdict|rel_iqr_pct|bootstrap_change_pct|gate_outcome)__"   # the rule; compare_runs/compare_markdown: plumbing
+SCOPE[gate]="x_(kernel_verdict|metric_verdict|rel_iqr_pct|bootstrap_change_pct|gate_outcome)__"   # the rule; the rest: plumbing, markdown
 
 groups=("$@"); [ ${#groups[@]} -eq 0 ] && groups=("${ORDER[@]}")
 for g in "${groups[@]}"; do
