@@ -1,0 +1,156 @@
+"""The probe decoder (collectors/probe_format.py) on dumps built here byte by byte from the layout of
+docs/probe-format.md, whose every decoded value is worked out by hand: clock64 → ns per slice from its
+anchors (or the nominal clock), the 48-bit clock wrap, record fields, slice and CTA/role numbering,
+overflow, warnings (docs/mutation.md)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from xstage_trace.base.errors import InputError
+from xstage_trace.collectors.probe_format import (HEADER_DTYPE, RECORD_DTYPE, SLICE_DTYPE, decode_probe_dump, dump_span_gt_ns,
+                                                  max_dump_records)
+
+GT0 = 1_764_000_000_000_000_000  # ns: a %globaltimer value of 2025
+
+
+def _write(path, slices, records_per_slice, *, names=("mainloop", "rs"), capacity=4, khz=2_000_000, roles=1, rank=0, label="", device=0):
+    """The file: header, event names (32 bytes each), slice table, then each slice's stored records."""
+    sl = np.zeros(len(slices), SLICE_DTYPE)
+    for i, s in enumerate(slices):
+        for k, v in s.items():
+            sl[i][k] = v
+    recs = []
+    for rs in records_per_slice:
+        for clock, event, kind, tile, payload in rs[:capacity]:
+            r = np.zeros((), RECORD_DTYPE)
+            r["ts_ev"] = (clock & ((1 << 48) - 1)) | (event << 48) | (kind << 56)
+            r["tile"], r["payload"] = tile, payload
+            recs.append(r.tobytes())
+    h = np.zeros((), HEADER_DTYPE)
+    h["magic"], h["version"], h["record_bytes"] = b"XSTPROBE", 1, 16
+    h["num_slices"], h["roles_per_cta"], h["capacity"], h["num_events"] = len(slices), roles, capacity, len(names)
+    h["header_bytes"] = 448 + 32 * len(names) + 48 * len(slices)
+    h["sm_count"], h["sm_clock_khz"], h["device_index"], h["rank"] = 132, khz, device, rank
+    h["gpu_name"], h["label"] = b"NVIDIA H200", label.encode()
+    path.write_bytes(h.tobytes() + np.array([n.encode() for n in names], "S32").tobytes() + sl.tobytes() + b"".join(recs))
+    return path
+
+
+def _slice(count, *, gt_open, gt_close, clk_open, clk_close, closed=1, smid=7, smid_close=None):
+    return {"count": count, "closed": closed, "smid_open": smid, "smid_close": smid if smid_close is None else smid_close,
+            "gt_open": gt_open, "clk_open": clk_open, "gt_close": gt_close, "clk_close": clk_close}
+
+
+def test_times_from_each_slices_anchors_by_hand(tmp_path):
+    """Slice 0: 100 µs of globaltimer over 180,000 cycles: 5/9 ns per cycle (1.8 GHz), not the header's
+    2 GHz. A record 9,000 cycles after the open anchor is at gt_open + 5,000 ns. Slice 1 runs 10 µs
+    (under the 20 µs needed to trust its anchors): the nominal 0.5 ns per cycle."""
+    s0 = _slice(2, gt_open=GT0, gt_close=GT0 + 100_000, clk_open=1_000_000, clk_close=1_180_000)
+    s1 = _slice(1, gt_open=GT0 + 200_000, gt_close=GT0 + 210_000, clk_open=5_000_000, clk_close=5_020_000, smid=9)
+    p = _write(tmp_path / "d.xsp", [s0, s1], [[(1_009_000, 0, 1, 3, 0), (1_018_000, 0, 2, 3, 77)], [(5_004_000, 1, 0, 8, 5)]],
+               label="dest=host shape=S1")
+    d = decode_probe_dump(p)
+    r = d.records.to_pandas()
+    assert r["t_gt_ns"].tolist() == [GT0 + 5_000, GT0 + 10_000, GT0 + 200_000 + 2_000]
+    assert r["clock"].tolist() == [1_009_000, 1_018_000, 5_004_000]
+    assert r["kind"].astype(str).tolist() == ["begin", "end", "mark"] and r["event"].astype(str).tolist() == ["mainloop", "mainloop", "rs"]
+    assert r["event_id"].tolist() == [0, 0, 1] and r["tile"].tolist() == [3, 3, 8] and r["payload"].tolist() == [0, 77, 5]
+    assert r["slice"].tolist() == [0, 0, 1] and r["sm_id"].tolist() == [7, 7, 9] and r["rank"].tolist() == [0, 0, 0]
+    s = d.slices.to_pandas()
+    assert s["ns_per_cycle"].tolist() == pytest.approx([100_000 / 180_000, 0.5])
+    assert s["records_stored"].tolist() == [2, 1] and s["records_dropped"].tolist() == [0, 0]
+    assert any("1 slices ran under 20 µs" in w for w in d.warnings)
+    assert dump_span_gt_ns(d.slices) == (GT0, GT0 + 210_000)
+    assert d.header["sm_clock_khz"] == 2_000_000 and d.header["gpu_name"] == "NVIDIA H200" and d.header["label"] == "dest=host shape=S1"
+
+
+def test_the_48_bit_clock_wraps_after_the_anchor(tmp_path):
+    """Anchor 2^48 − 1,000 cycles; a record whose low 48 bits read 3,000 is 4,000 cycles later: at the
+    nominal 0.5 ns per cycle (a short slice), 2,000 ns after the open anchor; its clock is anchor + 4,000."""
+    anchor = (1 << 48) - 1_000 + (5 << 48)  # the upper bits of clock64 are kept in the anchor only
+    s0 = _slice(1, gt_open=GT0, gt_close=GT0 + 1_000, clk_open=anchor, clk_close=anchor + 2_000)
+    d = decode_probe_dump(_write(tmp_path / "w.xsp", [s0], [[(3_000, 0, 1, 0, 0)]]))
+    r = d.records.to_pandas()
+    assert r["clock"].tolist() == [anchor + 4_000] and r["t_gt_ns"].tolist() == [GT0 + 2_000]
+
+
+def test_roles_number_ctas_and_rank_comes_from_the_header_or_the_caller(tmp_path):
+    slices = [_slice(1, gt_open=GT0 + i, gt_close=GT0 + 100_000 + i, clk_open=0, clk_close=200_000) for i in range(4)]
+    p = _write(tmp_path / "r.xsp", slices, [[(10, 0, 0, i, 0)] for i in range(4)], roles=2, rank=3, label="rank=3", device=1)
+    d = decode_probe_dump(p)
+    r = d.records.to_pandas()
+    assert r["cta"].tolist() == [0, 0, 1, 1] and r["role"].tolist() == [0, 1, 0, 1] and set(r["rank"]) == {3}
+    s = d.slices.to_pandas()
+    assert s["cta"].tolist() == [0, 0, 1, 1] and s["role"].tolist() == [0, 1, 0, 1]
+    assert d.header["rank"] == 3 and d.header["device_index"] == 1 and d.header["roles_per_cta"] == 2
+    assert set(decode_probe_dump(p, rank=5).records.to_pandas()["rank"]) == {5}
+    with pytest.raises(InputError, match="label says rank=1 but the header says rank 3"):
+        decode_probe_dump(_write(tmp_path / "r2.xsp", slices, [[(10, 0, 0, i, 0)] for i in range(4)], roles=2, rank=3, label="rank=1"))
+
+
+def test_overflow_is_refused_or_counted(tmp_path):
+    s0 = _slice(6, gt_open=GT0, gt_close=GT0 + 100_000, clk_open=0, clk_close=200_000)
+    s1 = _slice(2, gt_open=GT0, gt_close=GT0 + 100_000, clk_open=0, clk_close=200_000)
+    p = _write(tmp_path / "o.xsp", [s0, s1], [[(i, 0, 0, i, 0) for i in range(6)], [(1, 0, 0, 0, 0), (2, 0, 0, 1, 0)]], capacity=4)
+    with pytest.raises(InputError, match=r"probe buffer overflowed: 2 records dropped in 1 of 2 slices \(capacity 4 records per slice\)"):
+        decode_probe_dump(p)
+    d = decode_probe_dump(p, allow_overflow=True)
+    assert d.slices.to_pandas()["records_stored"].tolist() == [4, 2] and d.slices.to_pandas()["records_dropped"].tolist() == [2, 0]
+    assert d.records.num_rows == 6 and d.records.to_pandas()["tile"].tolist() == [0, 1, 2, 3, 0, 1]
+    assert any("probe buffer overflowed" in w for w in d.warnings)
+    assert decode_probe_dump(p, allow_overflow=True, records=False).records.num_rows == 0
+
+
+def test_implausible_and_unclosed_anchors_fall_back_to_the_nominal_clock(tmp_path):
+    """Anchors implying 50 MHz (100 µs over 5,000 cycles) are outside 100 MHz–10 GHz: nominal 0.5 ns;
+    an unclosed slice: nominal too, with its own warning; a slice that moved SM is reported."""
+    bad = _slice(1, gt_open=GT0, gt_close=GT0 + 100_000, clk_open=0, clk_close=5_000)
+    moved = _slice(1, gt_open=GT0, gt_close=GT0 + 100_000, clk_open=0, clk_close=200_000, smid=1, smid_close=2)
+    d = decode_probe_dump(_write(tmp_path / "i.xsp", [bad, moved], [[(1_000, 0, 0, 0, 0)], [(1_000, 0, 0, 0, 0)]]))
+    assert d.slices.to_pandas()["ns_per_cycle"].tolist() == pytest.approx([0.5, 0.5])
+    assert d.records.to_pandas()["t_gt_ns"].tolist() == [GT0 + 500, GT0 + 500]
+    assert any("1 slices have anchors implying a clock outside 100-10000 MHz" in w for w in d.warnings)
+    assert any("1 slices changed SM between open and close" in w for w in d.warnings)
+    unclosed = _slice(1, gt_open=GT0, gt_close=0, clk_open=0, clk_close=0, closed=0)
+    d = decode_probe_dump(_write(tmp_path / "u.xsp", [unclosed], [[(1_000, 0, 0, 0, 0)]]))
+    assert d.slices.to_pandas()["ns_per_cycle"].tolist() == [0.5]
+    assert any("1 slices were never closed" in w for w in d.warnings)
+
+
+def test_anchor_rate_limits_are_inclusive(tmp_path):
+    """Exactly 10 GHz (100 µs over 1,000,000 cycles: 0.1 ns per cycle) and exactly 20 µs of span are used."""
+    fast = _slice(1, gt_open=GT0, gt_close=GT0 + 100_000, clk_open=0, clk_close=1_000_000)
+    short = _slice(1, gt_open=GT0, gt_close=GT0 + 20_000, clk_open=0, clk_close=25_000)  # 0.8 ns per cycle
+    d = decode_probe_dump(_write(tmp_path / "l.xsp", [fast, short], [[(10, 0, 0, 0, 0)], [(10, 0, 0, 0, 0)]]))
+    assert d.slices.to_pandas()["ns_per_cycle"].tolist() == pytest.approx([0.1, 0.8])
+    assert not d.warnings
+
+
+def test_header_clock_and_corrupt_records_are_refused(tmp_path):
+    s0 = _slice(1, gt_open=GT0, gt_close=GT0 + 100_000, clk_open=0, clk_close=200_000)
+    with pytest.raises(InputError, match=r"SM clock 99999 kHz is outside 100000-10000000 kHz"):
+        decode_probe_dump(_write(tmp_path / "k.xsp", [s0], [[(1, 0, 0, 0, 0)]], khz=99_999))
+    assert decode_probe_dump(_write(tmp_path / "k2.xsp", [s0], [[(1, 0, 0, 0, 0)]], khz=100_000)).header["sm_clock_khz"] == 100_000
+    with pytest.raises(InputError, match=r"1 records with unknown event or kind"):
+        decode_probe_dump(_write(tmp_path / "e.xsp", [s0], [[(1, 2, 0, 0, 0)]]))  # event 2 of 2 names
+    with pytest.raises(InputError, match=r"1 records with unknown event or kind"):
+        decode_probe_dump(_write(tmp_path / "k3.xsp", [s0], [[(1, 0, 3, 0, 0)]]))  # kind 3
+    assert decode_probe_dump(_write(tmp_path / "ok.xsp", [s0], [[(1, 1, 2, 0, 0)]])).records.num_rows == 1  # the largest valid ones
+
+
+def test_record_limit(tmp_path, monkeypatch):
+    s0 = _slice(3, gt_open=GT0, gt_close=GT0 + 100_000, clk_open=0, clk_close=200_000)
+    p = _write(tmp_path / "n.xsp", [s0], [[(i, 0, 0, i, 0) for i in range(3)]])
+    monkeypatch.setenv("XSTAGE_MAX_DUMP_RECORDS", "3")
+    assert max_dump_records() == 3 and decode_probe_dump(p).records.num_rows == 3
+    monkeypatch.setenv("XSTAGE_MAX_DUMP_RECORDS", "2")
+    with pytest.raises(InputError, match=r"dump holds 3 records, more than the 2 one dump may hold"):
+        decode_probe_dump(p)
+    for bad in ("0", "-4", "many"):
+        monkeypatch.setenv("XSTAGE_MAX_DUMP_RECORDS", bad)
+        with pytest.raises(InputError, match="is not a positive integer"):
+            max_dump_records()
+    monkeypatch.setenv("XSTAGE_MAX_DUMP_RECORDS", " ")
+    assert max_dump_records() == 4 << 20
