@@ -16,10 +16,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import CALIB
+from conftest import CALIB, ROOT
 
 EXE = [sys.executable, "-m", "xstage_trace"]
-ENV = dict(os.environ, COLUMNS="120")
+# this checkout's sources also when a command runs in another folder (a relative PYTHONPATH would not follow)
+ENV = dict(os.environ, COLUMNS="120", PYTHONPATH=os.pathsep.join([str(ROOT / "src"), *filter(None, [os.environ.get("PYTHONPATH")])]))
 
 
 def run(*args, cwd=None):
