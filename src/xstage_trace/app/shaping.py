@@ -260,7 +260,7 @@ def gate_headline(table: pd.DataFrame) -> dict:
     """The Compare page's first line from reports.compare.compare_runs' table: configurations in
     both runs, the median kernel-time change over them (%), and the largest slow-down and speed-up
     (configuration label, %)."""
-    both = table.dropna(subset=["change_pct"])
+    both = table.dropna(subset=["change_pct"]) if "change_pct" in table else table.iloc[0:0]
     out = {"in_both": int(len(both)), "median_change_pct": float(both["change_pct"].median()) if len(both) else np.nan,
            "worst": None, "best": None}
     keys = [c for c in ("dest", "shape", "schedule", "kernel") if c in table]

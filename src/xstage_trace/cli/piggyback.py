@@ -54,7 +54,7 @@ def piggyback(
     tiles_csv: Optional[Path] = typer.Option(None, "--tiles-csv", help="also write the per-tile predicted vs measured Q-loops as CSV"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object (the per-shape-and-path rows)"),
 ):
-    """Spec §7 per shape and store path: G*, M_ub*, verdict, covered bursts; Q-loop predicted vs measured."""
+    """docs/model.md §7 per shape and store path: G*, M_ub*, verdict, covered bursts; Q-loop predicted vs measured."""
     from xstage_trace import open_run
     from xstage_trace.analysis.piggyback import piggyback_audit, qloop_tiles
     from xstage_trace.base.atomic import write_text_atomic

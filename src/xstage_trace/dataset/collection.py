@@ -277,7 +277,7 @@ class Collection:
         return self.sql("SELECT * FROM runs ORDER BY captured_utc, run")
 
     def table3(self) -> pd.DataFrame:
-        """Spec §5 Table 3 of every run (one row per run and configuration), oldest capture first."""
+        """docs/model.md §5 Table 3 of every run (one row per run and configuration), oldest capture first."""
         self._ensure("table3")
         order = ["r.captured_utc", "t.run"] + [f"t.{c}" for c in ("dest", "shape") if c in self._columns("table3")]
         return self.sql(f"SELECT r.captured_utc, t.* FROM table3 t JOIN runs r USING (run) ORDER BY {', '.join(order)}")

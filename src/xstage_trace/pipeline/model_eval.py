@@ -31,7 +31,7 @@ def _number(flag: str, value, *, zero_ok: bool = False, integer: bool = False, h
 
 
 def burst_doc(rate_gbps, issue_floor_us, producers, bytes_per_producer, gap_us, capacity_mib) -> dict:
-    """Spec §2–§4 for one recurring burst."""
+    """docs/model.md §2–§4 for one recurring burst."""
     from xstage_trace.analysis import burst_gap as bg
 
     _number("--rate-gbps", rate_gbps), _number("--issue-floor-us", issue_floor_us), _number("--producers", producers, integer=True)
@@ -58,7 +58,7 @@ def burst_doc(rate_gbps, issue_floor_us, producers, bytes_per_producer, gap_us, 
 
 
 def stall_doc(span_us, cover_us, tiles: Path | None, by: str | None) -> dict:
-    """Spec §5: Δt = [T_RS − T_cover]₊ for one tile or a table of tiles (+ Table-3 style summary); a
+    """docs/model.md §5: Δt = [T_RS − T_cover]₊ for one tile or a table of tiles (+ Table-3 style summary); a
     table with ``epilogue_lead_ns`` (a run's tile table) gets our lead term, [T_lead + T_RS − T_cover]₊."""
     from xstage_trace.analysis.stall_law import predicted_stall_ns
 
@@ -96,7 +96,7 @@ def stall_doc(span_us, cover_us, tiles: Path | None, by: str | None) -> dict:
 
 
 def qloop_doc(tile_m, head_dim, elem_bytes, kv_tile, sigma_us, producers, rate_gbps, issue_floor_us, capacity_mib, seq_len) -> dict:
-    """Spec §7 audit."""
+    """docs/model.md §7 audit."""
     from xstage_trace.analysis.whatif import qloop_audit
 
     for flag, v in (("--tile-m", tile_m), ("--head-dim", head_dim), ("--elem-bytes", elem_bytes), ("--kv-tile", kv_tile), ("--producers", producers)):
@@ -115,7 +115,7 @@ def qloop_doc(tile_m, head_dim, elem_bytes, kv_tile, sigma_us, producers, rate_g
 
 
 def interleave_doc(volume_bytes, l1_us, l2_us, n1, n2, issue_floor_us, rate_gbps, n_tile_width, num_sms, h_inter) -> dict:
-    """Spec §6."""
+    """docs/model.md §6."""
     from xstage_trace.analysis.whatif import interleave
 
     _number("--volume-bytes", volume_bytes), _number("--mainloop-l1-us", l1_us), _number("--mainloop-l2-us", l2_us)
@@ -131,7 +131,7 @@ def interleave_doc(volume_bytes, l1_us, l2_us, n1, n2, issue_floor_us, rate_gbps
 
 
 def partition_doc(tokens_per_expert: str, tokens, hidden, reduction, splits, ranks, tile_m, tile_n, num_sms, rho) -> dict:
-    """Spec §9."""
+    """docs/model.md §9."""
     from xstage_trace.analysis.partition import PartitionProblem, choose_comm_ctas, completion_columns, scaled_rho
 
     try:
@@ -157,7 +157,7 @@ def partition_doc(tokens_per_expert: str, tokens, hidden, reduction, splits, ran
 
 
 def sequence_doc(bursts: Path, calibration: Path | None, rate_gbps, issue_floor_us, capacity_mib) -> dict:
-    """Spec §4 over the burst sequences of a table or a run folder: one audit per launch (the rows
+    """docs/model.md §4 over the burst sequences of a table or a run folder: one audit per launch (the rows
     sharing rank, dump, dest, shape, schedule and variant, where the table has those columns), since
     the backlog q_n restarts with every launch; ``configurations`` holds each one's onset."""
     import pandas as pd

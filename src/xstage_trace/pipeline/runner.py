@@ -95,7 +95,7 @@ def analyze_inputs(inputs: list[Path], output: Path | None, nsys=None, calibrati
         "backpressured_tiles": state["result"].backpressured,
         "tiles": written["tiles"],
         "calibration_points": int(len(state["points"])),
-        "table3": table3.round(3).to_dict("records"),
+        "table3": table3.round(3).astype(object).where(table3.notna(), None).to_dict("records"),  # NaN → null
         "verdicts": verdict_records(config_verdicts(table3)),
         "alignment": plan.manifest["alignment"],
         "time_base": plan.manifest["time_base"],

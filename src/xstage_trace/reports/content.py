@@ -81,7 +81,7 @@ def verdict_display(v: pd.DataFrame) -> pd.DataFrame:
 
 
 def burst_audit_table(bursts: pd.DataFrame, labels: pd.Series) -> pd.DataFrame:
-    """Spec §4 audit per burst sequence (one dump): bursts, volume, median issue time, max ρ,
+    """docs/model.md §4 audit per burst sequence (one dump): bursts, volume, median issue time, max ρ,
     max backlog q, capacity-guard failures and the first failing burst."""
     if bursts.empty:
         return pd.DataFrame()
