@@ -55,7 +55,8 @@ if path:
         head = shaping.gate_headline(table)
         (st.success if code == 0 else st.error)(
             f"**{outcome}** — gate {gate_pct:g} % on the median kernel time per configuration ({', '.join(keys)}); "
-            f"{head['in_both']} configuration{'s' if head['in_both'] != 1 else ''} in both runs.")
+            f"{head['in_both']} configuration{'s' if head['in_both'] != 1 else ''} with kernel times in both runs"
+            + (f", {len(tile_gate)} tile quantities." if tile_gate is not None and len(tile_gate) else "."))
         m = st.columns(3)
         m[0].metric("kernel time B vs A (median over configurations)",
                     "n/a (no nsys)" if head["median_change_pct"] != head["median_change_pct"] else f"{head['median_change_pct']:+.1f} %")
@@ -64,7 +65,7 @@ if path:
         if head["best"] and head["best"][1] < 0:
             m[2].metric(f"largest speed-up: {head['best'][0]}", f"{head['best'][1]:+.1f} %")
         st.caption("Timing scope: kernel time = nsys kernel rows, per trial the slowest rank, median over trials, warm-ups "
-                   "excluded (same rule as `xstage-trace compare --by`); Δt meas = median measured MMA stall per Linear-2 tile, "
+                   "excluded (same rule as `xstage-trace compare --by`); Δt meas = median measured stall per remote-store tile, "
                    "probe clock per SM.")
         if len(table):
             shown = table[[k for k in keys if k in table] + [c for c in GATE_COLUMNS if c in table]].rename(columns=GATE_COLUMNS)
