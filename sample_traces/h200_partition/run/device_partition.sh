@@ -40,18 +40,21 @@ for sh in granite qwen deepseek; do for m in 2048 4096 8192 16384 32768; do for 
 done; done; done
 wl=${wl#,}
 echo "$wl" | tr , '\n' > $W/meta/workloads.txt
-calib="granite:6144:0:77:32,qwen:6144:0:77:32,deepseek:6144:0:77:32"
-run() { local name=$1 lim=$2; shift 2; echo "== $name"; timeout $lim "$@" 2>&1 | tee -a $W/meta/$name.log | grep -v "^$" | tail -60; echo "rc=${PIPESTATUS[0]} $name" | tee -a $W/meta/rc.txt; }
 t0=$(date +%s)
+calib="granite:6144:0:77:32,qwen:6144:0:77:32,deepseek:6144:0:77:32"
+BUDGET_S=${BUDGET_S:-500}  # no new step starts after this many seconds (the call's limit is 600)
+run() { local name=$1 lim=$2; shift 2; echo "== $name"
+  if [ $(( $(date +%s) - t0 )) -gt $BUDGET_S ]; then echo "skipped (budget) $name" | tee -a $W/meta/rc.txt; return; fi
+  timeout $lim "$@" 2>&1 | tee -a $W/meta/$name.log | grep -v "^$" | tail -60; echo "rc=${PIPESTATUS[0]} $name" | tee -a $W/meta/rc.txt; }
 for s in $STEPS; do case $s in
-  calib) for d in host local; do run calib_$d 120 $W/bin/on --dest $d --workloads $calib --trials 3 --warmup 1 --summary --tag calib --out $W/res; done ;;
-  sweep) for d in host local; do run sweep_$d 300 $W/bin/off --dest $d --workloads $wl --trials $TRIALS --warmup 2 --tag sweep --out $W/res; done ;;
-  probes) for d in host local; do run probes_$d 200 $W/bin/on --dest $d --workloads $wl --trials 0 --warmup 1 --summary --tag probes ${DUMPS:+--dump-workloads $DUMPS} --out $W/res; done ;;
+  calib) for d in host local; do run calib_$d 60 $W/bin/on --dest $d --workloads $calib --trials 3 --warmup 1 --summary --tag calib --out $W/res; done ;;
+  sweep) for d in host local; do run sweep_$d 220 $W/bin/off --dest $d --workloads $wl --trials $TRIALS --warmup 2 --tag sweep --out $W/res; done ;;
+  probes) for d in host local; do run probes_$d 90 $W/bin/on --dest $d --workloads $wl --trials 0 --warmup 1 --summary --tag probes ${DUMPS:+--dump-workloads $DUMPS} --out $W/res; done ;;
   overhead)
     ov="qwen:8192:0:2000:16,granite:16384:0.6:2001:16,deepseek:32768:1.2:2002:16"
-    for r in 1 2 3; do
+    for r in 1 2; do
       set -- off on off_b; for k in 0 1 2; do idx=$(( (k + r) % 3 + 1 )); v=${!idx}; b=$v; [ $v = off_b ] && b=off
-        run ovh_${v}_r$r 120 $W/bin/$b --dest host --workloads $ov --trials 10 --warmup 1 --tag ovh_${v}_r$r --out $W/res
+        run ovh_${v}_r$r 40 $W/bin/$b --dest host --workloads $ov --trials 10 --warmup 1 --tag ovh_${v}_r$r --out $W/res
       done
     done ;;
 esac; echo "elapsed $(( $(date +%s) - t0 )) s after $s"; done
