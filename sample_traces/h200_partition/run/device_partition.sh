@@ -13,6 +13,7 @@
 set -uo pipefail
 OUT=${OUT:-/tmp/xstage-out}
 STEPS=${STEPS:-"calib sweep probes overhead"}
+DUMPS=${DUMPS:-21}  # workload index whose probed launches are also written as dumps (qwen M=8192 uniform)
 TRIALS=${TRIALS:-20}
 W=/tmp/xstage-partition
 rm -rf "$W" && mkdir -p "$W"/{bin,res,meta} "$OUT"

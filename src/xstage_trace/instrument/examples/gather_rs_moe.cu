@@ -3,7 +3,7 @@
 //
 // One persistent launch of C + P(C) CTAs, 256 threads each, one role per CTA (blockIdx.x < C: communication):
 //   compute CTAs (P(C) of them) run grouped-GEMM2 tiles Y[rows of expert e, n0:n0+128] = X_e W_e (bf16 operands,
-//     fp32 accumulate, WMMA m16n16k16, a 4-stage cp.async pipeline) over a routed token assignment; the global
+//     fp32 accumulate, WMMA m16n16k16, a 4-stage cp.async pipeline, bf16 Y) over a routed token assignment; the global
 //     tile sequence is split-major (all tiles of split 0, then split 1, ...), CTA b takes tiles b, b+P, b+2P, ...;
 //     after a tile's rows are stored, the CTA adds 1 to its split's readiness counter (release, gpu scope).
 //   communication CTAs (C) serve the splits in order: wait until split s's counter reaches W_comp (acquire),
@@ -20,7 +20,7 @@
 //
 //   gather_rs_moe --dest host|local --workloads SHAPE:M:SKEW:SEED:CMAX[,...] --out DIR
 //                 [--trials N] [--warmup N] [--summary] [--dump-workloads i,j] [--tag T]
-//                 [--service SHAPE:T_WAVE_NS:TAU1_NS:TAUBW_NS,...]   (the launcher's selector inputs per shape)
+//                 [--service SHAPE:T_WAVE_NS:TAU1_NS:TAUC_NS,...]   (the launcher's selector inputs per shape)
 //
 // Build: nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I src/xstage_trace/instrument/include \
 //        [-DXSTAGE_TRACE] gather_rs_moe.cu -o gather_rs_moe
@@ -65,7 +65,7 @@ struct Tile {
 struct Params {
   const __nv_bfloat16* X;  // [rows_total, K] routed rows, sorted by expert
   const __nv_bfloat16* W;  // [E, K, N]
-  float* Y;                // [rows_total, N] GEMM2 output (fp32)
+  __nv_bfloat16* Y;        // [rows_total, N] GEMM2 output (bf16, as the grouped GEMM2 writes it)
   const Tile* tiles;       // global tile sequence, split-major
   const int* row_of;       // [M * topk]: Y row of token t's j-th expert
   const float* gate;       // [M * topk]
@@ -159,12 +159,16 @@ __device__ void compute_role(const Params& p, __nv_bfloat16* smem, xstage::Devic
       for (int j = 0; j < 2; ++j)
         wmma::store_matrix_sync(Cs + (wm * 64 + i * 16) * C_LD + wn * 32 + j * 16, acc[i][j], C_LD, wmma::mem_row_major);
     __syncthreads();
-#pragma unroll 4
-    for (int i = threadIdx.x; i < TM * TN / 4; i += THREADS) {  // only the tile's valid rows (the next expert's follow)
-      const int r = i >> 5, c4 = i & 31;
-      if (r < t.rows)
-        *reinterpret_cast<float4*>(p.Y + (size_t)(t.row0 + r) * p.N + t.n0 + c4 * 4) =
-            *reinterpret_cast<const float4*>(Cs + r * C_LD + c4 * 4);
+#pragma unroll 2
+    for (int i = threadIdx.x; i < TM * TN / 8; i += THREADS) {  // only the tile's valid rows (the next expert's follow)
+      const int r = i >> 4, c8 = i & 15;
+      if (r < t.rows) {
+        const float* c = Cs + r * C_LD + c8 * 8;
+        const float4 lo = *reinterpret_cast<const float4*>(c), hi = *reinterpret_cast<const float4*>(c + 4);
+        __nv_bfloat162 o[4] = {__floats2bfloat162_rn(lo.x, lo.y), __floats2bfloat162_rn(lo.z, lo.w),
+                               __floats2bfloat162_rn(hi.x, hi.y), __floats2bfloat162_rn(hi.z, hi.w)};
+        *reinterpret_cast<uint4*>(p.Y + (size_t)(t.row0 + r) * p.N + t.n0 + c8 * 8) = *reinterpret_cast<uint4*>(o);
+      }
     }
     __threadfence();
     __syncthreads();  // all rows stored and fenced; the staging is free for the next tile's loads
@@ -175,12 +179,24 @@ __device__ void compute_role(const Params& p, __nv_bfloat16* smem, xstage::Devic
   XSTAGE_PROBE_CLOSE();
 }
 
-__device__ __forceinline__ float4 ld_cg4(const float* p) { return __ldcg(reinterpret_cast<const float4*>(p)); }
+__device__ __forceinline__ uint4 ld_cg16(const __nv_bfloat16* p) { return __ldcg(reinterpret_cast<const uint4*>(p)); }
 
+// acc[0..7] += g * the eight bf16 of v
+__device__ __forceinline__ void fma_bf16x8(float (&acc)[8], float g, uint4 v) {
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = __bfloat1622float2(h[i]);
+    acc[2 * i] += g * f.x;
+    acc[2 * i + 1] += g * f.y;
+  }
+}
+
+template <int TOPK>
 __device__ void comm_role(const Params& p, unsigned char* smem_raw, xstage::DeviceBuffer buf) {
   XSTAGE_PROBE_OPEN_IF(buf, 0, threadIdx.x < 32);
-  int* rows_s = reinterpret_cast<int*>(smem_raw);                      // [COMM_TM * topk]
-  float* gate_s = reinterpret_cast<float*>(rows_s + COMM_TM * MAX_TOPK);  // [COMM_TM * topk]
+  int* rows_s = reinterpret_cast<int*>(smem_raw);                      // [COMM_TM * TOPK]
+  float* gate_s = reinterpret_cast<float*>(rows_s + COMM_TM * MAX_TOPK);  // [COMM_TM * TOPK]
   const int c = blockIdx.x, width = p.N / p.splits, chunks = (width + COMM_TN - 1) / COMM_TN;
   for (int s = 0; s < p.splits; ++s) {
     if (threadIdx.x == 0) {
@@ -194,27 +210,35 @@ __device__ void comm_role(const Params& p, unsigned char* smem_raw, xstage::Devi
       const int tok0 = tt * COMM_TM, ntok = min(COMM_TM, p.tokens - tok0);
       const int ncols = min(COMM_TN, width - cc * COMM_TN), col0 = s * width + cc * COMM_TN;
       XSTAGE_BEGIN(EV_COMM_TILE, s * p.w_comm + j);
-      for (int i = threadIdx.x; i < ntok * p.topk; i += THREADS) {
-        rows_s[i] = p.row_of[(size_t)tok0 * p.topk + i];
-        gate_s[i] = p.gate[(size_t)tok0 * p.topk + i];
+      for (int i = threadIdx.x; i < ntok * TOPK; i += THREADS) {
+        rows_s[i] = p.row_of[(size_t)tok0 * TOPK + i];
+        gate_s[i] = p.gate[(size_t)tok0 * TOPK + i];
       }
       __syncthreads();
       const int tpr = ncols / 8, rpp = THREADS / tpr;  // threads per token row (8 columns each), rows per pass
       const int r0 = threadIdx.x / tpr, col = col0 + (threadIdx.x % tpr) * 8;
       if (r0 < rpp) {
-#pragma unroll 2
-        for (int r = r0; r < ntok; r += rpp) {
-          float a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-          for (int k = 0; k < p.topk; ++k) {
-            const float g = gate_s[r * p.topk + k];
-            const float* y = p.Y + (size_t)rows_s[r * p.topk + k] * p.N + col;
-            const float4 lo = ld_cg4(y), hi = ld_cg4(y + 4);
-            a[0] += g * lo.x; a[1] += g * lo.y; a[2] += g * lo.z; a[3] += g * lo.w;
-            a[4] += g * hi.x; a[5] += g * hi.y; a[6] += g * hi.z; a[7] += g * hi.w;
+        // Two token rows per step, all their top-k loads issued before the first use: 2 * TOPK 16-byte
+        // loads in flight per thread.
+        for (int r = r0; r < ntok; r += 2 * rpp) {
+          const int r2 = r + rpp < ntok ? r + rpp : r;
+          uint4 v[2][TOPK];
+#pragma unroll
+          for (int k = 0; k < TOPK; ++k) {
+            v[0][k] = ld_cg16(p.Y + (size_t)rows_s[r * TOPK + k] * p.N + col);
+            v[1][k] = ld_cg16(p.Y + (size_t)rows_s[r2 * TOPK + k] * p.N + col);
           }
-          __nv_bfloat162 o[4] = {__floats2bfloat162_rn(a[0], a[1]), __floats2bfloat162_rn(a[2], a[3]),
-                                 __floats2bfloat162_rn(a[4], a[5]), __floats2bfloat162_rn(a[6], a[7])};
-          *reinterpret_cast<uint4*>(p.dest + (size_t)(tok0 + r) * p.N + col) = *reinterpret_cast<uint4*>(o);
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            if (h == 1 && r2 == r) break;
+            const int rr = h ? r2 : r;
+            float a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+#pragma unroll
+            for (int k = 0; k < TOPK; ++k) fma_bf16x8(a, gate_s[rr * TOPK + k], v[h][k]);
+            __nv_bfloat162 o[4] = {__floats2bfloat162_rn(a[0], a[1]), __floats2bfloat162_rn(a[2], a[3]),
+                                   __floats2bfloat162_rn(a[4], a[5]), __floats2bfloat162_rn(a[6], a[7])};
+            *reinterpret_cast<uint4*>(p.dest + (size_t)(tok0 + rr) * p.N + col) = *reinterpret_cast<uint4*>(o);
+          }
         }
       }
       __syncthreads();  // before the next tile's indices overwrite these
@@ -226,9 +250,11 @@ __device__ void comm_role(const Params& p, unsigned char* smem_raw, xstage::Devi
 
 __global__ void __launch_bounds__(THREADS, 1) gather_rs_kernel(Params p, xstage::DeviceBuffer buf) {
   extern __shared__ __align__(128) unsigned char smem[];
-  if ((int)blockIdx.x < p.comm_ctas)
-    comm_role(p, smem, buf);
-  else
+  if ((int)blockIdx.x < p.comm_ctas) {
+    if (p.topk == 4) comm_role<4>(p, smem, buf);
+    else if (p.topk == 6) comm_role<6>(p, smem, buf);
+    else comm_role<8>(p, smem, buf);
+  } else
     compute_role(p, reinterpret_cast<__nv_bfloat16*>(smem), buf);
 }
 
@@ -270,7 +296,7 @@ struct Workload {
 };
 
 static void usage() {
-  std::fprintf(stderr, "usage: gather_rs_moe --dest host|local --workloads SHAPE:M:SKEW:SEED:CMAX[,...] --out DIR [--trials N] [--warmup N] [--summary] [--dump-workloads i,j] [--tag T] [--service SHAPE:T_WAVE_NS:TAU1_NS:TAUBW_NS,...]\n");
+  std::fprintf(stderr, "usage: gather_rs_moe --dest host|local --workloads SHAPE:M:SKEW:SEED:CMAX[,...] --out DIR [--trials N] [--warmup N] [--summary] [--dump-workloads i,j] [--tag T] [--service SHAPE:T_WAVE_NS:TAU1_NS:TAUC_NS,...]\n");
   std::exit(2);
 }
 
@@ -403,7 +429,7 @@ int main(int argc, char** argv) {
     const Workload& w = wls[wi];
     const Shape& sh = w.shape;
     const int M = w.tokens, N = sh.hidden, K = sh.ffn, E = sh.experts, k = sh.topk, L = sh.splits;
-    if (k > MAX_TOPK || L > MAX_SPLITS || K % BK || (N / L) % TN || (N / L) % 8) {
+    if ((k != 4 && k != 6 && k != 8) || L > MAX_SPLITS || K % BK || (N / L) % TN || (N / L) % 8) {
       std::fprintf(stderr, "gather_rs_moe: unsupported shape %s\n", sh.name);
       return 2;
     }
@@ -431,7 +457,7 @@ int main(int argc, char** argv) {
       const std::string key = "," + std::string(sh.name) + ":";
       const size_t at = ("," + service_arg).find(key);
       if (at != std::string::npos)
-        have_service = std::sscanf(service_arg.c_str() + at + key.size() - 1, "%lf:%lf:%lf", &sv.t_wave_ns, &sv.tau_1_ns, &sv.tau_bw_ns) == 3;
+        have_service = std::sscanf(service_arg.c_str() + at + key.size() - 1, "%lf:%lf:%lf", &sv.t_wave_ns, &sv.tau_1_ns, &sv.tau_c_ns) == 3;
     }
     const int reps = 20000;
     volatile int sink = 0;
@@ -444,13 +470,14 @@ int main(int argc, char** argv) {
     const int c_launch = have_service ? xstage_partition::select_comm_ctas(pr, sv) : 0;
 
     __nv_bfloat16 *X, *Wt, *dst = nullptr;
-    float *Y, *gate_d;
+    __nv_bfloat16* Y;
+    float* gate_d;
     Tile* tiles_d;
     int* row_of_d;
     void* host_dst = nullptr;
     xstage::check_cuda(cudaMalloc(&X, (size_t)rows_total * K * 2), "cudaMalloc(X)");
     xstage::check_cuda(cudaMalloc(&Wt, (size_t)E * K * N * 2), "cudaMalloc(W)");
-    xstage::check_cuda(cudaMalloc(&Y, (size_t)rows_total * N * 4), "cudaMalloc(Y)");
+    xstage::check_cuda(cudaMalloc(&Y, (size_t)rows_total * N * 2), "cudaMalloc(Y)");
     cudaMalloc(&tiles_d, tiles.size() * sizeof(Tile));
     cudaMalloc(&row_of_d, row_of.size() * 4);
     cudaMalloc(&gate_d, rt.gate.size() * 4);

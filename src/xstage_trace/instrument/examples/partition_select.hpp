@@ -7,17 +7,17 @@
 //   W_comm = ceil(M/T_M^comm) ceil(ceil(N/L)/T_N^comm);  V_comm = ceil(W_comm/C);
 //   A_s = ceil((s+1) W_comp / P(C));  q(C) = V_comm(C) * rho(C);  F_s = max(A_s, F_{s-1}) + q;  T = F_{L-1};
 //   C* = argmin T, ties -> fewest empty slots in the last compute wave, then the smaller C.
-// rho(C) = max(tau_1, C * tau_bw) / t_wave: one communication wave in compute waves, where a comm tile takes
-// tau_1 ns when its CTA's own issue rate limits it and C * tau_bw ns when C CTAs share a destination of
-// aggregate bandwidth tile_bytes / tau_bw (the xstage-trace extension of §9's fixed rho; tau_bw = 0 gives it).
+// rho(C) = (tau_1 + C * tau_c) / t_wave: one communication wave in compute waves, where a comm tile takes tau_1 ns
+// with its CTA alone on the memory system and each further concurrent comm CTA adds tau_c (ρ measured on the
+// kernel, docs/model.md §9; tau_c = 0 is §9's fixed rho). Integer arithmetic in 32 bits, power-of-two tiles by shifts.
 #pragma once
 
 namespace xstage_partition {
 
 struct Service {
   double t_wave_ns;   // one compute wave (one compute tile of this K on every compute slot)
-  double tau_1_ns;    // one comm tile, CTA-issue bound
-  double tau_bw_ns;   // one comm tile's share of the destination's aggregate bandwidth (0: unbounded)
+  double tau_1_ns;    // one comm tile, its CTA alone on the memory system
+  double tau_c_ns;    // what each further concurrent comm CTA adds to a comm tile
 };
 
 struct Problem {
@@ -33,38 +33,51 @@ struct Problem {
   int max_comm_ctas;
 };
 
-inline long long cdiv(long long a, long long b) { return (a + b - 1) / b; }
+inline int cdiv(int a, int b) { return (a + b - 1) / b; }
+// ceil(a / b) for non-negative integers below 2^31 held in doubles, b < 2^16: a/b is exact when b divides a and
+// otherwise at least 1/b from an integer, far above the rounding error, so ceil of the quotient is exact.
+// (Truncation and one compare instead of ceil(), which is a libm call without SSE4.1.)
+inline double ceil_div(double a, double b) {
+  const double q = a / b;
+  const double f = (double)(long long)q;
+  return f < q ? f + 1.0 : f;
+}
 
-// Returns C* (0 if no C is legal).
+constexpr int kMaxCandidates = 64;
+
+// Returns C* (0 if no C is legal). O(E + L·C_max); the per-C work is straight-line double arithmetic.
 inline int select_comm_ctas(const Problem& p, const Service& s) {
-  const long long width = cdiv(p.hidden, p.splits);
-  long long mtiles = 0;
-  for (int e = 0; e < p.experts; ++e) mtiles += cdiv(p.rows_per_expert[e], p.tile_m);
-  const long long w_comp = mtiles * cdiv(width, p.tile_n);
-  const long long w_comm = cdiv(p.tokens, p.comm_tile_m) * cdiv(width, p.comm_tile_n);
-  int best_c = 0;
-  double best_t = 0;
-  long long best_empty = 0;
-  for (int c = 1; c <= p.max_comm_ctas; ++c) {
-    const long long slots = (long long)p.comp_per_sm * (p.num_sms - cdiv(c, p.comm_per_sm));
-    if (slots <= 0) break;
-    const double tau = s.tau_1_ns > c * s.tau_bw_ns ? s.tau_1_ns : c * s.tau_bw_ns;
-    const double q = (double)cdiv(w_comm, c) * tau / s.t_wave_ns;
+  const int width = cdiv(p.hidden, p.splits);
+  int mtiles = 0;
+  if ((p.tile_m & (p.tile_m - 1)) == 0) {  // the usual power-of-two tile: a shift per expert
+    const int sh = __builtin_ctz((unsigned)p.tile_m), add = p.tile_m - 1;
+    for (int e = 0; e < p.experts; ++e) mtiles += (p.rows_per_expert[e] + add) >> sh;
+  } else {
+    for (int e = 0; e < p.experts; ++e) mtiles += cdiv(p.rows_per_expert[e], p.tile_m);
+  }
+  const double w_comp = (double)mtiles * cdiv(width, p.tile_n);
+  const double w_comm = (double)cdiv(p.tokens, p.comm_tile_m) * cdiv(width, p.comm_tile_n);
+  const double inv_wave = 1.0 / s.t_wave_ns;
+  int n = p.max_comm_ctas < kMaxCandidates ? p.max_comm_ctas : kMaxCandidates;
+  double t[kMaxCandidates], empty[kMaxCandidates];
+  for (int i = 0; i < n; ++i) {
+    const double c = i + 1;
+    const double slots = p.comp_per_sm * (p.num_sms - ceil_div(c, p.comm_per_sm));
+    const double q = ceil_div(w_comm, c) * (s.tau_1_ns + c * s.tau_c_ns) * inv_wave;
     double f = 0;
     for (int sp = 0; sp < p.splits; ++sp) {
-      const double a = (double)cdiv((sp + 1) * w_comp, slots);
+      const double a = ceil_div((sp + 1) * w_comp, slots);
       f = (a > f ? a : f) + q;
     }
-    const long long empty = cdiv(w_comp, slots) * slots - w_comp;
-    // ties are exact in wave units: compare rounded to 1e-9 waves
-    const double t = (double)(long long)(f * 1e9 + 0.5) * 1e-9;
-    if (best_c == 0 || t < best_t || (t == best_t && empty < best_empty)) {
-      best_c = c;
-      best_t = t;
-      best_empty = empty;
-    }
+    t[i] = slots > 0 ? f : 1e300;
+    empty[i] = ceil_div(w_comp, slots) * slots - w_comp;
   }
-  return best_c;
+  int best = -1;
+  for (int i = 0; i < n; ++i) {  // ties are exact in wave units: within 1e-9 waves is a tie
+    if (t[i] >= 1e300) continue;
+    if (best < 0 || t[i] < t[best] - 1e-9 || (t[i] <= t[best] + 1e-9 && empty[i] < empty[best])) best = i;
+  }
+  return best + 1;
 }
 
 }  // namespace xstage_partition
