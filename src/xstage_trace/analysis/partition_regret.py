@@ -76,3 +76,12 @@ def fixed_c_speedup(times: pd.DataFrame, selected: dict[str, int], max_comm_ctas
     lo, hi = np.quantile(boot, [(1 - level) / 2, (1 + level) / 2])
     return {"best_fixed_c": int(cs[best]), "speedup_geomean": float(speedup), "ci_low": float(lo), "ci_high": float(hi),
             "level": level, "n_boot": n_boot, "seed": seed}
+
+
+def speedup_by_fixed_c(times: pd.DataFrame, selected: dict[str, int], max_comm_ctas: int = 16) -> dict[int, float]:
+    """Geometric-mean speedup of the selection over each fixed C = 1 … max_comm_ctas (medians over trials; docs/model.md §9)."""
+    names, cs, cube = time_cube(times, max_comm_ctas)
+    logm = np.log(np.nanmedian(cube, axis=2))
+    sel = np.array([selected[n] for n in names]) - 1
+    t_sel = logm[np.arange(len(names)), sel]
+    return {int(c): float(np.exp((logm[:, i] - t_sel).mean())) for i, c in enumerate(cs)}

@@ -35,16 +35,34 @@ def problem_of(row, max_comm_ctas: int = 16):
                             int(row["occupancy"]), int(row["occupancy"]), max_comm_ctas)
 
 
-def service_by_shape(folder: Path, dest: str, max_comm_ctas: int = 16) -> dict:
-    """Each shape's ServiceTimes fitted on the calibration run's probes (docs/model.md §9, ρ measured)."""
+def service_by_shape(folder: Path, dest: str) -> dict:
+    """Each shape's ServiceTimes read off the calibration run's probes (docs/model.md §9, ρ measured)."""
     from xstage_trace.analysis.partition_select import fit_service_times
 
     calib = _read(folder, f"probes_calib_{dest}_on")
     shapes = _read(folder, f"workloads_calib_{dest}_on").set_index("workload")["shape"]
     out = {}
     for wl, g in calib.groupby("workload"):
-        out[shapes[wl]] = fit_service_times(g["comm_ctas"], g["comp_tile_med_us"] * 1e3, g["comm_tile_med_us"] * 1e3, max_comm_ctas)
+        out[shapes[wl]] = fit_service_times(g["comm_ctas"], g["comp_tile_mean_us"] * 1e3, g["comm_tile_mean_us"] * 1e3)
     return out
+
+
+def python_solver_us(p, service, calls: int = 2000) -> float:
+    """Mean time of one ``select_comm_ctas`` call (the vectorised numpy reference, not the launcher's C++), µs."""
+    import time
+
+    from xstage_trace.analysis.partition_select import select_comm_ctas
+
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        select_comm_ctas(p, service)
+    return (time.perf_counter() - t0) / calls * 1e6
+
+
+def write_service_file(service: dict, path: Path) -> None:
+    """The launcher's ``--service`` file: one line per shape, "SHAPE N t_wave_1 … t_wave_N tau_1 … tau_N" (ns)."""
+    lines = [" ".join([k, str(len(v.tau_ns))] + [f"{x:.1f}" for x in v.t_wave_ns] + [f"{x:.1f}" for x in v.tau_ns]) for k, v in service.items()]
+    Path(path).write_text("\n".join(lines) + "\n")
 
 
 def partition_regret_doc(folder: Path, dest: str = "host", max_comm_ctas: int = 16, n_boot: int = 2000) -> dict:
@@ -52,18 +70,18 @@ def partition_regret_doc(folder: Path, dest: str = "host", max_comm_ctas: int = 
     import numpy as np
 
     from xstage_trace.analysis.partition import choose_comm_ctas, completion_columns, scaled_rho
-    from xstage_trace.analysis.partition_regret import fixed_c_speedup, regret_table
-    from xstage_trace.analysis.partition_select import predicted_completion
+    from xstage_trace.analysis.partition_regret import fixed_c_speedup, regret_table, speedup_by_fixed_c
+    from xstage_trace.analysis.partition_select import predicted_completion, select_comm_ctas
 
     folder = Path(folder)
     times = _read(folder, f"times_sweep_{dest}_off")
     wls = _read(folder, f"workloads_sweep_{dest}_off").set_index("workload")
-    service = service_by_shape(folder, dest, max_comm_ctas)
+    service = service_by_shape(folder, dest)
     selected, selected_ref, predicted = {}, {}, {}
     for name, row in wls.iterrows():
         p = problem_of(row, max_comm_ctas)
         cols = predicted_completion(p, service[row["shape"]])
-        selected[name] = choose_comm_ctas(cols)
+        selected[name] = select_comm_ctas(p, service[row["shape"]])
         predicted[name] = dict(zip(cols["comm_ctas"].tolist(), (cols["completion_ns"] / 1e6).tolist()))
         selected_ref[name] = choose_comm_ctas(completion_columns(p, scaled_rho(p)))  # §9's A100 ρ_ref, for comparison
     table = regret_table(times, selected, max_comm_ctas)
@@ -89,12 +107,19 @@ def partition_regret_doc(folder: Path, dest: str = "host", max_comm_ctas: int = 
             "c_best_any_swept": all_best,
         })
     reg = table["regret_pct"].to_numpy()
+    launcher_ns = wls["select_ns"].to_numpy(dtype=float)
     return {
         "dest": dest, "max_comm_ctas": max_comm_ctas,
-        "service_times_ns": {k: {"t_wave_ns": v.t_wave_ns, "tau_1_ns": v.tau_1_ns, "tau_c_ns": v.tau_c_ns} for k, v in service.items()},
+        "service_times_ns": {k: {"t_wave_ns": [round(x, 1) for x in v.t_wave_ns], "tau_ns": [round(x, 1) for x in v.tau_ns]} for k, v in service.items()},
         "workloads": workloads,
         "mean_regret_pct": round(float(np.mean(reg)), 3), "max_regret_pct": round(float(np.max(reg)), 3),
         "mean_regret_pct_rho_ref": round(float(ref_table["regret_pct"].mean()), 3),
         "max_regret_pct_rho_ref": round(float(ref_table["regret_pct"].max()), 3),
         "speedup_vs_best_fixed_c": speed,
+        "speedup_vs_fixed_c": {str(c): round(v, 4) for c, v in speedup_by_fixed_c(times, selected, max_comm_ctas).items()},
+        "solver_us": round(float(np.median(launcher_ns)) / 1e3, 4),
+        "solver_us_max": round(float(np.max(launcher_ns)) / 1e3, 4),
+        "solver_source": "partition_select.hpp in the launcher (gather_rs_moe), steady_clock over 20000 calls per workload on the device "
+                         "machine's CPU; median (and max) over the sweep's workloads",
+        "solver_us_python": round(python_solver_us(problem_of(wls.iloc[-1], max_comm_ctas), service[wls.iloc[-1]["shape"]]), 2),
     }

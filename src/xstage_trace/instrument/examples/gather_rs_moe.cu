@@ -20,7 +20,7 @@
 //
 //   gather_rs_moe --dest host|local --workloads SHAPE:M:SKEW:SEED:CMAX[,...] --out DIR
 //                 [--trials N] [--warmup N] [--summary] [--dump-workloads i,j] [--tag T]
-//                 [--service SHAPE:T_WAVE_NS:TAU1_NS:TAUC_NS,...]   (the launcher's selector inputs per shape)
+//                 [--service FILE]   (the launcher's selector inputs per shape: calibrated service times)
 //
 // Build: nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I src/xstage_trace/instrument/include \
 //        [-DXSTAGE_TRACE] gather_rs_moe.cu -o gather_rs_moe
@@ -296,7 +296,7 @@ struct Workload {
 };
 
 static void usage() {
-  std::fprintf(stderr, "usage: gather_rs_moe --dest host|local --workloads SHAPE:M:SKEW:SEED:CMAX[,...] --out DIR [--trials N] [--warmup N] [--summary] [--dump-workloads i,j] [--tag T] [--service SHAPE:T_WAVE_NS:TAU1_NS:TAUC_NS,...]\n");
+  std::fprintf(stderr, "usage: gather_rs_moe --dest host|local --workloads SHAPE:M:SKEW:SEED:CMAX[,...] --out DIR [--trials N] [--warmup N] [--summary] [--dump-workloads i,j] [--tag T] [--service FILE]\n");
   std::exit(2);
 }
 
@@ -335,10 +335,31 @@ static Routing route(const Workload& w) {
   return r;
 }
 
-struct Slice {  // a decoded probe slice: ns per cycle from its anchors
-  xstage::SliceMeta m;
-  double ns_per_cycle;
-};
+// --service FILE: one line per shape, "SHAPE N t_wave_1 .. t_wave_N tau_1 .. tau_N" (ns, C = 1 .. N), the
+// calibration's service times (xstage_trace.pipeline.partition_sweep.write_service_file).
+static bool read_service(const std::string& path, const char* shape, std::vector<double>& tw, std::vector<double>& tau) {
+  if (path.empty()) return false;
+  FILE* f = std::fopen(path.c_str(), "r");
+  if (!f) {
+    std::fprintf(stderr, "gather_rs_moe: cannot read --service %s\n", path.c_str());
+    std::exit(2);
+  }
+  char name[64];
+  int n;
+  bool found = false;
+  while (!found && std::fscanf(f, "%63s %d", name, &n) == 2 && n > 0 && n <= 64) {
+    std::vector<double> a(n), b(n);
+    for (double& v : a) std::fscanf(f, "%lf", &v);
+    for (double& v : b) std::fscanf(f, "%lf", &v);
+    if (std::string(name) == shape) {
+      tw = a;
+      tau = b;
+      found = true;
+    }
+  }
+  std::fclose(f);
+  return found;
+}
 
 int main(int argc, char** argv) {
   std::string dest = "host", out = ".", wl_arg, tag = "sweep", dump_arg, service_arg;
@@ -451,14 +472,9 @@ int main(int argc, char** argv) {
     // The launcher's choice (docs/model.md §9), from --service's calibrated times for this shape (c_launch = 0
     // without them: the sweep runs every C either way), timed as the launcher runs it.
     xstage_partition::Problem pr{rt.rows.data(), E, M, N, L, TM, TN, COMM_TM, COMM_TN, G, o_comp, o_comm, 16};
-    xstage_partition::Service sv{10000.0, 5000.0, 300.0};
-    bool have_service = false;
-    {
-      const std::string key = "," + std::string(sh.name) + ":";
-      const size_t at = ("," + service_arg).find(key);
-      if (at != std::string::npos)
-        have_service = std::sscanf(service_arg.c_str() + at + key.size() - 1, "%lf:%lf:%lf", &sv.t_wave_ns, &sv.tau_1_ns, &sv.tau_c_ns) == 3;
-    }
+    std::vector<double> tw(16, 30000.0), tau(16, 30000.0);  // placeholders when --service has no line for this shape
+    const bool have_service = read_service(service_arg, sh.name, tw, tau);
+    xstage_partition::Service sv{tw.data(), tau.data(), (int)tw.size()};
     const int reps = 20000;
     volatile int sink = 0;
     const auto t0 = std::chrono::steady_clock::now();

@@ -5,19 +5,20 @@
 // arithmetic as xstage_trace.analysis.partition_select.select_comm_ctas (the Python reference the tests use):
 //   R(C) = ceil(C/o_comm), P(C) = o_comp (G - R(C));  W_comp = sum_e ceil(M_e/T_M) ceil(ceil(N/L)/T_N);
 //   W_comm = ceil(M/T_M^comm) ceil(ceil(N/L)/T_N^comm);  V_comm = ceil(W_comm/C);
-//   A_s = ceil((s+1) W_comp / P(C));  q(C) = V_comm(C) * rho(C);  F_s = max(A_s, F_{s-1}) + q;  T = F_{L-1};
+//   A_s = ceil((s+1) W_comp / P(C)) t_wave(C);  q(C) = V_comm(C) tau(C);  F_s = max(A_s, F_{s-1}) + q;  T = F_{L-1};
 //   C* = argmin T, ties -> fewest empty slots in the last compute wave, then the smaller C.
-// rho(C) = (tau_1 + C * tau_c) / t_wave: one communication wave in compute waves, where a comm tile takes tau_1 ns
-// with its CTA alone on the memory system and each further concurrent comm CTA adds tau_c (ρ measured on the
-// kernel, docs/model.md §9; tau_c = 0 is §9's fixed rho). Integer arithmetic in 32 bits, power-of-two tiles by shifts.
+// Service times measured on the kernel (docs/model.md §9 with ρ measured): t_wave(C), one compute wave, and tau(C),
+// one communication wave, in ns for C = 1 .. n, read off a calibration run; A_s and q(C) = V_comm(C) tau(C) are taken
+// in ns, A_s(C) = ceil((s+1) W_comp / P(C)) t_wave(C), so that T(C) compares across C whose compute waves differ.
+// With constant tables this is §9 exactly (rho = tau / t_wave).
 #pragma once
 
 namespace xstage_partition {
 
 struct Service {
-  double t_wave_ns;   // one compute wave (one compute tile of this K on every compute slot)
-  double tau_1_ns;    // one comm tile, its CTA alone on the memory system
-  double tau_c_ns;    // what each further concurrent comm CTA adds to a comm tile
+  const double* t_wave_ns;  // [n]: one compute wave (one compute tile on every compute slot) with C = i + 1 comm CTAs
+  const double* tau_ns;     // [n]: one communication wave (one comm tile on every comm CTA) with C = i + 1
+  int n;                    // C covered: 1 .. n
 };
 
 struct Problem {
@@ -57,25 +58,25 @@ inline int select_comm_ctas(const Problem& p, const Service& s) {
   }
   const double w_comp = (double)mtiles * cdiv(width, p.tile_n);
   const double w_comm = (double)cdiv(p.tokens, p.comm_tile_m) * cdiv(width, p.comm_tile_n);
-  const double inv_wave = 1.0 / s.t_wave_ns;
   int n = p.max_comm_ctas < kMaxCandidates ? p.max_comm_ctas : kMaxCandidates;
+  if (n > s.n) n = s.n;
   double t[kMaxCandidates], empty[kMaxCandidates];
   for (int i = 0; i < n; ++i) {
     const double c = i + 1;
     const double slots = p.comp_per_sm * (p.num_sms - ceil_div(c, p.comm_per_sm));
-    const double q = ceil_div(w_comm, c) * (s.tau_1_ns + c * s.tau_c_ns) * inv_wave;
+    const double q = ceil_div(w_comm, c) * s.tau_ns[i], wave = s.t_wave_ns[i];
     double f = 0;
     for (int sp = 0; sp < p.splits; ++sp) {
-      const double a = ceil_div((sp + 1) * w_comp, slots);
+      const double a = ceil_div((sp + 1) * w_comp, slots) * wave;
       f = (a > f ? a : f) + q;
     }
     t[i] = slots > 0 ? f : 1e300;
     empty[i] = ceil_div(w_comp, slots) * slots - w_comp;
   }
   int best = -1;
-  for (int i = 0; i < n; ++i) {  // ties are exact in wave units: within 1e-9 waves is a tie
+  for (int i = 0; i < n; ++i) {  // within 1e-6 ns is a tie
     if (t[i] >= 1e300) continue;
-    if (best < 0 || t[i] < t[best] - 1e-9 || (t[i] <= t[best] + 1e-9 && empty[i] < empty[best])) best = i;
+    if (best < 0 || t[i] < t[best] - 1e-6 || (t[i] <= t[best] + 1e-6 && empty[i] < empty[best])) best = i;
   }
   return best + 1;
 }
