@@ -8,6 +8,7 @@ import json
 import math
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -188,3 +189,22 @@ def test_gather_rs_kernel_builds_without_spills(traced, tmp_path):
     assert r.returncode == 0, r.stderr
     report = r.stderr[r.stderr.index("gather_rs_kernel"):]
     assert "0 bytes spill stores, 0 bytes spill loads" in report.split("Compiling entry")[0]
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "xstage_trace", *map(str, args)], capture_output=True, text=True, timeout=600)
+
+
+def test_cli_partition_sweep_reproduces_the_shipped_regrets(shipped, tmp_path):
+    r = _cli("model", "partition-sweep", SAMPLE / "results", "--dest", "host", "--n-boot", 100, "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert [w["c_selected"] for w in doc["workloads"]] == [w["c_selected"] for w in shipped["workloads"]]
+    assert doc["mean_regret_pct"] == shipped["mean_regret_pct"] and doc["max_regret_pct"] == shipped["max_regret_pct"]
+
+
+@pytest.mark.parametrize("args", [("--dest", "peer"), ()])
+def test_cli_partition_sweep_bad_input_is_one_line_exit_2(args, tmp_path):
+    folder = SAMPLE / "results" if args else tmp_path  # an empty folder: no sweep files
+    r = _cli("model", "partition-sweep", folder, *args)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
