@@ -208,3 +208,19 @@ def test_cli_partition_sweep_bad_input_is_one_line_exit_2(args, tmp_path):
     folder = SAMPLE / "results" if args else tmp_path  # an empty folder: no sweep files
     r = _cli("model", "partition-sweep", folder, *args)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+
+
+def test_cli_model_partition_with_measured_service_picks_the_shipped_choice(shipped):
+    w = next(x for x in shipped["workloads"] if x["workload"].startswith("qwen_M8192_s0.00"))
+    par = w["parameters"]
+    r = _cli("model", "partition", "--tokens-per-expert", ",".join(map(str, par["rows_per_expert"])), "--tokens", par["tokens"],
+             "--hidden", par["hidden"], "--reduction", par["ffn"], "--splits", par["splits"], "--ranks", 1, "--num-sms", par["num_sms"],
+             "--comp-per-sm", 1, "--comm-per-sm", 1, "--service", SAMPLE / "partition_regret.json", "--service-shape", "qwen", "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["comm_ctas_best"] == w["c_selected"]
+    pred = {str(c["comm_ctas"]): c["completion_ns"] / 1e6 for c in doc["candidates"]}
+    assert pred == pytest.approx(w["predicted_ms"], rel=1e-3)  # the JSON's service times are rounded to 0.1 ns
+    bad = _cli("model", "partition", "--tokens-per-expert", "256", "--tokens", 64, "--hidden", 2048, "--reduction", 1408, "--splits", 2,
+               "--ranks", 1, "--service", SAMPLE / "partition_regret.json", "--service-shape", "mixtral")
+    assert bad.returncode == 2 and "mixtral" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1

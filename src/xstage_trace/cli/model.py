@@ -97,12 +97,18 @@ def model_partition(
     tile_n: int = typer.Option(128, "--tile-n"),
     num_sms: int = typer.Option(108, "--num-sms"),
     rho: Optional[float] = typer.Option(None, "--rho", help="measured service-time ratio (default: ρ_ref scaled, docs/model.md §9)"),
+    service: Optional[Path] = typer.Option(None, "--service", help="partition_regret.json: measured compute/comm wave times per C instead of ρ"),
+    service_shape: Optional[str] = typer.Option(None, "--service-shape", help="which shape's service times in --service"),
+    comm_tile_n: int = typer.Option(1024, "--comm-tile-n"),
+    comp_per_sm: int = typer.Option(2, "--comp-per-sm", help="o_comp: resident compute CTAs per SM"),
+    comm_per_sm: int = typer.Option(1, "--comm-per-sm", help="o_comm: resident communication CTAs per SM"),
     as_json: bool = typer.Option(False, "--json"),
 ):
     """CTA partition for GEMM2+GatherRS (docs/model.md §9): T(C) for every legal C and C*."""
     from xstage_trace.pipeline.model_eval import partition_doc
 
-    _show(partition_doc(tokens_per_expert, tokens, hidden, reduction, splits, ranks, tile_m, tile_n, num_sms, rho), as_json, "partition")
+    _show(partition_doc(tokens_per_expert, tokens, hidden, reduction, splits, ranks, tile_m, tile_n, num_sms, rho,
+                        service, service_shape, comm_tile_n, comp_per_sm, comm_per_sm), as_json, "partition")
 
 
 @model_app.command("partition-sweep")
