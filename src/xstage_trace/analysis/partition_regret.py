@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 
 def time_cube(times: pd.DataFrame, max_comm_ctas: int = 16) -> tuple[list[str], np.ndarray, np.ndarray]:
-    """Workloads, C = 1 … max_comm_ctas and the times as an array [workload, C, trial] (ms); NaN where a trial is missing."""
+    """A C sweep (docs/model.md §9 scoring) as workloads, C = 1 … max_comm_ctas and an array [workload, C, trial] of ms; NaN where a trial is missing."""
     t = times[times["comm_ctas"] <= max_comm_ctas]
     names = sorted(t["workload"].unique())
     cs = np.arange(1, max_comm_ctas + 1)

@@ -13,7 +13,7 @@ TILE_OUT_BYTES = 128 * 128 * 2  # bf16 output tile of fused_moe.cu
 
 
 def mainloop_medians_ns(dump: Path) -> tuple[float, float]:
-    """Median mainloop span of the Linear-1 and the Linear-2 tiles of one fused_moe dump (tile_info payload bit 0 = kind)."""
+    """T_L1, T_L2 of docs/model.md §6: median mainloop span of the Linear-1 and the Linear-2 tiles of one fused_moe dump (tile_info payload bit 0 = kind)."""
     from xstage_trace.collectors.probe_format import decode_probe_dump
 
     r = decode_probe_dump(dump).records.to_pandas()

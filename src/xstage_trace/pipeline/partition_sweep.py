@@ -48,7 +48,7 @@ def service_by_shape(folder: Path, dest: str) -> dict:
 
 
 def python_solver_us(p, service, calls: int = 2000) -> float:
-    """Mean time of one ``select_comm_ctas`` call (the vectorised numpy reference, not the launcher's C++), µs."""
+    """Mean time of one ``select_comm_ctas`` call (docs/model.md §9; the vectorised numpy reference, not the launcher's C++), µs."""
     import time
 
     from xstage_trace.analysis.partition_select import select_comm_ctas
@@ -57,12 +57,6 @@ def python_solver_us(p, service, calls: int = 2000) -> float:
     for _ in range(calls):
         select_comm_ctas(p, service)
     return (time.perf_counter() - t0) / calls * 1e6
-
-
-def write_service_file(service: dict, path: Path) -> None:
-    """The launcher's ``--service`` file: one line per shape, "SHAPE N t_wave_1 … t_wave_N tau_1 … tau_N" (ns)."""
-    lines = [" ".join([k, str(len(v.tau_ns))] + [f"{x:.1f}" for x in v.t_wave_ns] + [f"{x:.1f}" for x in v.tau_ns]) for k, v in service.items()]
-    Path(path).write_text("\n".join(lines) + "\n")
 
 
 def partition_regret_doc(folder: Path, dest: str = "host", max_comm_ctas: int = 16, n_boot: int = 2000) -> dict:

@@ -336,7 +336,7 @@ static Routing route(const Workload& w) {
 }
 
 // --service FILE: one line per shape, "SHAPE N t_wave_1 .. t_wave_N tau_1 .. tau_N" (ns, C = 1 .. N), the
-// calibration's service times (xstage_trace.pipeline.partition_sweep.write_service_file).
+// calibration's service times (``service_times_ns`` of partition_regret.json, one line per shape).
 static bool read_service(const std::string& path, const char* shape, std::vector<double>& tw, std::vector<double>& tau) {
   if (path.empty()) return false;
   FILE* f = std::fopen(path.c_str(), "r");
