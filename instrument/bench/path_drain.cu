@@ -302,6 +302,26 @@ static void run_rates(const std::string& dest, const std::string& out) {
   std::fclose(f);
 }
 
+// Every 16-byte word of every CTA's tile of the last ramp launch (B bytes, boxes of box_rows rows) holds the stage
+// word its box row came from: {0, CTA, index, 0x5a5a5a5a}. Prints one line; exits 5 on a mismatch.
+static void check_ramp_output(const Output& o, int K, uint32_t B, uint32_t box_rows, const std::string& dest) {
+  const uint64_t rows = rows_for(K, B);
+  std::vector<uint4> v(rows * kOutCols * 2 / 16);
+  xstage::check_cuda(cudaMemcpy(v.data(), o.dev, v.size() * 16, cudaMemcpyDefault), "cudaMemcpy(check)");
+  const uint32_t words_per_row = kOutCols * 2 / 16, words_per_seg = kTileRowBytes / 16, tile_rows = B / kTileRowBytes;
+  size_t bad = 0, checked = 0;
+  for (int k = 0; k < K; ++k)
+    for (uint32_t r = 0; r < tile_rows; ++r)
+      for (uint32_t c = 0; c < words_per_seg; ++c) {
+        const uint64_t row = (uint64_t)(k / kColBlocks) * tile_rows + r;
+        const uint4 w = v[row * words_per_row + (k % kColBlocks) * words_per_seg + c];
+        bad += !(w.x == 0 && w.y == (uint32_t)k && w.z == (r % box_rows) * words_per_seg + c && w.w == 0x5a5a5a5au);
+        ++checked;
+      }
+  std::printf("ramp_check dest=%s B=%u words=%zu mismatched=%zu %s\n", dest.c_str(), B, checked, bad, bad ? "FAIL" : "ok");
+  if (bad) std::exit(5);
+}
+
 static void run_ramp(const std::string& dest, const std::string& out, int rep) {
   const int K = 132, bursts = 12;
   const std::vector<uint32_t> Bs = {8192, 16384, 32768, 65536, 98304, 131072, 196608, 262144, 393216, 524288};
@@ -331,7 +351,28 @@ static void run_ramp(const std::string& dest, const std::string& out, int rep) {
     std::snprintf(name, sizeof(name), "%s/ramp_%s_K%d_B%u_rep%d.xsp", out.c_str(), dest.c_str(), K, B, rep);
     tb.write_dump(name, kEventNames, label, 0, 0);
     std::printf("ramp dest=%s B=%u V=%.0f rep=%d kernel_ms=%.3f\n", dest.c_str(), B, V, rep, ms);
+    if (B == Bmax) check_ramp_output(o, K, B, box_rows, dest);
   }
+}
+
+// Every 16-byte word of every CTA's tile holds what the last round's stage put there: {acc, last round, CTA, stage
+// index}. Prints one line; exits 5 on a mismatch.
+static void check_load_output(const Output& o, int K, int rounds, const std::string& dest) {
+  const uint64_t rows = rows_for(K, kStageBytes);
+  std::vector<uint4> v(rows * kOutCols * 2 / 16);
+  xstage::check_cuda(cudaMemcpy(v.data(), o.dev, v.size() * 16, cudaMemcpyDefault), "cudaMemcpy(check)");
+  const uint32_t words_per_row = kOutCols * 2 / 16, words_per_seg = kTileRowBytes / 16, tile_rows = kStageBytes / kTileRowBytes;
+  size_t bad = 0, checked = 0;
+  for (int k = 0; k < K; ++k)
+    for (uint32_t r = 0; r < tile_rows; ++r)
+      for (uint32_t c = 0; c < words_per_seg; ++c) {
+        const uint64_t row = (uint64_t)(k / kColBlocks) * tile_rows + r;
+        const uint4 w = v[row * words_per_row + (k % kColBlocks) * words_per_seg + c];
+        bad += !(w.y == (uint32_t)(rounds - 1) && w.z == (uint32_t)k && w.w == r * words_per_seg + c);
+        ++checked;
+      }
+  std::printf("load_check dest=%s words=%zu mismatched=%zu %s\n", dest.c_str(), checked, bad, bad ? "FAIL" : "ok");
+  if (bad) std::exit(5);
 }
 
 static void run_load(const std::string& dest, const std::string& out) {
@@ -367,6 +408,7 @@ static void run_load(const std::string& dest, const std::string& out) {
     std::snprintf(name, sizeof(name), "%s/load_%s_K%d_X%.0f.xsp", out.c_str(), dest.c_str(), K, X);
     tb.write_dump(name, kEventNames, label, 0, 0);
     std::fprintf(f, "%s,%d,%u,%.0f,%d,%.5f\n", dest.c_str(), K, B, X, rounds, ms);
+    check_load_output(o, K, rounds, dest);
     std::printf("load dest=%s X=%.0f ns kernel_ms=%.4f store_gbps=%.2f\n", dest.c_str(), X, ms, (double)K * B * rounds / (ms * 1e6));
   }
   std::fclose(f);
