@@ -66,7 +66,7 @@ def timed(fn) -> float:
 
 def in_process(root: Path) -> dict[str, float]:
     """Seconds of each step in one process (a fresh collection; the table3 view is built on first use)."""
-    from xstage_trace.collection import open_collection
+    from xstage_trace.dataset.collection import open_collection
 
     out = {}
     t = time.perf_counter()

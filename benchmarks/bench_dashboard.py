@@ -24,7 +24,7 @@ PAGES = ["overview", "timeline", "tiles", "bursts", "calibration", "whatif", "co
 
 def synthetic_run(work: Path, copies: int) -> Path:
     """Link every traced dump ``copies`` times under new names and analyze them with the nsys report."""
-    from xstage_trace.runner import analyze_inputs
+    from xstage_trace.pipeline.runner import analyze_inputs
 
     dumps = work / "dumps"
     dumps.mkdir(parents=True, exist_ok=True)
@@ -47,7 +47,7 @@ def apptest_times(run: Path, reruns: int = 5) -> None:
 
     print("| page | first load s | rerun median s | rerun max s |\n|---|---|---|---|")
     for page in PAGES:
-        at = AppTest.from_file(str(ROOT / "app" / "main.py"), default_timeout=600)
+        at = AppTest.from_file(str(ROOT / "src" / "xstage_trace" / "app" / "main.py"), default_timeout=600)
         at.session_state["run_paths"] = [str(run), str(run)]
         t = time.perf_counter()
         at.run()
@@ -62,7 +62,7 @@ def apptest_times(run: Path, reruns: int = 5) -> None:
             times.append(time.perf_counter() - t)
         print(f"| {page} | {first:.2f} | {statistics.median(times):.2f} | {max(times):.2f} |")
     print("\n| interaction | s |\n|---|---|")
-    at = AppTest.from_file(str(ROOT / "app" / "main.py"), default_timeout=600)
+    at = AppTest.from_file(str(ROOT / "src" / "xstage_trace" / "app" / "main.py"), default_timeout=600)
     at.session_state["run_paths"] = [str(run)]
     at.run()
     at.switch_page("views/timeline.py").run()

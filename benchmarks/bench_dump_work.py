@@ -1,6 +1,6 @@
 """Per-dump work of the streaming analyze on one core: both passes over the 8 real fused-kernel dumps.
 
-Runs ``xstage_trace.stream.analyze_streaming`` in this process (``workers=1``: no pool, so the figure
+Runs ``xstage_trace.pipeline.stream.analyze_streaming`` in this process (``workers=1``: no pool, so the figure
 is one core's and does not depend on what else the machine runs, as long as one core is free) over
 ``sample_traces/h200_fused_moe/traced`` with its nsys report and ``calibration_host.json``: pass 1 over
 the 4 control dumps, pass 2 over all 8, Table 3. The plan (dump headers, nsys export, alignment) is
@@ -36,10 +36,10 @@ def main() -> None:
     ap.add_argument("--copies", type=int, default=0, help="analyse N synthetic copies of every dump instead")
     args = ap.parse_args()
 
-    from xstage_trace.analyses import AnalysisContext
-    from xstage_trace.calibration_io import load_platform
+    from xstage_trace.pipeline.analyses import AnalysisContext
+    from xstage_trace.collectors.calibration_io import load_platform
     from xstage_trace.collectors.collect import plan_run
-    from xstage_trace.stream import analyze_streaming
+    from xstage_trace.pipeline.stream import analyze_streaming
 
     scratch = Path(tempfile.mkdtemp(prefix="xstage-bench-dump-work-synthetic-" if args.copies else "xstage-bench-dump-work-"))
     dumps = TRACED

@@ -14,7 +14,7 @@ from xstage_trace.collectors.nsys_names import METRIC_PATTERNS
 from xstage_trace.reports.chrome_export import write_chrome
 from xstage_trace.reports.perfetto_export import write_perfetto
 from xstage_trace.reports.trace_model import build_timeline
-from xstage_trace.runner import analyze_inputs
+from xstage_trace.pipeline.runner import analyze_inputs
 
 ROOT = Path(__file__).resolve().parents[1] / "sample_traces"
 

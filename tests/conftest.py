@@ -63,7 +63,7 @@ def tmp_copy(tmp_path):
 
 def analyze_sample(out: Path, nvtx: str | None = None, warmup_launches: int = 0) -> Path:
     """analyze the traced fused-kernel report + dumps (with the host calibration) into ``out``."""
-    from xstage_trace.runner import analyze_inputs
+    from xstage_trace.pipeline.runner import analyze_inputs
 
     traced = FUSED / "traced"
     analyze_inputs([next(traced.glob("*.nsys-rep")), traced], out, calibration=CALIB / "calibration_host.json", nvtx=nvtx,
@@ -96,7 +96,7 @@ def fused_run_dir(fused_run) -> Path:
 def partial_runs(tmp_path_factory) -> dict[str, Path]:
     """Runs that lack one input each: ``no_probes`` (nsys report only), ``no_nsys`` (probe dumps
     only), ``no_calibration`` (both, analyzed without --calibration)."""
-    from xstage_trace.runner import analyze_inputs
+    from xstage_trace.pipeline.runner import analyze_inputs
 
     base = tmp_path_factory.mktemp("partial_runs")
     rep, dumps = FUSED / "traced" / "fused_reference.nsys-rep", FUSED / "traced"
@@ -111,7 +111,7 @@ def partial_runs(tmp_path_factory) -> dict[str, Path]:
 @pytest.fixture(scope="session")
 def calibration_run_dir(tmp_path_factory) -> Path:
     """The shipped quick calibration sweep (22 benchmark dumps), analyzed once: a run with calibration points."""
-    from xstage_trace.runner import analyze_inputs
+    from xstage_trace.pipeline.runner import analyze_inputs
 
     out = tmp_path_factory.mktemp("calibration_run") / "quick.xstage-run"
     analyze_inputs(sorted((CALIB / "quick").glob("*.xsp*")), out)

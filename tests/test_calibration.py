@@ -19,7 +19,7 @@ import pytest
 from conftest import CALIB, REFERENCE, SAMPLES
 from xstage_trace.analysis.calibration_fit import CalibratedPlatform, fit_calibration, validate
 from xstage_trace.analysis.calibration_points import calibration_points
-from xstage_trace.calibration_io import load_platform_from_doc, period_errors_of
+from xstage_trace.collectors.calibration_io import load_platform_from_doc, period_errors_of
 from xstage_trace.collectors.collect import collect
 
 PEER = SAMPLES / "h200x2_peer"
@@ -48,7 +48,7 @@ def fit_ref(reference):
 
 def drain_limited(points: pd.DataFrame) -> pd.DataFrame:
     """By hand: the host periodic launches whose median issue is ≥ 2× the smallest median issue of
-    any launch (periodic or isolated) of the same (K, B), with their V / period (spec §3: the
+    any launch (periodic or isolated) of the same (K, B), with their V / period (docs/model.md §3: the
     drain-limited period is V/R at any gap)."""
     h = points[points["dest"] == "host"]
     smallest = h.groupby(["K", "B"])["tiss_med_ns"].min()
@@ -348,7 +348,7 @@ def test_points_from_dumps_match_the_committed_reduction():
 
 
 def test_version1_json_still_loads_and_reports(tmp_path):
-    from xstage_trace.runner import write_report
+    from xstage_trace.pipeline.runner import write_report
 
     doc = json.loads((DATA / "calibration_host_v1.json").read_text())
     assert doc["calibration_version"] == 1
@@ -365,7 +365,7 @@ def test_version1_json_still_loads_and_reports(tmp_path):
 
 
 def test_report_text_names_both_lines_and_the_validation(tmp_path, fit_ours, reference):
-    from xstage_trace.calibration_io import calibration_document, validation_document
+    from xstage_trace.collectors.calibration_io import calibration_document, validation_document
     from xstage_trace.reports.calibration import calibration_report
 
     v = validate(fit_ours, reference)
@@ -379,7 +379,7 @@ def test_report_text_names_both_lines_and_the_validation(tmp_path, fit_ours, ref
 
 def test_report_figures_show_measured_and_predicted(tmp_path):
     from xstage_trace.reports.calibration import calibration_figures
-    from xstage_trace.runner import write_report
+    from xstage_trace.pipeline.runner import write_report
 
     doc = json.loads((CALIB / "calibration_host.json").read_text())
     pts = pd.read_csv(CALIB / "calibration_points.csv")

@@ -13,7 +13,7 @@ import pytest
 from conftest import CALIB
 from xstage_trace.collectors.align import align_dumps
 from xstage_trace.collectors.collect import collect
-from xstage_trace.collectors.dataset import read_run, write_run
+from xstage_trace.dataset.run_folder import read_run, write_run
 from xstage_trace.base.schema import TABLES
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-INC = ROOT / "instrument" / "include"
+INC = ROOT / "src" / "xstage_trace" / "instrument" / "include"
 NVCC = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if Path("/usr/local/cuda/bin/nvcc").exists() else None)
 needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc not installed")
 ARCH = "-gencode=arch=compute_90a,code=sm_90a"
@@ -46,7 +46,7 @@ def test_probe_ptx(traced, tmp_path):
 @pytest.mark.parametrize("traced", [False, True])
 def test_sources_build_for_sm90a(src, traced, tmp_path):
     out = tmp_path / "bin"
-    r = nvcc(ROOT / "instrument" / src, out, "-O3", ARCH, "-Xptxas", "-v", *(["-DXSTAGE_TRACE"] if traced else []))
+    r = nvcc(ROOT / "src" / "xstage_trace" / "instrument" / src, out, "-O3", ARCH, "-Xptxas", "-v", *(["-DXSTAGE_TRACE"] if traced else []))
     assert out.is_file()
     assert "0 bytes spill stores" in r.stderr
 
@@ -58,7 +58,7 @@ def _gpu() -> bool:
 @pytest.mark.gpu
 @pytest.mark.skipif(not _gpu(), reason="no NVIDIA GPU on this machine")
 def test_calibration_quick_sweep_on_gpu(tmp_path):
-    from xstage_trace.runner import run_calibration
+    from xstage_trace.pipeline.runner import run_calibration
 
     doc = run_calibration("host", tmp_path, quick=True, binary=None, nvcc=NVCC)
     assert 40 <= doc["rate_gbps"] <= 120
@@ -69,7 +69,7 @@ def test_calibration_quick_sweep_on_gpu(tmp_path):
 @pytest.mark.skipif(not _gpu(), reason="no NVIDIA GPU on this machine")
 def test_fused_kernel_on_gpu(tmp_path):
     exe = tmp_path / "fused"
-    nvcc(ROOT / "instrument" / "examples" / "fused_moe.cu", exe, "-O3", ARCH, "-DXSTAGE_TRACE")
+    nvcc(ROOT / "src" / "xstage_trace" / "instrument" / "examples" / "fused_moe.cu", exe, "-O3", ARCH, "-DXSTAGE_TRACE")
     r = subprocess.run([str(exe), "--dest", "local", "--shape", "S1", "--trials", "2", "--out", str(tmp_path)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert "rel_err" in r.stdout and len(list(tmp_path.glob("*.xsp"))) == 2

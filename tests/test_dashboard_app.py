@@ -14,7 +14,7 @@ from conftest import ROOT
 pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
-APP = str(ROOT / "app" / "main.py")
+APP = str(ROOT / "src" / "xstage_trace" / "app" / "main.py")
 PAGES = ["overview", "timeline", "tiles", "bursts", "calibration", "whatif", "compare"]
 
 
@@ -135,7 +135,7 @@ def test_whatif_matches_the_burst_gap_law_by_hand_and_follows_the_sliders(fused_
     vol = v["whatif_k"] * v["whatif_b"] * 1024
     drain_us = vol / v["whatif_r"] / 1e3
     span_wave = max(v["whatif_t0"], drain_us - v["whatif_l2"])  # Eq. 1 at the wave gap G = T_L2
-    g_int = v["whatif_l2"] + v["whatif_n1"] / v["whatif_n2"] * v["whatif_l1"]  # spec §6
+    g_int = v["whatif_l2"] + v["whatif_n1"] / v["whatif_n2"] * v["whatif_l1"]  # docs/model.md §6
     span_int = max(v["whatif_t0"], drain_us - g_int)
     assert _metric(at, "expert-wave: predicted stall (µs)") == f"{max(span_wave - v['whatif_l2'], 0):.2f}"
     assert _metric(at, "interleaved: predicted stall (µs)") == f"{max(span_int - v['whatif_l1'], 0):.2f}"

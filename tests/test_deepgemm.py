@@ -79,7 +79,7 @@ HOST_WAITS = [[WAIT_NS, WAIT_NS + 3000, WAIT_NS], [WAIT_NS] * TILES]  # CTA 0 wa
 @pytest.fixture(scope="module")
 def dg_run(tmp_path_factory):
     from xstage_trace import open_run
-    from xstage_trace.runner import analyze_inputs
+    from xstage_trace.pipeline.runner import analyze_inputs
 
     d = tmp_path_factory.mktemp("dg")
     dumps = d / "dumps"
@@ -196,7 +196,7 @@ SHAPE = re.compile(r"^m(\d+)n(\d+)k\d+$")
 def h200_run(tmp_path_factory):
     """The committed H200 run's probe dumps (the results tarball in sample_traces/h200_deepgemm), analyzed."""
     from xstage_trace import open_run
-    from xstage_trace.runner import analyze_inputs
+    from xstage_trace.pipeline.runner import analyze_inputs
 
     tmp = tmp_path_factory.mktemp("h200_dg")
     tars = sorted((ROOT / "sample_traces/h200_deepgemm").glob("results*.tar*"))
@@ -246,7 +246,7 @@ def _summarize():
     """instrument/recipes/runs/deepgemm_sm90/summarize.py (a script beside the bench, not a package module)."""
     import importlib.util
 
-    path = ROOT / "instrument/recipes/runs/deepgemm_sm90/summarize.py"
+    path = ROOT / "src/xstage_trace/instrument/recipes/runs/deepgemm_sm90/summarize.py"
     spec = importlib.util.spec_from_file_location("dg_summarize", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

@@ -12,7 +12,7 @@ import pytest
 
 from conftest import FUSED
 from xstage_trace.base.errors import InputError
-from xstage_trace.collectors.distributed import local_workers, map_dumps
+from xstage_trace.pipeline.distributed import local_workers, map_dumps
 from xstage_trace.collectors.probe_format import decode_probe_dump
 
 # the workers import this module's functions by value (tests/ is not an installed package)
@@ -80,6 +80,6 @@ def test_local_needs_a_worker_count(spec):
 
 
 def test_unreachable_scheduler_is_an_input_error(dumps, monkeypatch):
-    monkeypatch.setattr("xstage_trace.collectors.distributed.CONNECT_TIMEOUT_S", 2)
+    monkeypatch.setattr("xstage_trace.pipeline.distributed.CONNECT_TIMEOUT_S", 2)
     with pytest.raises(InputError, match="cannot reach the Dask scheduler at tcp://127.0.0.1:9"):
         map_dumps(reduce_dump, dumps[:1], "tcp://127.0.0.1:9")

@@ -24,7 +24,7 @@ KEYS = ["rank", "dump", "cta", "tile"]
 def kv_run(tmp_path_factory):
     from xstage_trace import open_run
     from xstage_trace.analysis.piggyback import kv_step_spans, qloop_tiles
-    from xstage_trace.runner import analyze_inputs
+    from xstage_trace.pipeline.runner import analyze_inputs
 
     dumps = sorted((KV / "dumps").glob("*.xsp*"))
     assert len(dumps) == 20, "sample_traces/h200_fa3_kv_steps/dumps should hold the run's 20 probe dumps"

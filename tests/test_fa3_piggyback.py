@@ -1,4 +1,4 @@
-"""FA3 traced tiles (recipe fa3) and the spec §7 piggyback audit: hand-built dumps with known spans,
+"""FA3 traced tiles (recipe fa3) and the docs/model.md §7 piggyback audit: hand-built dumps with known spans,
 hand-computed K/V block counts, the paper's §7 numbers, and the piggyback command as a user runs it."""
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ HOST = [[(tile_id(0, 0, 0), 0, 3000, 300), (tile_id(2, 0, 0), 3400, 9000, 300), 
 
 @pytest.fixture(scope="module")
 def fa3_run(tmp_path_factory):
-    from xstage_trace.runner import analyze_inputs
+    from xstage_trace.pipeline.runner import analyze_inputs
 
     d = tmp_path_factory.mktemp("fa3")
     dumps = d / "dumps"
@@ -107,7 +107,7 @@ def test_qloop_tiles_kv_step_columns_by_hand(tmp_path):
     tile without them 0 steps and NaN (the control run of ``fa3_run``, written without them, is checked too)."""
     from xstage_trace import open_run
     from xstage_trace.analysis.piggyback import kv_step_spans
-    from xstage_trace.runner import analyze_inputs
+    from xstage_trace.pipeline.runner import analyze_inputs
 
     tile = tile_id(0, 0, 0)
     # mainloop 0..10000, K/V steps of blocks 2, 1, 0: 0..3000, 3000..6500, 6500..9000, epilogue 10000..10400
@@ -143,7 +143,7 @@ def test_kv_sampled_tiles_are_every_kth_of_each_cta(tmp_path):
     """With the recipe's tile sampling (the mainloop begin payload S = 2), a CTA's tiles 0, 2, 4, ... in its order are
     the sampled ones: CTA 0's first and third tile, CTA 1's first (CONTROL's two CTAs, by hand)."""
     from xstage_trace import open_run
-    from xstage_trace.runner import analyze_inputs
+    from xstage_trace.pipeline.runner import analyze_inputs
 
     dumps = tmp_path / "dumps"
     dumps.mkdir()
@@ -175,7 +175,7 @@ def _control_tiles(producers: int, sigma_ns: float, kv: int, seqlen: int, bm: in
 
 
 def test_audit_reproduces_the_papers_fa4_numbers():
-    # spec §7: b_m = 128, d = 128, bf16, K = 148: B_t = 32 KiB, V ≈ 4.6 MiB, G* ≈ 6.0 µs at R ≈ 717 GB/s and
+    # docs/model.md §7: b_m = 128, d = 128, bf16, K = 148: B_t = 32 KiB, V ≈ 4.6 MiB, G* ≈ 6.0 µs at R ≈ 717 GB/s and
     # T_iss^0 ≈ 0.76 µs; σ ≈ 0.79 µs per KV tile gives M_ub* ≈ 1.0 K tokens; b^iso ≈ 4.1 MiB < Q ≈ 4.25 MiB
     mib = 1 << 20
     model = PlatformModel(rate_gbps=717.0, issue_floor_ns={(148, 32768): 760.0}, capacity_by_producers={148: 4.25 * mib}, store_path="peer")
@@ -237,7 +237,7 @@ def test_piggyback_command_rejects_a_run_without_fa3_tiles(tmp_path):
     dumps = tmp_path / "dumps"
     dumps.mkdir()
     write_fa3_dump(dumps / "other.xsp", CONTROL, "kernel=other dest=local")
-    from xstage_trace.runner import analyze_inputs
+    from xstage_trace.pipeline.runner import analyze_inputs
 
     analyze_inputs([dumps], tmp_path / "run")
     out = tmp_path / "pb.md"

@@ -17,7 +17,7 @@ FA3 = SAMPLES / "h200_fa3"
 def fa3_tiles(tmp_path_factory):
     from xstage_trace import open_run
     from xstage_trace.analysis.piggyback import qloop_tiles
-    from xstage_trace.runner import analyze_inputs
+    from xstage_trace.pipeline.runner import analyze_inputs
 
     dumps = sorted((FA3 / "dumps").glob("*.xsp*"))
     assert dumps, "sample_traces/h200_fa3/dumps holds no probe dumps"

@@ -18,7 +18,7 @@ from xstage_trace.base.errors import InputError
 from xstage_trace.collectors.fa4_records import pack_tile_ids, rows_to_slices, write_fa4_dump
 from xstage_trace.collectors.probe_format import decode_probe_dump
 
-CONVERT = Path(__file__).resolve().parents[1] / "instrument/recipes/runs/fa4/convert.py"
+CONVERT = Path(__file__).resolve().parents[1] / "src/xstage_trace/instrument/recipes/runs/fa4/convert.py"
 LABEL = ("kernel=fa4 dest=local shape=b1h2s256n tiles=3 ctas=4 slice=sm batch=1 heads=2 seqlen=256 causal=0 "
          "block_m=128 block_n=128 head_dim=128 out_bytes=2 trial=0")
 
@@ -80,7 +80,7 @@ def test_decoded_dump_has_the_hand_computed_spans_and_tile_ids(tmp_path):
 
 def test_piggyback_tiles_take_the_next_tile_on_the_same_sm_as_the_gap(tmp_path):
     from xstage_trace import open_run
-    from xstage_trace.runner import analyze_inputs
+    from xstage_trace.pipeline.runner import analyze_inputs
 
     dumps = tmp_path / "dumps"
     dumps.mkdir()

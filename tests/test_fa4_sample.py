@@ -20,7 +20,7 @@ FA4 = SAMPLES / "h200_fa4"
 def fa4_run(tmp_path_factory):
     from xstage_trace import open_run
     from xstage_trace.analysis.piggyback import qloop_tiles
-    from xstage_trace.runner import analyze_inputs
+    from xstage_trace.pipeline.runner import analyze_inputs
 
     assert sorted((FA4 / "dumps").glob("*.xsp*")), "sample_traces/h200_fa4/dumps holds no probe dumps"
     out = tmp_path_factory.mktemp("fa4") / "run"

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-COMPILE = ROOT / "instrument" / "recipes" / "compile"
+COMPILE = ROOT / "src" / "xstage_trace" / "instrument" / "recipes" / "compile"
 EPILOGUES = ROOT / "tests" / "cuda" / "flux_epilogues.cu"
 META = "bf16_bf16_void_bf16_fp32_fp32_sm80_a100_reducescatter_rcr_gemmv2_false_false_intranode"
 # three configurations; the first name is a prefix of the second's
@@ -205,7 +205,7 @@ def build_epilogues(out: Path, arch: str, traced: bool) -> None:
     nvcc = shutil.which("nvcc")
     if nvcc is None:
         pytest.skip("nvcc not installed")
-    cmd = [nvcc, "-std=c++17", f"-I{ROOT / 'instrument' / 'include'}", f"-I{ROOT / 'instrument' / 'recipes' / 'files' / 'flux' / 'src'}",
+    cmd = [nvcc, "-std=c++17", f"-I{ROOT / 'src' / 'xstage_trace' / 'instrument' / 'include'}", f"-I{ROOT / 'src' / 'xstage_trace' / 'instrument' / 'recipes' / 'files' / 'flux' / 'src'}",
            f"-gencode=arch=compute_{arch[3:]},code={arch}", *(["-DXSTAGE_TRACE"] if traced else []), str(EPILOGUES), "-o", str(out)]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr

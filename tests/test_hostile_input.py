@@ -212,7 +212,7 @@ def test_o_inside_an_input_folder_is_refused(xs, tmp_path):
 
 def test_a_run_folder_that_holds_an_input(tmp_path):
     """check_output_against_inputs on its own: replacing the folder would delete the input."""
-    from xstage_trace.collectors.dataset import check_output_against_inputs
+    from xstage_trace.dataset.run_folder import check_output_against_inputs
 
     with pytest.raises(InputError, match="holds the input"):
         check_output_against_inputs(tmp_path / "run", [tmp_path / "run" / "sub" / "export.sqlite"])
@@ -344,7 +344,7 @@ def test_sigterm_while_writing_leaves_nothing(tmp_path):
     script = textwrap.dedent(f"""
         import os, signal, sys
         import pyarrow.parquet as pq
-        import xstage_trace.collectors.dataset as ds
+        import xstage_trace.dataset.run_folder as ds
         real = pq.write_table
         def write_then_term(*a, **k):
             real(*a, **k)
@@ -562,7 +562,7 @@ def test_calibration_points_with_an_unknown_mode(xs, tmp_path):
 
 
 def test_a_fit_without_drain_limited_launches_is_never_written(xs, tmp_path):
-    """R is identified only by drain-limited launches (spec §3; at any gap, Eq. 1): with the largest
+    """R is identified only by drain-limited launches (docs/model.md §3; at any gap, Eq. 1): with the largest
     gap alone (every (K, B) once, none backpressured against its own floor) no R exists."""
     df = pd.read_csv(REFERENCE / "h200_burst_gap_sweep.csv")
     df = df[(df["dest"] == "host") & (df["gap_ns"] == df["gap_ns"].max())]
@@ -629,7 +629,7 @@ def test_model_sequence_checks_its_calibration_too(xs, tmp_path):
 @pytest.mark.parametrize("name", ["h200_calibration/calibration_host.json", "h200_calibration/calibration_local.json",
                                   "h200x2_peer/calibration_peer0to1.json", "h200x2_peer/calibration_peer1to0.json"])
 def test_the_sample_calibrations_still_load(name):
-    from xstage_trace.calibration_io import load_platform
+    from xstage_trace.collectors.calibration_io import load_platform
 
     doc = json.loads((SAMPLES / name).read_text())
     m = load_platform(SAMPLES / name)

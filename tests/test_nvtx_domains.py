@@ -21,7 +21,7 @@ import pytest
 from conftest import FUSED
 from xstage_trace import open_run
 from xstage_trace.collectors.nsys_reader import read_nsys_export
-from xstage_trace.runner import analyze_inputs
+from xstage_trace.pipeline.runner import analyze_inputs
 
 TABLES = ("NVTX_EVENTS", "StringIds", "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "META_DATA_EXPORT",
           "TARGET_INFO_SESSION_START_TIME")

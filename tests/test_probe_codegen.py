@@ -17,7 +17,7 @@ from xstage_trace.instrument import codegen_check as cc
 from xstage_trace.instrument import include_dir
 
 ROOT = Path(__file__).resolve().parents[1]
-FUSED = ROOT / "instrument" / "examples" / "fused_moe.cu"
+FUSED = ROOT / "src" / "xstage_trace" / "instrument" / "examples" / "fused_moe.cu"
 TOOLS = cc.find_toolchain()
 needs_cuda = pytest.mark.skipif(TOOLS is None, reason="nvcc or nvdisasm not installed")
 

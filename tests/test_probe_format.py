@@ -107,5 +107,5 @@ def test_real_overflowed_buffers():
 
 def test_dtypes_match_the_header_layout():
     assert (HEADER_DTYPE.itemsize, SLICE_DTYPE.itemsize, RECORD_DTYPE.itemsize) == (448, 48, 16)
-    header = (CALIB.parents[1] / "instrument" / "include" / "xstage" / "host.hpp").read_text()
+    header = (CALIB.parents[1] / "src" / "xstage_trace" / "instrument" / "include" / "xstage" / "host.hpp").read_text()
     assert 'sizeof(FileHeader) == 448' in header

@@ -383,7 +383,7 @@ def test_megamoe_recipe_on_fixture_brackets_mma_epilogue_and_nvlink_barrier(mm_t
 
 
 REPO = Path(__file__).resolve().parents[1]
-PROBE_HEADER = "instrument/include/xstage/probe.cuh"
+PROBE_HEADER = "src/xstage_trace/instrument/include/xstage/probe.cuh"
 
 
 @pytest.mark.parametrize("target, tree", [("deepgemm-sm90", "dg_tree"), ("deepgemm-megamoe", "mm_tree")])

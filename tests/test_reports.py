@@ -1,5 +1,5 @@
 """xstage-trace report: report.md (verdict first, scoped numbers, < 60 KB), figures, offline HTML;
-the spec §5 verdict rule."""
+the docs/model.md §5 verdict rule."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def test_report_md_fits_a_pr_comment_with_verdict_first(report_dir):
     assert len(md.encode()) < 60_000
     headings = re.findall(r"^## (.+)$", md, flags=re.M)
     assert headings[0] == "Verdict"
-    assert {"Table 3 (spec §5)", "Burst audit (spec §4)", "Calibration residuals", "Backpressured tiles, worst first"} <= set(headings)
+    assert {"Table 3 (docs/model.md §5)", "Burst audit (docs/model.md §4)", "Calibration residuals", "Backpressured tiles, worst first"} <= set(headings)
     # every section with numbers names its timing scope (the Run section holds none)
     for block in re.split(r"^## ", md, flags=re.M)[1:]:
         if not block.startswith("Run"):
@@ -51,7 +51,7 @@ def test_report_html_is_self_contained(report_dir):
     html = (report_dir / "report.html").read_text()
     assert "<script src" not in html.replace(" ", "") and not re.search(r"<(script|link)[^>]+(src|href)=['\"]?https?:", html)
     assert html.count("Plotly.newPlot(") == 4  # the four interactive figures, plotly.js inlined once
-    assert "Table 3 (spec §5)" in html
+    assert "Table 3 (docs/model.md §5)" in html
 
 
 def test_verdict_names_the_stall_bound_configurations(fused_run):
@@ -103,7 +103,7 @@ def test_markdown_cuts_long_tables_to_fit_and_keeps_the_callers_sections():
 def test_report_of_a_calibration_run_has_no_stall_verdict_but_its_fit(tmp_path):
     from conftest import CALIB
     from xstage_trace.reports.run_report import write_run_report
-    from xstage_trace.runner import analyze_inputs
+    from xstage_trace.pipeline.runner import analyze_inputs
 
     analyze_inputs([CALIB / "quick"], tmp_path / "cal.run")
     write_run_report(open_run(tmp_path / "cal.run"), tmp_path / "rep")

@@ -13,14 +13,14 @@ import pyarrow.parquet as pq
 import pytest
 
 import xstage_trace
-import xstage_trace.stream as stream
+import xstage_trace.pipeline.stream as stream
 from conftest import CALIB, FUSED, SAMPLES, SAMPLE_WARMUPS
-from xstage_trace.analyses import AnalysisContext, analyze_frames
+from xstage_trace.pipeline.analyses import AnalysisContext, analyze_frames
 from xstage_trace.base.schema import conform
-from xstage_trace.calibration_io import load_platform
+from xstage_trace.collectors.calibration_io import load_platform
 from xstage_trace.collectors.collect import collect
 from xstage_trace.collectors.probe_format import decode_probe_dump
-from xstage_trace.runner import analyze_inputs
+from xstage_trace.pipeline.runner import analyze_inputs
 
 HOST_CAL = CALIB / "calibration_host.json"
 SAMPLE_RUNS = {  # name → (inputs, calibration, warm-up launches)

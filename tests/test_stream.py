@@ -5,9 +5,9 @@ from __future__ import annotations
 import pandas as pd
 
 import xstage_trace
-import xstage_trace.stream as stream
+import xstage_trace.pipeline.stream as stream
 from conftest import FUSED
-from xstage_trace.runner import analyze_inputs
+from xstage_trace.pipeline.runner import analyze_inputs
 
 
 def test_worker_processes_give_the_same_run(tmp_path, monkeypatch):

@@ -8,8 +8,8 @@ from scipy.stats import spearmanr
 
 from conftest import FUSED
 from xstage_trace.analysis.stall import stall_summary
-from xstage_trace.runner import analyze_inputs
-from xstage_trace.collectors.dataset import read_run
+from xstage_trace.pipeline.runner import analyze_inputs
+from xstage_trace.dataset.run_folder import read_run
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +49,7 @@ def test_interleaving_recovers_the_spans(fused_run):
         s_w = wave[wave["tile_kind"] == "linear2"]["rs_span_ns"].median()
         s_i = inter[inter["tile_kind"] == "linear2"]["rs_span_ns"].median()
         cover_i = inter[inter["tile_kind"] == "linear1"]["mainloop_ns"].median()  # what covers an L2 store when interleaved
-        # the wave's aligned bursts stretch the span past its cover; interleaved, it stays under it (spec §6)
+        # the wave's aligned bursts stretch the span past its cover; interleaved, it stays under it (docs/model.md §6)
         assert 40_000 < s_w and s_i < 0.3 * s_w and s_i < cover_i
         assert inter["measured_stall_ns"].median() < inter["noise_ns"].iloc[0]
         assert inter["backpressured"].mean() < 0.2 * wave["backpressured"].mean()  # most of the wave's backpressure is gone
@@ -96,7 +96,7 @@ def test_table3_carries_kernel_times_from_nsys(fused_run):
 
 
 def test_model_stall_over_the_tile_table(fused_run, tmp_path):
-    from xstage_trace.model_docs import stall_doc
+    from xstage_trace.pipeline.model_eval import stall_doc
 
     _, tiles, _ = fused_run
     path = tmp_path / "tiles.parquet"
@@ -150,7 +150,7 @@ def test_control_p99_equals_pandas_group_by_quantile_with_missing_keys_and_value
 def test_control_statistics_from_samples_of_disjoint_tiles_equal_those_of_all_whatever_the_cap():
     """``analyze`` takes the control statistics from per-batch samples read back in the main process, at
     most a cap of values held at once: they equal (exactly) the statistics of one table of all the tiles,
-    whose floor and noise are the median and the p99 of the floor-corrected slot waits (spec §5) and whose
+    whose floor and noise are the median and the p99 of the floor-corrected slot waits (docs/model.md §5) and whose
     mainloop p99 is pandas' group-by quantile, computed here by numpy and pandas on the whole table."""
     import numpy as np
     import pandas as pd

@@ -19,7 +19,7 @@ from xstage_trace.collectors.nsys_reader import read_nsys_export
 from xstage_trace.collectors.nsys_rep import export_report
 from xstage_trace.collectors.pairing import pair_dumps
 from xstage_trace.collectors.probe_format import HEADER_DTYPE, decode_probe_dump
-from xstage_trace.runner import analyze_inputs
+from xstage_trace.pipeline.runner import analyze_inputs
 
 PEER = SAMPLES / "h200x2_peer" / "fused"
 TILE_BYTES = 128 * 128 * 2  # one bf16 128×128 output tile (instrument/examples/fused_moe.cu)
@@ -212,10 +212,10 @@ def test_the_run_configuration_is_stored_as_columns(tmp_path):
 
 
 def test_burst_audit_uses_the_offered_gap_and_only_its_own_store_path(tmp_path):
-    """ρ_n = V_n / (R·(T_iss^0 + G_n)) (spec §4) with G_n the next Linear-2 mainloop in the wave schedule,
+    """ρ_n = V_n / (R·(T_iss^0 + G_n)) (docs/model.md §4) with G_n the next Linear-2 mainloop in the wave schedule,
     by hand from the calibration JSON; the host calibration does not audit the local control."""
     import xstage_trace
-    from xstage_trace.calibration_io import load_platform
+    from xstage_trace.collectors.calibration_io import load_platform
 
     calib = SAMPLES / "h200_calibration" / "calibration_host.json"
     analyze_inputs([FUSED / "traced" / "fused_reference.nsys-rep", FUSED / "traced"], tmp_path / "run", calibration=calib, warmup_launches=2)

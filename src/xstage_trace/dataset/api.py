@@ -1,0 +1,170 @@
+"""The Python API over a run folder: what the CLI, the dashboard, the reports and notebooks share.
+
+In the manner of HTA's ``TraceAnalysis``: one façade over a run dataset (docs/run-dataset.md)
+whose methods each return a pandas DataFrame with the documented schema::
+
+    import xstage_trace
+    run = xstage_trace.open_run("fused.xstage-run")
+    run.table3()          # docs/model.md §5 Table 3, one row per configuration
+    run.tiles()           # one row per tile (docs/model.md §5)
+    run.bursts()          # one row per burst with the §4 audit
+
+Tables are read lazily, once each, from the folder's Parquet files; nothing is recomputed that
+``analyze`` already wrote.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+
+from xstage_trace.base.errors import InputError
+
+
+class Run:
+    """One run dataset folder written by ``xstage-trace analyze``."""
+
+    def __init__(self, run_dir: str | Path):
+        from xstage_trace.dataset.run_folder import read_manifest
+
+        self.path = Path(run_dir)
+        self._read: dict[str, pa.Table] = {}
+        # manifest.json: inputs with their hashes, GPUs, alignment per rank, warnings, table sizes.
+        # Read here: not a run, a damaged or a newer manifest is a one-line error before any table is read.
+        self.manifest: dict = read_manifest(self.path)
+
+    def __repr__(self) -> str:
+        return f"Run({str(self.path)!r})"
+
+    def table(self, name: str) -> pa.Table:
+        """One run-dataset table as Arrow (``kernels``, ``nvtx``, ``gpu_metrics``, ``probes``,
+        ``probe_slices``, ``bursts``, ``tiles``), read on first use (a run with 10 M probe
+        records opens its small tables without reading the probes)."""
+        from xstage_trace.base.schema import TABLES
+        from xstage_trace.dataset.run_folder import read_table
+
+        if name not in TABLES:
+            raise KeyError(f"no table {name!r}; tables: {', '.join(TABLES)}")
+        if name not in self._read:
+            self._read[name] = read_table(self.path, name)
+        return self._read[name]
+
+    def _frame(self, name: str) -> pd.DataFrame:
+        return self.table(name).to_pandas()
+
+    def kernels(self) -> pd.DataFrame:
+        """nsys kernel launches (timing scope: kernel time, nsys clock)."""
+        return self._frame("kernels")
+
+    def nvtx(self) -> pd.DataFrame:
+        """NVTX ranges from the nsys export: name, domain (None for the default domain), times, thread."""
+        return self._frame("nvtx")
+
+    def gpu_metrics(self) -> pd.DataFrame:
+        """GPU metric samples (Tensor Active, SM Active, PCIe/NVLink throughput, ...)."""
+        return self._frame("gpu_metrics")
+
+    def probes(self) -> pd.DataFrame:
+        """Decoded probe records on the run's time base (``t_ns``)."""
+        return self._frame("probes")
+
+    def probe_slices(self) -> pd.DataFrame:
+        """One row per (dump, CTA, role) probe slice: anchors, counts, ns per cycle."""
+        return self._frame("probe_slices")
+
+    def dumps(self) -> pd.DataFrame:
+        """One row per probe dump: rank, GPU, the kernel it lies in, its typed run configuration."""
+        return self._frame("dumps")
+
+    def bursts(self) -> pd.DataFrame:
+        """Remote-store bursts with the §4 audit (ρ, Δb, q, guard)."""
+        return self._frame("bursts")
+
+    def tiles(self) -> pd.DataFrame:
+        """Per-tile spans and predicted / measured stall (docs/model.md §5)."""
+        return self._frame("tiles")
+
+    def table3(self) -> pd.DataFrame:
+        """Spec §5 Table 3: one row per configuration, medians per schedule, kernel times."""
+        f = self.path / "table3.parquet"
+        return pd.read_parquet(f) if f.is_file() else pd.DataFrame()
+
+    def probe_spans(self, dump: str, events=("mainloop", "slot_wait", "rs"), start_ns: float | None = None,
+                    end_ns: float | None = None) -> pd.DataFrame:
+        """Begin/end probe spans of one dump (one kernel launch) for ``events``, those overlapping
+        [start_ns, end_ns] (each bound optional): rank, dump, cta, sm_id, role, event, tile,
+        start_ns, end_ns, duration_ns and the end record's payload. The dump and events are
+        selected in Arrow before the records are paired, so one kernel of a large run is cheap."""
+        import pyarrow.compute as pc
+
+        from xstage_trace.analysis.spans import pair_spans
+
+        keys = ["rank", "dump", "cta", "sm_id", "role", "event", "tile"]
+        cols = [*keys, "start_ns", "end_ns", "duration_ns", "payload"]
+        t = self.table("probes")
+        if t.num_rows == 0:
+            return pd.DataFrame(columns=cols)
+        events = [str(e) for e in events]
+        mask = pc.and_(_in_values(t["dump"], [dump]), _in_values(t["event"], events))
+        p = t.filter(mask).select([*keys, "kind", "payload", "t_ns"]).to_pandas()
+        p["dump"] = p["dump"].astype(str)
+        s = pair_spans(p, events, keys).rename(columns={"start": "start_ns", "end": "end_ns", "duration": "duration_ns"})
+        s["event"] = s["event"].astype(str)
+        if start_ns is not None:
+            s = s[s["end_ns"] >= start_ns]
+        if end_ns is not None:
+            s = s[s["start_ns"] <= end_ns]
+        return s[cols].reset_index(drop=True)
+
+    def calibration_path(self) -> Path | None:
+        """Where the calibration JSON the run was analyzed with (manifest ``calibration``) is now:
+        a relative path is tried from the current folder, then from the run folder's parent;
+        None when there was none or it is gone."""
+        name = self.manifest.get("calibration")
+        if not name:
+            return None
+        return next((f.resolve() for f in (Path(name), self.path.parent / name) if f.is_file()), None)
+
+    def calibration_document(self) -> dict | None:
+        """That calibration JSON as a dict, or None (no calibration, file gone or unreadable)."""
+        f = self.calibration_path()
+        try:
+            return json.loads(f.read_text()) if f else None
+        except (OSError, ValueError):
+            return None
+
+    def calibration(self) -> pd.DataFrame:
+        """Calibration points reduced from calibration-benchmark dumps (empty for other runs)."""
+        f = self.path / "calibration_points.csv"
+        return pd.read_csv(f) if f.is_file() else pd.DataFrame()
+
+    def alignment(self) -> pd.DataFrame:
+        """Clock alignment per rank: offset, drift, residual, dumps matched."""
+        rows = [dict(rank=r, **a) for r, a in (self.manifest.get("alignment") or {}).items()]
+        return pd.DataFrame(rows)
+
+    def warnings(self) -> list[str]:
+        """What went wrong or was approximated while the run was collected."""
+        return list(self.manifest.get("warnings") or [])
+
+
+def _in_values(column: pa.ChunkedArray, values: list[str]) -> pa.ChunkedArray:
+    """Boolean mask: ``column`` is one of ``values``. Dictionary columns are matched on their
+    dictionaries and then on the integer indices (25× faster than decoding 10 M strings)."""
+    import pyarrow.compute as pc
+
+    if not pa.types.is_dictionary(column.type):
+        return pc.is_in(column, value_set=pa.array(values))
+    masks = []
+    for chunk in column.chunks:  # a few dozen Arrow chunks, each vectorized
+        keep = pc.indices_nonzero(pc.is_valid(pc.index_in(chunk.dictionary, value_set=pa.array(values))))
+        masks.append(pc.is_in(chunk.indices, value_set=keep.cast(chunk.indices.type)))
+    return pa.chunked_array(masks, type=pa.bool_())
+
+
+def open_run(run_dir: str | Path) -> Run:
+    """Open a run dataset folder (``xstage-trace analyze -o DIR``) for analysis in Python."""
+    return Run(run_dir)

@@ -1,0 +1,423 @@
+"""Streaming analyze in bounded memory: one batch of dumps in memory at a time (per worker), every
+table written part by part as it is produced, the work spread over processes.
+
+The plan's dumps are cut into batches (``make_batches``): consecutive dumps of one rank and one
+configuration, up to BATCH_RECORDS records (a larger dump is a batch of its own). A batch is read,
+analysed and written as one: every per-dump step keys its rows by (rank, dump), so the results are
+those of its dumps one by one, while the fixed cost of each step and of each Parquet file is paid once
+per batch instead of once per dump (a fused-kernel dump is ~50 k records).
+
+Two passes over the batches, on the same workers:
+
+1. the control batches only (``is_control`` in the ``dumps`` table): their tile spans decide the
+   statistics every tile is judged by (slot-wait floor and noise, control mainloop p99; docs/model.md §5),
+   ``ControlStats``. Each control batch is read and analysed here once (``control_task``: its probes
+   and bursts parts are written, its unfinished tile spans kept in a scratch Arrow file of the run's
+   temporary folder); its control tiles' sample (their slot waits and mainloops, ``ControlSample``) waits in
+   another; the counts come back, and the main process reads the samples, at most CONTROL_CAP_VALUES values
+   of one held at once (``control_stats_from_samples``).
+2. every batch (``process_task``): read its records onto the run's time base, write them as one part
+   of the ``probes`` table, run the per-dump analyses (pipeline/analyses.py), finish its tiles with the
+   control statistics and write them and its bursts as one part each of the ``tiles`` and ``bursts``
+   tables (``NAME/rank=R/part-NNNNN.parquet``, the layout ``read_run`` reads; NNNNN: the batch's first
+   dump). A control batch only has its scratch spans finished and written (``finish_control_task``).
+   Only counts and the calibration points come back.
+
+Table 3 is computed one configuration at a time from that configuration's tile parts (the columns it
+needs only), on a worker, as soon as the configuration's last batch is in (``Table3ByConfiguration``),
+so the largest thing held is one configuration's tiles, never the run's.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import shutil
+from concurrent.futures import ProcessPoolExecutor
+from collections import deque
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Callable, Iterable, Iterator
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.feather as feather
+
+from xstage_trace.base.malloc import keep_freed_memory, release_freed_memory
+from xstage_trace.pipeline.analyses import SLICE_COLUMNS, AnalysisContext, analyze_dumps
+from xstage_trace.analysis.tiles import ControlStats, control_sample, control_stats_from_samples, finish_tiles, with_dump_config
+from xstage_trace.collectors.collect import DumpTask, load_records, rows_by_dump
+from xstage_trace.dataset.run_folder import table_part_path, write_table_part
+
+PARALLEL_MIN_RECORDS = 2_000_000  # below this, starting worker processes costs more than it saves
+TABLE3_COLUMNS = ["dest", "shape", "variant", "schedule", "tile_kind", "mainloop_ns", "rs_span_ns", "predicted_stall_ns",
+                  "measured_stall_ns", "backpressured", "noise_ns", "control_mainloop_ns", "diagnosis"]  # what table3_from_tiles reads
+CONTROL_CAP_VALUES = 1 << 22  # values of one control sample (the slot waits, a group's mainloops) held at once in the main process
+TABLE3_CAP_VALUES = 1 << 22  # values of one Table 3 sample held at once (32 MiB); past it its medians come from passes over the parts
+
+
+@dataclass
+class DumpResult:
+    """What one dump's work sends back: row counts of the parts it wrote, its calibration points, warnings."""
+
+    records: int
+    tiles: int
+    bursts: int
+    backpressured: int
+    calibration_points: pd.DataFrame
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class StreamResult:
+    """The whole run's results once every dump went through: row counts per streamed table, Table 3,
+    calibration points, backpressured tiles and the decoder's warnings."""
+
+    counts: dict[str, int]
+    table3: pd.DataFrame
+    calibration_points: pd.DataFrame
+    backpressured: int
+    warnings: list[str]
+
+
+SCRATCH = ".control-spans"  # pass 1's unfinished tile spans of the control dumps, removed before the run is written
+BATCH_RECORDS = 500_000  # dumps of one configuration analysed together up to this many records (one part per batch)
+
+
+@dataclass(frozen=True)
+class DumpBatch:
+    """Consecutive dumps of one rank and one configuration (``config``: the ``dumps`` table's dest,
+    shape and variant as text, ``control``: its ``is_control``), analysed together and written as one
+    part of each table (``index``: its first dump's)."""
+
+    tasks: tuple[DumpTask, ...]
+    config: tuple[str, str, str]
+    control: bool
+
+    @property
+    def rank(self) -> int:
+        return self.tasks[0].rank
+
+    @property
+    def index(self) -> int:
+        return self.tasks[0].index
+
+    @property
+    def records(self) -> int:
+        return sum(t.records for t in self.tasks)
+
+
+def make_batches(tasks: list[DumpTask], dumps: pd.DataFrame, batch_records: int | None = None) -> list[DumpBatch]:
+    """``tasks`` in order, cut into batches: a new batch where the rank or the configuration changes,
+    or where the batch would pass ``batch_records`` records (default BATCH_RECORDS; a larger dump is a
+    batch of its own)."""
+    batch_records = BATCH_RECORDS if batch_records is None else batch_records
+    d = dumps.astype({"dump": str}).drop_duplicates(["rank", "dump"])
+    cfg = d.assign(variant=d["variant"].fillna("-"), is_control=d["is_control"].fillna(False).astype(bool))
+    key = {(r, n): (tuple(map(str, c)), bool(ctl)) for r, n, *c, ctl in cfg[["rank", "dump", "dest", "shape", "variant", "is_control"]].to_numpy()}
+    out: list[tuple[tuple, list[DumpTask]]] = []
+    size = 0
+    for t in tasks:
+        k = (t.rank, key.get((t.rank, t.dump), (("None", "None", "-"), False)))
+        if not out or k != out[-1][0] or size + t.records > batch_records:
+            out.append((k, []))
+            size = 0
+        out[-1][1].append(t)
+        size += t.records
+    return [DumpBatch(tuple(b), *k[1]) for k, b in out]
+
+
+def _scratch_path(folder: Path, batch: DumpBatch) -> Path:
+    return Path(folder) / SCRATCH / f"rank={batch.rank}-part-{batch.index:05d}.arrow"
+
+
+def _load_batch(batch: DumpBatch) -> tuple[pa.Table, list[str]]:
+    """The batch's records, dump after dump, as one table (one dictionary per text column), and the decoder's warnings."""
+    tables, warnings = [], []
+    for t in batch.tasks:
+        records, w = load_records(t)
+        tables.append(records)
+        warnings += w
+    if len(tables) == 1:
+        return tables[0], warnings
+    return pa.concat_tables(tables).unify_dictionaries().combine_chunks(), warnings
+
+
+def _analyze_and_write(batch: DumpBatch, folder: Path, slices: pa.Table, dump: pd.DataFrame,
+                       ctx: AnalysisContext) -> tuple[pa.Table, dict[str, pd.DataFrame], list[str]]:
+    """A batch's records → probes part; per-dump analyses; bursts → bursts part (parts of no rows are
+    not written). Returns the records, the analyses' results and the decoder's warnings."""
+    records, warnings = _load_batch(batch)
+    write_table_part(folder, "probes", batch.rank, batch.index, records)
+    done = analyze_dumps(records.to_pandas(), slices.to_pandas(), dump, ctx)
+    bursts = done.get("bursts", pd.DataFrame())
+    if len(bursts):
+        write_table_part(folder, "bursts", batch.rank, batch.index, pa.Table.from_pandas(bursts, preserve_index=False))
+    return records, done, warnings
+
+
+def _finish_and_write(batch: DumpBatch, folder: Path, spans: pd.DataFrame, dump: pd.DataFrame, ctx: AnalysisContext,
+                      control: ControlStats) -> pd.DataFrame:
+    """A batch's tile spans finished with ``control`` → tiles part (not written when empty)."""
+    tiles = finish_tiles(spans, dump, ctx.noise_ns, control) if len(spans) else pd.DataFrame()
+    if len(tiles):
+        write_table_part(folder, "tiles", batch.rank, batch.index, pa.Table.from_pandas(tiles, preserve_index=False))
+    return tiles
+
+
+def _result(records: int, tiles: pd.DataFrame, done: dict[str, pd.DataFrame], warnings: list[str]) -> DumpResult:
+    return DumpResult(records, len(tiles), len(done.get("bursts", ())), int(tiles["backpressured"].sum()) if len(tiles) else 0,
+                      done.get("calibration_points", pd.DataFrame()), warnings)
+
+
+def control_task(batch: DumpBatch, folder: Path, slices: pa.Table, dump_rows: pa.Table, ctx: AnalysisContext) -> tuple[str | None, DumpResult]:
+    """Pass 1, one batch of control dumps: everything ``process_task`` does but finishing the tiles (which
+    needs every control dump's statistics); its tile spans wait in a scratch file for ``finish_control_task``,
+    its control tiles' sample (slot waits, mainloops per group: 16 B a tile) in another. Returns the
+    sample's path (None: no tiles) and its result so far."""
+    dump = dump_rows.to_pandas()
+    records, done, warnings = _analyze_and_write(batch, folder, slices, dump, ctx)
+    spans = done.get("tile_spans", pd.DataFrame())
+    if len(spans):
+        path = _scratch_path(folder, batch)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        feather.write_feather(pa.Table.from_pandas(spans, preserve_index=False), path, compression="uncompressed")
+        sample = path.with_suffix(".sample")
+        sample.write_bytes(pickle.dumps(control_sample(with_dump_config(spans, dump))))
+        return str(sample), _result(records.num_rows, pd.DataFrame(), done, warnings)
+    return None, _result(records.num_rows, pd.DataFrame(), done, warnings)
+
+
+def finish_control_task(batch: DumpBatch, folder: Path, dump_rows: pa.Table, ctx: AnalysisContext, control: ControlStats,
+                        partial: DumpResult) -> DumpResult:
+    """Pass 2, one batch that ``control_task`` analysed: its scratch tile spans finished with
+    ``control`` → tiles part; the scratch file is removed."""
+    path = _scratch_path(folder, batch)
+    if not path.exists():  # no tile spans in this batch
+        return partial
+    spans = feather.read_table(path).to_pandas()
+    path.unlink()
+    tiles = _finish_and_write(batch, folder, spans, dump_rows.to_pandas(), ctx, control)
+    return DumpResult(partial.records, len(tiles), partial.bursts, int(tiles["backpressured"].sum()) if len(tiles) else 0,
+                      partial.calibration_points, partial.warnings)
+
+
+def process_task(batch: DumpBatch, folder: Path, slices: pa.Table, dump_rows: pa.Table, ctx: AnalysisContext,
+                 control: ControlStats) -> DumpResult:
+    """Pass 2, one batch: records → probes part; per-dump analyses; tiles finished with ``control`` →
+    tiles part; bursts → bursts part (parts of no rows are not written)."""
+    dump = dump_rows.to_pandas()
+    records, done, warnings = _analyze_and_write(batch, folder, slices, dump, ctx)
+    tiles = _finish_and_write(batch, folder, done.get("tile_spans", pd.DataFrame()), dump, ctx, control)
+    return _result(records.num_rows, tiles, done, warnings)
+
+
+def pass2_task(batch: DumpBatch, folder: Path, slices: pa.Table | None, dump_rows: pa.Table, ctx: AnalysisContext,
+               control: ControlStats, partial: DumpResult | None) -> DumpResult:
+    """Pass 2 of one batch: ``finish_control_task`` for one pass 1 analysed (``partial``), else ``process_task``."""
+    if partial is not None:
+        return finish_control_task(batch, folder, dump_rows, ctx, control, partial)
+    return process_task(batch, folder, slices, dump_rows, ctx, control)
+
+
+def default_workers() -> int:
+    """Worker processes for a large run: the CPUs this process may use, at most 8."""
+    return max(1, min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1), 8))
+
+
+Mapper = Callable[[Callable, Iterable[tuple]], Iterator]
+Submit = Callable[..., Callable[[], object]]  # submit(func, *args) → a handle; calling it waits for the result
+WINDOW_PER_WORKER = 2  # tasks handed to the pool ahead of the results read back, per worker
+
+
+def _windowed(pool: ProcessPoolExecutor, func: Callable, args: Iterable[tuple], window: int) -> Iterator:
+    """``func(*a)`` for each ``a`` on ``pool``, results in order, with at most ``window`` tasks
+    submitted and not yet read back: a task's arguments are made only when it is about to run."""
+    pending: deque = deque()
+    for a in args:
+        pending.append(pool.submit(func, *a))
+        if len(pending) >= window:
+            yield pending.popleft().result()
+    while pending:
+        yield pending.popleft().result()
+
+
+def _warm() -> None:
+    """A worker's first task: import what the batch tasks need while the main process plans the run."""
+    import pyarrow.parquet  # noqa: F401
+
+    import xstage_trace.analysis.bursts  # noqa: F401
+    import xstage_trace.analysis.stall  # noqa: F401
+    import xstage_trace.analysis.tiles  # noqa: F401
+    import xstage_trace.collectors.probe_format  # noqa: F401
+
+
+def expected_records(inputs: Iterable[str | Path]) -> int:
+    """The probe records ``inputs`` may hold, from file sizes alone: the bytes of their dumps (given, or
+    inside a given folder) at 16 B a record (a plain dump's header adds a little; a compressed dump
+    counts its compressed bytes, so it is underestimated)."""
+    from xstage_trace.collectors.probe_format import RECORD_BYTES, is_probe_dump_name
+
+    total = 0
+    for raw in inputs:
+        p = Path(raw)
+        files = [q for q in p.iterdir() if is_probe_dump_name(q.name)] if p.is_dir() else [p] if is_probe_dump_name(p.name) else []
+        total += sum(q.stat().st_size for q in files if q.is_file())
+    return total // RECORD_BYTES
+
+
+@contextmanager
+def early_pool(inputs: list[str | Path], workers: int | None, scheduler: str | None) -> Iterator[ProcessPoolExecutor | None]:
+    """The worker pool started before the plan is made, so that the workers' start-up (a new interpreter,
+    pandas, pyarrow: ~1 s) overlaps planning, where the inputs' sizes alone show a run large enough for
+    a pool (``expected_records`` ≥ PARALLEL_MIN_RECORDS); None otherwise. Shut down on leaving."""
+    workers = default_workers() if workers is None else workers
+    if scheduler is not None or workers <= 1 or expected_records(inputs) < PARALLEL_MIN_RECORDS:
+        yield None
+        return
+    pool = ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=keep_freed_memory)
+    try:
+        for _ in range(workers):  # each submit to a pool with no idle worker starts one
+            pool.submit(_warm)
+        yield pool
+    finally:
+        pool.shutdown(cancel_futures=True)
+
+
+def _now(func: Callable, *args) -> Callable[[], object]:
+    """``func(*args)`` run here at once, as a handle whose call returns the result."""
+    result = func(*args)
+    return lambda: result
+
+
+@contextmanager
+def task_mapper(workers: int, scheduler: str | None, pool: ProcessPoolExecutor | None = None) -> Iterator[tuple[Mapper, Submit]]:
+    """(``map(func, arg_tuples)`` → results in order, ``submit(func, *args)`` → a handle whose call
+    returns the result): on a Dask scheduler when one is named (``local:N`` or an address; the run folder
+    must then be on a file system the workers share), else in a pool of ``workers`` processes (``pool``
+    when given, left running; else one started here, kept for both passes), else (``workers`` ≤ 1) in
+    this process. A submitted task queues behind the tasks mapped before it; on Dask and here it runs at once."""
+    if scheduler is not None:
+        from xstage_trace.pipeline.distributed import map_tasks
+
+        yield (lambda func, args: iter(map_tasks(func, list(args), scheduler))), (lambda func, *a: _now(lambda: map_tasks(func, [a], scheduler)[0]))
+    elif workers > 1 and pool is not None:
+        yield (lambda func, args: _windowed(pool, func, args, WINDOW_PER_WORKER * workers)), (lambda func, *a: pool.submit(func, *a).result)
+    elif workers > 1:
+        with ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=keep_freed_memory) as own:
+            yield (lambda func, args: _windowed(own, func, args, WINDOW_PER_WORKER * workers)), (lambda func, *a: own.submit(func, *a).result)
+    else:
+        yield (lambda func, args: (func(*a) for a in args)), _now
+
+
+def run_stats(samples: list[str]) -> ControlStats:
+    """The control statistics of the run from its control batches' sample files (defaults when it has none),
+    at most CONTROL_CAP_VALUES values of a sample held at once."""
+    return control_stats_from_samples(lambda: (pickle.loads(Path(p).read_bytes()) for p in samples), CONTROL_CAP_VALUES)
+
+
+def analyze_streaming(tasks: list[DumpTask], folder: Path, tables: dict[str, pa.Table], ctx: AnalysisContext,
+                      workers: int | None = None, tick=None, scheduler: str | None = None,
+                      pool: ProcessPoolExecutor | None = None) -> StreamResult:
+    """Both passes over ``tasks`` in batches (module text), writing the probes, tiles and bursts parts into
+    the run's temporary ``folder``; then Table 3 per configuration from the tile parts. ``tables``: kernels,
+    dumps, and probe_slices' rows the steps read (SLICE_COLUMNS; a plan's slice_summary, one row per dump,
+    reads the same as every slice). ``pool``: workers already started (``early_pool``), used when the run is
+    large enough for a pool."""
+    pa.default_memory_pool().release_unused()  # what reading the exports and dump headers left in the pool
+    release_freed_memory()  # and in the heap
+    sl, dumps = tables["probe_slices"].select(SLICE_COLUMNS), tables["dumps"]  # a task gets its dumps' rows of what the steps read
+    slice_rows, dump_rows = rows_by_dump(sl), rows_by_dump(dumps)
+    dumps_frame = dumps.to_pandas()
+    batches = make_batches(tasks, dumps_frame)
+
+    def of(b: DumpBatch, table: pa.Table, rows: dict) -> pa.Table:
+        return table.take(np.concatenate([rows.get((t.rank, t.dump), np.zeros(0, np.int64)) for t in b.tasks]))
+
+    controls = [b for b in batches if b.control]
+    workers = default_workers() if workers is None else workers
+    big = sum(t.records for t in tasks) >= PARALLEL_MIN_RECORDS
+    pool_size = min(workers, len(batches)) if (big and len(batches) > 1) else 1
+    results: list[DumpResult] = []
+    with task_mapper(pool_size, scheduler, pool) as (mapper, submit):
+        first = list(mapper(control_task, ((b, folder, of(b, sl, slice_rows), of(b, dumps, dump_rows), ctx) for b in controls)))
+        stats = run_stats([sample for sample, _ in first if sample is not None])
+        release_freed_memory()  # the samples read back
+        partial = {(b.rank, b.index): r for b, (_, r) in zip(controls, first)}  # the part a batch writes: unique per batch
+        del first
+        args = ((b, folder, None if (b.rank, b.index) in partial else of(b, sl, slice_rows), of(b, dumps, dump_rows), ctx, stats,
+                 partial.get((b.rank, b.index))) for b in batches)
+        table3 = Table3ByConfiguration(folder, batches, submit)
+        for i, (b, r) in enumerate(zip(batches, mapper(pass2_task, args))):
+            results.append(r)
+            table3.batch_done(i, r)
+            for _ in b.tasks if tick else ():
+                tick()
+        table3 = table3.table(dumps_frame, tables["kernels"].to_pandas(), ctx)
+    shutil.rmtree(Path(folder) / SCRATCH, ignore_errors=True)
+    counts = {name: sum(getattr(r, name) for r in results) for name in ("tiles", "bursts")}
+    counts["probes"] = sum(r.records for r in results)
+    points = [r.calibration_points for r in results if len(r.calibration_points)]
+    return StreamResult(counts={n: c for n, c in counts.items() if c or n == "probes"},
+                        table3=table3,
+                        calibration_points=pd.concat(points, ignore_index=True) if points else pd.DataFrame(),
+                        backpressured=sum(r.backpressured for r in results), warnings=[w for r in results for w in r.warnings])
+
+
+class Table3ByConfiguration:
+    """Spec §5 Table 3 (``table3_from_tiles`` + kernel times), each configuration's rows from the tile
+    parts of that configuration's batches only (a batch holds one configuration): a row reads every tile
+    of its configuration and none of another's, so the rows equal those of the whole tile table. A
+    configuration's rows are computed (``table3_task``, submitted to the workers) as soon as the last of
+    its batches is in, while later batches are still analysed; one configuration's task at a time (its
+    tiles' columns are the largest thing a worker holds)."""
+
+    def __init__(self, folder: Path, batches: list[DumpBatch], submit: Submit):
+        self.folder, self.batches, self.submit = folder, batches, submit
+        self.last = {b.config: i for i, b in enumerate(batches)}  # the index of each configuration's last batch
+        self.files: dict[tuple, list[str]] = {}
+        self.rows: dict[tuple, pd.DataFrame] = {}
+        self.pending: tuple[tuple, Callable[[], object]] | None = None
+
+    def batch_done(self, i: int, result: DumpResult) -> None:
+        """Batch ``i`` is analysed (``result``; the batches before it are too): its configuration's rows are
+        submitted when it was the configuration's last batch."""
+        b = self.batches[i]
+        if result.tiles:
+            self.files.setdefault(b.config, []).append(str(table_part_path(self.folder, "tiles", b.rank, b.index)))
+        if self.last[b.config] == i and b.config in self.files:
+            self._collect()
+            self.pending = (b.config, self.submit(table3_task, self.files.pop(b.config)))
+
+    def _collect(self) -> None:
+        if self.pending is not None:
+            config, result = self.pending
+            self.rows[config] = result()
+            self.pending = None
+
+    def table(self, dumps: pd.DataFrame, kernels: pd.DataFrame, ctx: AnalysisContext) -> pd.DataFrame:
+        """Every configuration's rows, in configuration order, with the kernel times (``kernels``, ``dumps``)."""
+        from xstage_trace.analysis.stall import CONFIG, attach_kernel_times, kernel_trials
+
+        self._collect()
+        rows = [r for _, r in sorted(self.rows.items()) if len(r)]
+        if not rows:
+            return pd.DataFrame()
+        table3 = pd.concat(rows, ignore_index=True).sort_values(CONFIG, kind="stable").reset_index(drop=True)
+        return attach_kernel_times(table3, kernel_trials(kernels, dumps, ctx.warmup_launches))
+
+
+def table3_task(files: list[str]) -> pd.DataFrame:
+    """Table 3's rows (``table3_from_parts``) of the tiles in ``files`` (one configuration's tile parts, the
+    columns it reads), at most TABLE3_CAP_VALUES values of a sample held at once."""
+    import pyarrow.parquet as pq
+
+    from xstage_trace.analysis.stall import table3_from_parts
+
+    rows = table3_from_parts(lambda: (pq.read_table(f, columns=TABLE3_COLUMNS).to_pandas() for f in files), TABLE3_CAP_VALUES)
+    pa.default_memory_pool().release_unused()  # the samples held: a batch task after this one does not reuse them
+    release_freed_memory()
+    return rows
