@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs the path-drain calibration on a GPU machine and packs what comes back into $OUT (docs/calibration-physics.md).
-# Used as: [XSTAGE_GIT_COMMIT=<hash>] bash instrument/bench/device_path_drain.sh  (from the repository root, OUT set).
+# Used as: [XSTAGE_GIT_COMMIT=<hash>] bash src/xstage_trace/instrument/bench/device_path_drain.sh  (from the repository root, OUT set).
 # Steps: provenance; build path_drain and burst_gap (probes on); SASS of the new kernels; sustained stores and the copy
 # engine (host, local); synchronized-burst ramps twice (host) and once (local); load-compute-store rounds (host, local);
 # the burst_gap tensor2d sweep twice on the host path and once on the local one (the same sweep re-run for Q's
@@ -18,9 +18,9 @@ M=$W/meta
   nvidia-smi | grep -o "CUDA Version: [0-9.]*" | sed 's/^/driver_/'
 } > "$M/provenance.txt"
 cat "$M/provenance.txt"
-NV="nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I instrument/include -lineinfo -DXSTAGE_TRACE"
-$NV instrument/bench/path_drain.cu -o $W/bin/path_drain || exit 1
-$NV instrument/bench/burst_gap.cu -o $W/bin/burst_gap_on || exit 1
+NV="nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I src/xstage_trace/instrument/include -lineinfo -DXSTAGE_TRACE"
+$NV src/xstage_trace/instrument/bench/path_drain.cu -o $W/bin/path_drain || exit 1
+$NV src/xstage_trace/instrument/bench/burst_gap.cu -o $W/bin/burst_gap_on || exit 1
 cuobjdump --dump-sass $W/bin/path_drain > "$M/path_drain_sass.txt" 2>&1
 cuobjdump --dump-resource-usage $W/bin/path_drain > "$M/path_drain_resource.txt" 2>&1
 grep -o "UTMASTG[.0-9A-Z]*\|UBLKCP[.0-9A-Z_]*\|SYNCS[.A-Z0-9_]*\|UTMACMDFLUSH" "$M/path_drain_sass.txt" | sort | uniq -c | tee "$M/path_drain_sass_summary.txt"

@@ -24,7 +24,7 @@
 //             `kernel=load_rounds dest=D K B G_ns=X bursts=48 store=tensor2d load_bytes=131072`.
 //
 //   path_drain --dest host|local --out DIR (--rates | --ramp [--rep N] | --load)
-// Build: nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I instrument/include -DXSTAGE_TRACE
+// Build: nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I src/xstage_trace/instrument/include -DXSTAGE_TRACE
 //        -lineinfo path_drain.cu -o path_drain
 #include <cuda.h>
 #include <cuda_runtime.h>
