@@ -1,0 +1,124 @@
+"""Evaluate the §11 forward prediction (xstage_trace.analysis.forward) on the real-kernel samples: fit on bench
+data only (a calibration JSON with ``drain`` and ``load_coupling``), predict DeepGEMM, FA3 and FA4 with D in
+host-mapped memory from their tiles' bytes, order and the local control's compute gaps alone.
+
+    python benchmarks/eval_forward.py CALIBRATION.json [--out docs_table.md]
+
+Per configuration (kernel, shape) and launch: measured stall per tile = host mainloop − the control's mainloop
+of the same (CTA, position) (the mainloop inflation); predicted = the forward model's load wait. Medians over
+the tiles of the configuration's launches (position ≥ 1: tile 0 of a CTA has nothing to wait behind in both),
+the per-tile Spearman ρ, and the kernel span: predicted (first compute start to the last store issue) vs the
+probe span of the launch (first mainloop begin to last epilogue end); both leave out the last store's drain.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from scipy.stats import spearmanr
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from xstage_trace.analysis.forward import forward_tiles  # noqa: E402
+from xstage_trace.collectors.calibration_io import link_model_of_document, read_document  # noqa: E402
+from xstage_trace.collectors.probe_format import decode_probe_dump  # noqa: E402
+
+
+def tile_table(files: list[Path]) -> pd.DataFrame:
+    """One row per tile of each dump: dump, dest, shape, slice (the CTA or SM sequence), position, mainloop and
+    epilogue spans and the epilogue's begin/end (ns from the dump's first record)."""
+    rows = []
+    for f in files:  # one decode per dump
+        d = decode_probe_dump(f)
+        r = d.records.to_pandas()
+        lab = dict(w.split("=", 1) for w in d.header["label"].split() if "=" in w)
+        r["t"] = (r["t_gt_ns"] - r["t_gt_ns"].min()).astype(np.float64)
+        r = r.sort_values(["slice", "t"], kind="stable")
+        spans = {}
+        for ev in ("mainloop", "epilogue"):
+            q = r[r["event"].astype(str) == ev]
+            b, e = q[q["kind"].astype(str) == "begin"], q[q["kind"].astype(str) == "end"]
+            spans[ev] = pd.DataFrame({"slice": b["slice"].to_numpy(), "begin": b["t"].to_numpy(), "end": e["t"].to_numpy(),
+                                      "payload": e["payload"].to_numpy()})
+        m, ep = spans["mainloop"], spans["epilogue"]
+        m["position"] = m.groupby("slice").cumcount()
+        ep["position"] = ep.groupby("slice").cumcount()
+        t = m.merge(ep, on=["slice", "position"], suffixes=("_ml", "_ep"))
+        t = t.assign(dump=f.name, dest=lab["dest"], shape=lab["shape"], kernel=lab["kernel"], mainloop_ns=t["end_ml"] - t["begin_ml"],
+                     epilogue_ns=t["end_ep"] - t["begin_ep"], tile_bytes=_tile_bytes(lab, t["payload_ep"].to_numpy()))
+        rows.append(t)
+    return pd.concat(rows, ignore_index=True)
+
+
+def _tile_bytes(lab: dict, payload: np.ndarray) -> np.ndarray:
+    """Bytes a tile stores: the epilogue's payload where the recipe records it (DeepGEMM), else block_m × head_dim ×
+    out_bytes of the label (FlashAttention)."""
+    if (payload > 0).all():
+        return payload.astype(np.float64)
+    return np.full(len(payload), float(int(lab["block_m"]) * int(lab["head_dim"]) * int(lab["out_bytes"])))
+
+
+def evaluate(tiles: pd.DataFrame, model, load_lag_ns: float) -> pd.DataFrame:
+    """Per (kernel, shape): predicted vs measured stall (median over launches of the per-launch medians, position ≥ 1),
+    per-tile Spearman (all positions), kernel span (first compute start to last store issue) predicted vs measured."""
+    out = []
+    host, local = tiles[tiles["dest"] == "host"], tiles[tiles["dest"] == "local"]
+    for (kernel, shape), h in host.groupby(["kernel", "shape"]):  # one configuration at a time (≤ 10 per sample)
+        ctrl = local[(local["kernel"] == kernel) & (local["shape"] == shape)]
+        ctrl = ctrl.groupby(["slice", "position"])[["mainloop_ns", "epilogue_ns"]].median()
+        res = []
+        for dump, g in h.groupby("dump"):
+            g = g.join(ctrl, on=["slice", "position"], rsuffix="_c").dropna(subset=["mainloop_ns_c"])
+            f = forward_tiles(g["slice"], g["position"], g["tile_bytes"], g["mainloop_ns_c"], model, epilogue_ns=g["epilogue_ns_c"],
+                              load_issue="issue", load_lag_ns=load_lag_ns)
+            meas = (g["mainloop_ns"] - g["mainloop_ns_c"]).to_numpy()
+            later = g["position"].to_numpy() >= 1
+            span = g["end_ep"].max() - g["begin_ml"].min()
+            # like for like: the probe span ends at the last epilogue end, i.e. the last store issue (the model's too)
+            res.append((np.median(f.stall_ns[later]), np.median(meas[later]), spearmanr(f.stall_ns, meas).statistic, np.nanmax(f.store_issue_ns), span,
+                        g["tile_bytes"].sum() / span))
+        a = np.array(res)
+        pred, meas, rho, kpred, kmeas, rate = np.median(a, axis=0)
+        out.append({"kernel": kernel, "shape": shape, "launches": len(res), "stall_pred_us": pred / 1e3, "stall_meas_us": meas / 1e3,
+                    "stall_err_pct": 100 * (pred / meas - 1) if meas else np.nan, "spearman": rho, "kernel_pred_us": kpred / 1e3,
+                    "kernel_meas_us": kmeas / 1e3, "kernel_err_pct": 100 * (kpred / kmeas - 1), "achieved_gbps": rate})
+    return pd.DataFrame(out)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("calibration")
+    ap.add_argument("--load-lag-ns", type=float, default=3000.0, help="the kernels' prefetch lead: loads of the next tile issued this long after the store")
+    ap.add_argument("--out", type=Path)
+    a = ap.parse_args()
+    doc = read_document(a.calibration)
+    model = link_model_of_document(doc, a.calibration)
+    if model is None:
+        sys.exit(f"{a.calibration}: no drain / load_coupling (fit it with calibrate fit --path-drain)")
+    samples = ROOT / "sample_traces"
+    with tempfile.TemporaryDirectory() as tmp:
+        with tarfile.open(samples / "h200_deepgemm" / "results.tar.xz") as tf:
+            tf.extractall(tmp, filter="data")
+        files = {"deepgemm": sorted(Path(tmp).glob("res/dumps/*.xsp")),
+                 "fa3": sorted((samples / "h200_fa3" / "dumps").glob("*.xsp.zst")),
+                 "fa4": sorted((samples / "h200_fa4" / "dumps").glob("*.xsp.zst"))}
+        table = pd.concat([evaluate(tile_table(f), model, a.load_lag_ns) for f in files.values()], ignore_index=True)
+    pd.set_option("display.width", 220)
+    print(json.dumps({"model": model.__dict__, "load_lag_ns": a.load_lag_ns}))
+    print(table.round(2).to_string(index=False))
+    if a.out:
+        from xstage_trace.reports.markdown import md_table
+
+        a.out.write_text(md_table(table.round(2)) + "\n")
+
+
+if __name__ == "__main__":
+    main()
