@@ -4,6 +4,10 @@ host-mapped memory from their tiles' bytes, order and the local control's comput
 
     python benchmarks/eval_forward.py CALIBRATION.json [--out docs_table.md]
 
+Per tile the kernel's structure gives its load steps and pipeline stages (DeepGEMM: K / 128 k-blocks and the
+run's stages; FlashAttention: its K/V blocks, causal per m block, double-buffered): steps past the stages are
+loaded while the tile computes and wait behind the host writes issued by then (docs/model.md §11.2).
+
 Per configuration (kernel, shape) and launch: measured stall per tile = host mainloop − the control's mainloop
 of the same (CTA, position) (the mainloop inflation); predicted = the forward model's load wait. Medians over
 the tiles of the configuration's launches (position ≥ 1: tile 0 of a CTA has nothing to wait behind in both),
@@ -47,15 +51,33 @@ def tile_table(files: list[Path]) -> pd.DataFrame:
             q = r[r["event"].astype(str) == ev]
             b, e = q[q["kind"].astype(str) == "begin"], q[q["kind"].astype(str) == "end"]
             spans[ev] = pd.DataFrame({"slice": b["slice"].to_numpy(), "begin": b["t"].to_numpy(), "end": e["t"].to_numpy(),
-                                      "payload": e["payload"].to_numpy()})
+                                      "payload": e["payload"].to_numpy(), "tile": b["tile"].to_numpy()})
         m, ep = spans["mainloop"], spans["epilogue"]
         m["position"] = m.groupby("slice").cumcount()
         ep["position"] = ep.groupby("slice").cumcount()
         t = m.merge(ep, on=["slice", "position"], suffixes=("_ml", "_ep"))
-        t = t.assign(dump=f.name, dest=lab["dest"], shape=lab["shape"], kernel=lab["kernel"], mainloop_ns=t["end_ml"] - t["begin_ml"],
+        t = t.assign(steps=_steps(lab, t["tile_ml"].to_numpy()), stages=_stages(lab), dump=f.name, dest=lab["dest"], shape=lab["shape"], kernel=lab["kernel"], mainloop_ns=t["end_ml"] - t["begin_ml"],
                      epilogue_ns=t["end_ep"] - t["begin_ep"], tile_bytes=_tile_bytes(lab, t["payload_ep"].to_numpy()))
         rows.append(t)
     return pd.concat(rows, ignore_index=True)
+
+
+DEEPGEMM_STAGES = {"m8192n4096k7168": 4, "m8192n7168k2048": 3, "g8x1024n4096k7168": 4}  # pipeline stages of the run's configs
+FA_STAGES = 2  # FlashAttention's K/V double buffer
+
+
+def _steps(lab: dict, tile: np.ndarray) -> np.ndarray:
+    """Load steps of each tile: DeepGEMM's k-blocks (K / 128), FlashAttention's K/V blocks (causal per m block)."""
+    if lab["kernel"].startswith("deepgemm"):
+        return np.full(len(tile), int(lab["shape"].rsplit("k", 1)[1]) // 128)
+    from xstage_trace.analysis.piggyback import decode_tile_id, kv_blocks
+
+    m_block = decode_tile_id(tile)[0]  # FA3 and FA4 pack the tile id alike (m | head << 12 | batch << 24)
+    return kv_blocks(m_block, int(lab["seqlen"]), int(lab["block_m"]), int(lab["block_n"]), lab["causal"] == "1")
+
+
+def _stages(lab: dict) -> int:
+    return DEEPGEMM_STAGES[lab["shape"]] if lab["kernel"].startswith("deepgemm") else FA_STAGES
 
 
 def _tile_bytes(lab: dict, payload: np.ndarray) -> np.ndarray:
@@ -64,6 +86,14 @@ def _tile_bytes(lab: dict, payload: np.ndarray) -> np.ndarray:
     if (payload > 0).all():
         return payload.astype(np.float64)
     return np.full(len(payload), float(int(lab["block_m"]) * int(lab["head_dim"]) * int(lab["out_bytes"])))
+
+
+STREAMED = [True]
+
+
+def streamed(g: pd.DataFrame) -> dict:
+    """The streamed-loads arguments of forward_tiles (steps, stages per tile), none with --first-loads-only."""
+    return {"steps": g["steps"].to_numpy(), "stages": g["stages"].to_numpy()} if STREAMED[0] else {}
 
 
 def evaluate(tiles: pd.DataFrame, model, load_lag_ns: float) -> pd.DataFrame:
@@ -78,7 +108,7 @@ def evaluate(tiles: pd.DataFrame, model, load_lag_ns: float) -> pd.DataFrame:
         for dump, g in h.groupby("dump"):
             g = g.join(ctrl, on=["slice", "position"], rsuffix="_c").dropna(subset=["mainloop_ns_c"])
             f = forward_tiles(g["slice"], g["position"], g["tile_bytes"], g["mainloop_ns_c"], model, epilogue_ns=g["epilogue_ns_c"],
-                              load_issue="issue", load_lag_ns=load_lag_ns)
+                              load_issue="issue", load_lag_ns=load_lag_ns, **streamed(g))
             meas = (g["mainloop_ns"] - g["mainloop_ns_c"]).to_numpy()
             later = g["position"].to_numpy() >= 1
             span = g["end_ep"].max() - g["begin_ml"].min()
@@ -96,9 +126,11 @@ def evaluate(tiles: pd.DataFrame, model, load_lag_ns: float) -> pd.DataFrame:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("calibration")
-    ap.add_argument("--load-lag-ns", type=float, default=3000.0, help="the kernels' prefetch lead: loads of the next tile issued this long after the store")
+    ap.add_argument("--load-lag-ns", type=float, default=0.0, help="loads of the next tile's first stages issued this long after the store (negative: before it)")
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--first-loads-only", action="store_true", help="only a tile's first stages wait behind the host writes, not its later k-blocks / K/V blocks")
     a = ap.parse_args()
+    STREAMED[0] = not a.first_loads_only
     doc = read_document(a.calibration)
     model = link_model_of_document(doc, a.calibration)
     if model is None:

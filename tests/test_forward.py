@@ -44,6 +44,19 @@ def test_a_load_issued_before_later_stores_waits_only_for_the_earlier_ones():
     assert np.allclose(g.stall_ns, 0.0)
 
 
+def test_streamed_loads_wait_behind_stores_issued_while_the_tile_computes_hand_calculation():
+    # CTA 0: tile 0 computes 100 ns, stores 1000 bytes (drained 100 -> 120 at R = 50); tile 1 has 4 load steps, one
+    # stage, 40 ns of compute (10 ns a step). Its step-0 loads wait for its own store: back at 120. Step j >= 1 is
+    # loaded when step j - 1 is done: at 130, 140, 150. CTA 1 stores 5000 bytes at 125 (an idle link: drained at
+    # 225), so steps 1-3 arrive at 225; the compute ends at max(120 + 40, 225 + 30, 225 + 20, 225 + 10) = 255: a stall
+    # of 255 - 100 - 40 = 115 ns, where loading every step up front would have stalled 20 ns.
+    args = ([0, 0, 1], [0, 1, 0], [1000.0, 1000.0, 5000.0], [100.0, 40.0, 125.0], LinkModel(R, 0.0))
+    f = forward_tiles(*args, steps=[1, 4, 1], stages=1)
+    assert f.stall_ns[1] == pytest.approx(115.0)
+    assert f.store_issue_ns[1] == pytest.approx(255.0)
+    assert forward_tiles(*args).stall_ns[1] == pytest.approx(20.0)
+
+
 def test_acceptance_is_the_isolated_law_of_the_spec():
     # §3 isolated law, per store: accepted at max(s + T_iss^0, f_own - Q/R). 10 CTAs x 1000 bytes at once, Q = 3000:
     # the k-th store (k = 1..10) drains at 100 + 20k ns, accepted at max(100 + 5, 100 + 20k - 60).

@@ -19,7 +19,13 @@ The model (§11), per CTA, tile after tile:
   unloaded load latency, E_n the epilogue); the engine accepts it (the stage may be reused) at
   max(s + T_iss^0, f_own − Q/R): Q bytes may wait accepted ahead of the drain.
 
-Tile n's stall is its load wait beyond λ: [F(ℓ) − ℓ − λ]₊ (the mainloop inflation); tile 0 has none. The
+- a tile of S load steps (k-blocks, K/V blocks) with D pipeline stages (``steps``, ``stages``; default one step)
+  loads its first D at ℓ and step j ≥ D when step j − D is done, at a + (j − D + 1)·c (c = (C − λ)/S, a the first
+  loads' return); each of those waits behind the stores issued by then, and the compute ends at
+  max_j(arrival_j + (S − j)·c).
+
+Tile n's stall is its compute end beyond the unstalled one, ℓ + C (the mainloop inflation; with one step, its
+load wait beyond λ, [F(ℓ) − ℓ − λ]₊); tile 0 has none. The
 kernel ends when the last store has drained. Lockstep rounds and the CTAs' drift are not assumed: they come
 out of the recurrence (all CTAs whose loads were issued after a round's stores wait for the whole round,
 those issued before most of them get ahead).
@@ -73,12 +79,27 @@ def _departures(t_ns: np.ndarray, service_ns: np.ndarray) -> np.ndarray:
     return s + np.maximum.accumulate(t_ns - (s - service_ns))
 
 
+def _streamed_finish(back, step_ns, steps, stages, w_t, dep, lam) -> np.ndarray:
+    """End of the compute of tiles whose steps D … S − 1 load while they compute (rows: tiles): step j ≥ D is
+    loaded when step j − D is done, unstalled at back + (j − D + 1)·c, and arrives at max(ℓ_j + λ, F(ℓ_j)); the
+    compute ends at max_j(arrival_j + (S − j)·c) (the first D arrive at back)."""
+    j = np.arange(int(steps.max()))[None, :]
+    issue = back[:, None] + (j - stages[:, None] + 1) * step_ns[:, None]
+    k = np.searchsorted(w_t, issue, side="right") - 1
+    arrive = np.maximum(issue + lam, np.where(k >= 0, dep[np.maximum(k, 0)], -np.inf))
+    arrive = np.where(j < stages[:, None], back[:, None], arrive)
+    arrive = np.where(j < steps[:, None], arrive + (steps[:, None] - j) * step_ns[:, None], -np.inf)
+    return arrive.max(axis=1)
+
+
 def forward_tiles(cta, position, bytes_per_tile, compute_ns, model: LinkModel, epilogue_ns=0.0,
-                  load_issue: str = "issue", load_bytes=0.0, load_lag_ns=0.0) -> Forward:
+                  load_issue: str = "issue", load_bytes=0.0, load_lag_ns=0.0, steps=1, stages=None) -> Forward:
     """docs/model.md §11: the forward prediction of one launch. ``cta``, ``position`` (the tile's place in its
     CTA's order, 0, 1, …), ``bytes_per_tile`` (bytes the tile stores through the path), ``compute_ns`` (its compute
     gap), ``epilogue_ns`` (scalar or per tile): arrays of one row per tile, any order. ``load_issue``: "issue" or
-    "accept" (see the module docstring)."""
+    "accept" (see the module docstring); ``load_lag_ns``: the first loads' issue after that point (negative: before
+    it); ``load_bytes``: what they load (served at ``model.load_rate_gbps``); ``steps`` / ``stages``: per tile, its
+    load steps and pipeline stages (streamed loads, module docstring)."""
     if load_issue not in LOAD_ISSUE:
         raise ValueError(f"load_issue {load_issue!r} is not one of {LOAD_ISSUE}")
     cta = np.asarray(cta, dtype=np.int64)
@@ -86,8 +107,13 @@ def forward_tiles(cta, position, bytes_per_tile, compute_ns, model: LinkModel, e
     n = len(cta)
     nbytes = np.broadcast_to(np.asarray(bytes_per_tile, dtype=np.float64), (n,))
     lag = np.broadcast_to(np.asarray(load_lag_ns, dtype=np.float64), (n,))
+    n_steps = np.broadcast_to(np.asarray(steps, dtype=np.int64), (n,))
+    n_stages = np.minimum(n_steps, np.broadcast_to(np.asarray(n_steps if stages is None else stages, dtype=np.int64), (n,)))
+    if (n_steps < 1).any() or (n_stages < 1).any():
+        raise ValueError("steps and stages must be >= 1")
     lbytes = np.broadcast_to(np.asarray(load_bytes, dtype=np.float64), (n,))
-    work = np.broadcast_to(np.asarray(compute_ns, dtype=np.float64), (n,)) + np.broadcast_to(np.asarray(epilogue_ns, dtype=np.float64), (n,))
+    epi = np.broadcast_to(np.asarray(epilogue_ns, dtype=np.float64), (n,))
+    work = np.broadcast_to(np.asarray(compute_ns, dtype=np.float64), (n,)) + epi
     order = np.lexsort((pos, cta))
     if n and (np.diff(cta[order]) == 0).any() and (np.diff(pos[order])[np.diff(cta[order]) == 0] <= 0).any():
         raise ValueError("two tiles of one CTA share a position")
@@ -144,11 +170,25 @@ def forward_tiles(cta, position, bytes_per_tile, compute_ns, model: LinkModel, e
         done = _departures(np.maximum(avail[by], load_free), lbytes[tiles[by]] / model.load_rate_gbps)
         back = np.empty_like(avail)
         back[by] = done
-        load_free = float(done.max())
+        # streamed loads: step j >= D of the tile is loaded when step j - D is done, behind the stores issued by then
+        step_ns = np.maximum(work[tiles] - epi[tiles] - lam, 0.0) / n_steps[tiles]
+        last_load = back + (n_steps[tiles] - n_stages[tiles]) * step_ns
+        bound = np.where(alive, load_at + work[nxt_tile], np.inf)
+        bound[np.flatnonzero(ready)] = back - lam + work[tiles]
+        final = last_load <= bound.min()
+        if not final.any():  # the stores its later loads wait behind are not all known: resolve the earliest with those known
+            final = back == back.min()
+        sel = np.flatnonzero(ready)[final]
+        tiles, back, step_ns = tiles[final], back[final], step_ns[final]
+        finish = back - lam + work[tiles] - epi[tiles]
+        many = n_steps[tiles] > n_stages[tiles]
+        if many.any():
+            finish[many] = _streamed_finish(back[many], step_ns[many], n_steps[tiles[many]], n_stages[tiles[many]], w_t, dep, lam)
+        load_free = max(load_free, float(back.max()))
         out["start"][tiles] = back - lam
-        out["stall"][tiles] = back - load_at[ready] - lam
-        issue[ready] = back - lam + work[tiles]
-        cur[ready] = nxt[ready]
-        pending[ready] = True
+        out["stall"][tiles] = finish - load_at[sel] - (work[tiles] - epi[tiles])
+        issue[sel] = finish + epi[tiles]
+        cur[sel] = nxt[sel]
+        pending[sel] = True
     kernel = float(dep.max()) if len(w_t) else 0.0
     return Forward(out["issue"], out["accept"], out["drained"], out["start"], out["stall"], kernel)
