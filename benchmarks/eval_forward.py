@@ -12,7 +12,8 @@ Per configuration (kernel, shape) and launch: measured stall per tile = host mai
 of the same (CTA, position) (the mainloop inflation); predicted = the forward model's load wait. Medians over
 the tiles of the configuration's launches (position ≥ 1: tile 0 of a CTA has nothing to wait behind in both),
 the per-tile Spearman ρ, and the kernel span: predicted (first compute start to the last store issue) vs the
-probe span of the launch (first mainloop begin to last epilogue end); both leave out the last store's drain.
+probe span of the launch (first mainloop begin to last epilogue end), both leaving out the last store's drain; and
+the predicted kernel time (to the last store drained) vs the sample's CUDA-event kernel time (traced build, median).
 """
 
 from __future__ import annotations
@@ -89,11 +90,28 @@ def _tile_bytes(lab: dict, payload: np.ndarray) -> np.ndarray:
 
 
 STREAMED = [True]
+EVENTS: dict = {}
 
 
 def streamed(g: pd.DataFrame) -> dict:
     """The streamed-loads arguments of forward_tiles (steps, stages per tile), none with --first-loads-only."""
     return {"steps": g["steps"].to_numpy(), "stages": g["stages"].to_numpy()} if STREAMED[0] else {}
+
+
+def event_times_ms(samples: Path) -> dict[tuple[str, str], float]:
+    """(kernel, shape) → the CUDA-event kernel time of the traced build with D host-mapped, median (the samples'
+    own timing files: DeepGEMM overhead.json, single-call protocol; FA3 / FA4 times.csv)."""
+    out = {}
+    for x in json.loads((samples / "h200_deepgemm" / "overhead.json").read_text()):
+        if x["dest"] == "host" and x["protocol"] == "single":
+            out["deepgemm_m_grouped_contiguous" if x["shape"].startswith("g") else "deepgemm_gemm_nt", x["shape"]] = x["traced_ms"]
+    for kernel in ("fa3", "fa4"):
+        t = pd.read_csv(samples / f"h200_{kernel}" / "times.csv")
+        t = t[(t["dest"] == "host") & (t["build"] == "traced")]
+        for (seqlen, causal), g in t.groupby(["seqlen", "causal"]):
+            batch = int(g["batch"].iloc[0])
+            out[kernel, f"b{batch}h{int(g['heads'].iloc[0])}s{seqlen}{'c' if causal else 'n'}"] = float(g["kernel_ms"].median())
+    return out
 
 
 def evaluate(tiles: pd.DataFrame, model, load_lag_ns: float) -> pd.DataFrame:
@@ -114,12 +132,14 @@ def evaluate(tiles: pd.DataFrame, model, load_lag_ns: float) -> pd.DataFrame:
             span = g["end_ep"].max() - g["begin_ml"].min()
             # like for like: the probe span ends at the last epilogue end, i.e. the last store issue (the model's too)
             res.append((np.median(f.stall_ns[later]), np.median(meas[later]), spearmanr(f.stall_ns, meas).statistic, np.nanmax(f.store_issue_ns), span,
-                        g["tile_bytes"].sum() / span))
+                        g["tile_bytes"].sum() / span, f.kernel_ns))
         a = np.array(res)
-        pred, meas, rho, kpred, kmeas, rate = np.median(a, axis=0)
+        pred, meas, rho, kpred, kmeas, rate, kdrain = np.median(a, axis=0)
+        event_ms = EVENTS.get((kernel, shape), np.nan)
         out.append({"kernel": kernel, "shape": shape, "launches": len(res), "stall_pred_us": pred / 1e3, "stall_meas_us": meas / 1e3,
                     "stall_err_pct": 100 * (pred / meas - 1) if meas else np.nan, "spearman": rho, "kernel_pred_us": kpred / 1e3,
-                    "kernel_meas_us": kmeas / 1e3, "kernel_err_pct": 100 * (kpred / kmeas - 1), "achieved_gbps": rate})
+                    "kernel_meas_us": kmeas / 1e3, "kernel_err_pct": 100 * (kpred / kmeas - 1), "achieved_gbps": rate,
+                    "drained_pred_us": kdrain / 1e3, "event_us": event_ms * 1e3, "event_err_pct": 100 * (kdrain / (event_ms * 1e6) - 1)})
     return pd.DataFrame(out)
 
 
@@ -136,6 +156,7 @@ def main() -> None:
     if model is None:
         sys.exit(f"{a.calibration}: no drain / load_coupling (fit it with calibrate fit --path-drain)")
     samples = ROOT / "sample_traces"
+    EVENTS.update(event_times_ms(samples))
     with tempfile.TemporaryDirectory() as tmp:
         with tarfile.open(samples / "h200_deepgemm" / "results.tar.xz") as tf:
             tf.extractall(tmp, filter="data")
