@@ -33,6 +33,13 @@ def _dumps(folder: Path, sub: str) -> list[Path]:
     return files
 
 
+def _meta(folder: Path, name: str) -> Path:
+    path = folder / "meta" / name
+    if not path.is_file():
+        raise InputError(path, "is missing", "pass the folder device_path_drain.sh packs (ramp/, load/, meta/ with the rates and load-round CSVs)")
+    return path
+
+
 def completion_rate_of_points(points: pd.DataFrame) -> dict | None:
     """R from per-round completion timestamps: the median ``completion_rate_gbps`` of the zero-gap periodic launches
     at the largest K with B ≥ SUSTAINED_MIN_BYTES (None where the points carry no completion rate)."""
@@ -63,7 +70,7 @@ def path_drain_document(folder: str | Path, dest: str, points: pd.DataFrame | No
     rb["rep"] = rb["dump"].map({d: int(lab.get("rep", 1)) for d, lab in mine.items()})
     reps = {int(rep): fit_ramp(g["volume_bytes"], g["accept_last_ns"]) for rep, g in rb.groupby("rep")}
     first = reps[min(reps)]
-    rates = pd.read_csv(folder / "meta" / f"rates_{dest}.csv").set_index("what")["gbps"]
+    rates = pd.read_csv(_meta(folder, f"rates_{dest}.csv")).set_index("what")["gbps"]
     completion = completion_rate_of_points(points[points["dest"] == dest]) if points is not None else None
     drain = {
         "rate_gbps": completion["rate_gbps"] if completion else first.rate_gbps,
@@ -84,7 +91,7 @@ def path_drain_document(folder: str | Path, dest: str, points: pd.DataFrame | No
     lam = load_latency_ns(local["load_wait_ns"], local["round"])
     cycle = local.groupby(["dump", "cta"])["load_begin_ns"].diff()
     overhead = float(np.nanmedian(cycle - local["compute_ns"] - local["load_wait_ns"]))
-    kernel = pd.read_csv(folder / "meta" / f"load_rounds_{dest}.csv").set_index("compute_ns")["kernel_ms"]
+    kernel = pd.read_csv(_meta(folder, f"load_rounds_{dest}.csv")).set_index("compute_ns")["kernel_ms"]
     cases = []
     for x, g in lr[lr["dest"] == dest].groupby("compute_ns"):
         first_label = llab[str(g["dump"].iloc[0])]
