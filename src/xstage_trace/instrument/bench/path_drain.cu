@@ -23,7 +23,12 @@
 //             Events: LOAD span (issue -> mbarrier complete), BURST span (store issue -> read done). Label
 //             `kernel=load_rounds dest=D K B G_ns=X bursts=48 store=tensor2d load_bytes=131072`.
 //
-//   path_drain --dest host|local --out DIR (--rates | --ramp [--rep N] | --load)
+//   --stream  streamed rounds: a mainloop of S load steps through 4 stage buffers (32 KiB blocks, fresh HBM addresses,
+//             step j loaded when step j - 4 is done, across rounds), c ns of compute per step on each block, then the
+//             tile's store, whose read is waited for only before the stage is rewritten; S = 8 and 32, several c.
+//             Label `kernel=stream_rounds ... steps=S stages=4 step_ns=c`.
+//
+//   path_drain --dest host|local --out DIR (--rates | --ramp [--rep N] | --load | --stream)
 // Build: nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I src/xstage_trace/instrument/include -DXSTAGE_TRACE
 //        -lineinfo path_drain.cu -o path_drain
 #include <cuda.h>
@@ -175,6 +180,86 @@ __global__ void __launch_bounds__(kThreads) load_rounds_kernel(const __grid_cons
       XSTAGE_END_P(EV_BURST, r, kStageBytes);
     }
     __syncthreads();
+  }
+  if (threadIdx.x == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+  if (threadIdx.x < 32) XSTAGE_PROBE_CLOSE();
+}
+
+constexpr int kMaxStages = 6;
+
+// --stream: per round S load steps through D stage buffers (a mainloop: step j's block is loaded when step j - D is
+// done, across rounds too, so the next round's first D blocks load during this round's last D steps, before its
+// store), c cycles of compute on each block, then the tile's store; the store's read is waited for only before the
+// stage is rewritten (the next round's epilogue). Events: LOAD span = the round's mainloop (first wait to last
+// compute), BURST span = the store's issue (begin) and the wait for its read (end, one round later: tile r's end
+// record is written when round r + 1 reuses the stage, the last one after the loop).
+__global__ void __launch_bounds__(kThreads) stream_rounds_kernel(const __grid_constant__ CUtensorMap map, const char* operands,
+                                                                 size_t operand_bytes, int rounds, int steps, int stages,
+                                                                 uint64_t step_cycles, xstage::DeviceBuffer buf) {
+  extern __shared__ __align__(128) unsigned char smem[];  // stages x 32 KiB blocks, then the 32 KiB stage
+  __shared__ __align__(8) unsigned long long bars[kMaxStages];
+  uint4* stage = reinterpret_cast<uint4*>(smem + stages * kLoadBlockBytes);
+  const unsigned ops = (unsigned)__cvta_generic_to_shared(smem);
+  const unsigned src = (unsigned)__cvta_generic_to_shared(stage);
+  XSTAGE_PROBE_OPEN_IF(buf, 0, threadIdx.x < 32);
+  const long total = (long)rounds * steps;
+  auto issue = [&](long g) {  // thread 0: block g into buffer g mod D, fresh HBM address
+    const unsigned bar = (unsigned)__cvta_generic_to_shared(&bars[g % stages]);
+    const size_t off = ((size_t)g * gridDim.x + blockIdx.x) * kLoadBlockBytes % operand_bytes;
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(kLoadBlockBytes) : "memory");
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                     ops + (unsigned)(g % stages) * kLoadBlockBytes),
+                 "l"(operands + off), "r"(kLoadBlockBytes), "r"(bar)
+                 : "memory");
+  };
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < stages; ++i)
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"((unsigned)__cvta_generic_to_shared(&bars[i])) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    asm volatile("prefetch.tensormap [%0];" ::"l"(&map) : "memory");
+  }
+  __syncthreads();
+  if (threadIdx.x == 0)
+    for (long g = 0; g < stages && g < total; ++g) issue(g);
+  uint32_t acc = threadIdx.x;
+  for (int r = 0; r < rounds; ++r) {
+    if (threadIdx.x < 32) XSTAGE_BEGIN(EV_LOAD, r);
+    for (int j = 0; j < steps; ++j) {
+      const long g = (long)r * steps + j;
+      const unsigned bar = (unsigned)__cvta_generic_to_shared(&bars[g % stages]);
+      uint32_t ready = 0;
+      do {
+        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+                     : "=r"(ready)
+                     : "r"(bar), "r"((uint32_t)((g / stages) & 1))
+                     : "memory");
+      } while (!ready);
+      acc ^= reinterpret_cast<const uint32_t*>(smem + (g % stages) * kLoadBlockBytes)[threadIdx.x];
+      const uint64_t t0 = clock64();
+      while ((uint64_t)clock64() - t0 < step_cycles) acc = acc * 1664525u + 1013904223u;
+      __syncthreads();  // every thread is done with the buffer
+      if (threadIdx.x == 0 && g + stages < total) issue(g + stages);
+    }
+    if (threadIdx.x < 32) XSTAGE_END_P(EV_LOAD, r, (uint32_t)steps * kLoadBlockBytes);
+    if (threadIdx.x < 32) {
+      if (threadIdx.x == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");  // the previous tile's read
+      __syncwarp();
+      if (r > 0) XSTAGE_END_P(EV_BURST, r - 1, kStageBytes);
+    }
+    __syncthreads();
+    for (uint32_t i = threadIdx.x; i < kStageBytes / 16; i += kThreads) stage[i] = make_uint4(acc, (uint32_t)r, blockIdx.x, i);
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    __syncthreads();
+    if (threadIdx.x < 32) {
+      XSTAGE_BEGIN(EV_BURST, r);
+      if (threadIdx.x == 0) store_tile(&map, src, kStageBytes / kTileRowBytes, kStageBytes / kTileRowBytes);
+      __syncwarp();
+    }
+  }
+  if (threadIdx.x < 32) {
+    if (threadIdx.x == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+    __syncwarp();
+    XSTAGE_END_P(EV_BURST, rounds - 1, kStageBytes);
   }
   if (threadIdx.x == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
   if (threadIdx.x < 32) XSTAGE_PROBE_CLOSE();
@@ -414,6 +499,48 @@ static void run_load(const std::string& dest, const std::string& out) {
   std::fclose(f);
 }
 
+static void run_stream(const std::string& dest, const std::string& out) {
+  const int K = 132, rounds = 48;
+  const uint32_t B = kStageBytes;
+  const size_t operand_bytes = (size_t)1 << 30;
+  Output o = make_output(dest, rows_for(K, B) * kOutCols * 2);
+  const CUtensorMap map = tensor_map(o.dev, rows_for(K, B), B / kTileRowBytes);
+  char* operands = nullptr;
+  xstage::check_cuda(cudaMalloc(&operands, operand_bytes), "cudaMalloc(operands)");
+  xstage::check_cuda(cudaMemset(operands, 0x5b, operand_bytes), "cudaMemset(operands)");
+  const int stages = 4;
+  const int smem = stages * kLoadBlockBytes + kStageBytes;
+  xstage::check_cuda(cudaFuncSetAttribute(stream_rounds_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), "cudaFuncSetAttribute");
+  struct Case { int steps; double step_ns; };
+  const Case cases[] = {{8, 500}, {8, 2000}, {8, 8000}, {32, 500}, {32, 1500}, {32, 4000}};
+  FILE* f = std::fopen((out + "/stream_rounds_" + dest + ".csv").c_str(), "w");
+  std::fprintf(f, "dest,K,B,steps,stages,step_ns,rounds,kernel_ms\n");
+  for (const Case& c : cases) {
+    const uint64_t cyc = (uint64_t)(c.step_ns / g_ns_per_cycle);
+    xstage::HostBuffer warm(K, 1, 4 * rounds + 8);
+    stream_rounds_kernel<<<K, kThreads, smem>>>(map, operands, operand_bytes, rounds, c.steps, stages, cyc, warm.view());
+    xstage::check_cuda(cudaDeviceSynchronize(), "stream_rounds warm-up");
+    xstage::HostBuffer tb(K, 1, 4 * rounds + 8);
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    cudaEventRecord(e0);
+    stream_rounds_kernel<<<K, kThreads, smem>>>(map, operands, operand_bytes, rounds, c.steps, stages, cyc, tb.view());
+    cudaEventRecord(e1);
+    xstage::check_cuda(cudaGetLastError(), "stream_rounds_kernel launch");
+    const float ms = elapsed_ms(e0, e1);
+    char label[320], name[512];
+    std::snprintf(label, sizeof(label), "kernel=stream_rounds dest=%s K=%d B=%u G_ns=%.0f bursts=%d threads=%d store=tensor2d store_bytes=%u row_stride_bytes=%u steps=%d stages=%d step_ns=%.0f load_bytes=%u",
+                  dest.c_str(), K, B, c.steps * c.step_ns, rounds, kThreads, B, kOutCols * 2, c.steps, stages, c.step_ns, kLoadBlockBytes);
+    std::snprintf(name, sizeof(name), "%s/stream_%s_S%d_c%.0f.xsp", out.c_str(), dest.c_str(), c.steps, c.step_ns);
+    tb.write_dump(name, kEventNames, label, 0, 0);
+    std::fprintf(f, "%s,%d,%u,%d,%d,%.0f,%d,%.5f\n", dest.c_str(), K, B, c.steps, stages, c.step_ns, rounds, ms);
+    std::printf("stream dest=%s S=%d c=%.0f ns kernel_ms=%.4f store_gbps=%.2f\n", dest.c_str(), c.steps, c.step_ns, ms, (double)K * B * rounds / (ms * 1e6));
+    check_load_output(o, K, rounds, dest);
+  }
+  std::fclose(f);
+}
+
 int main(int argc, char** argv) {
   std::string dest = "host", out = ".", what;
   int rep = 1;
@@ -422,14 +549,14 @@ int main(int argc, char** argv) {
     if (a == "--dest" && i + 1 < argc) dest = argv[++i];
     else if (a == "--out" && i + 1 < argc) out = argv[++i];
     else if (a == "--rep" && i + 1 < argc) rep = std::atoi(argv[++i]);
-    else if (a == "--rates" || a == "--ramp" || a == "--load") what = a;
+    else if (a == "--rates" || a == "--ramp" || a == "--load" || a == "--stream") what = a;
     else {
-      std::fprintf(stderr, "usage: path_drain --dest host|local --out DIR (--rates | --ramp [--rep N] | --load)\n");
+      std::fprintf(stderr, "usage: path_drain --dest host|local --out DIR (--rates | --ramp [--rep N] | --load | --stream)\n");
       return 2;
     }
   }
   if (what.empty()) {
-    std::fprintf(stderr, "path_drain: say --rates, --ramp or --load\n");
+    std::fprintf(stderr, "path_drain: say --rates, --ramp, --load or --stream\n");
     return 2;
   }
   {
@@ -444,6 +571,7 @@ int main(int argc, char** argv) {
   }
   if (what == "--rates") run_rates(dest, out);
   else if (what == "--ramp") run_ramp(dest, out, rep);
-  else run_load(dest, out);
+  else if (what == "--load") run_load(dest, out);
+  else run_stream(dest, out);
   return 0;
 }
