@@ -143,11 +143,43 @@ def evaluate(tiles: pd.DataFrame, model, load_lag_ns: float) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+def stream_rounds_table(folder: Path, model) -> pd.DataFrame:
+    """The bench's streamed rounds (``path_drain --stream``, dumps in ``folder/stream``): per configuration (S steps,
+    c ns per step) the median stall (host mainloop − the device-output run's of the same CTA and round, rounds ≥ 1)
+    and the kernel time (CUDA events) against the forward model, first loads at the store issue, no refit."""
+    def rounds(f: Path) -> tuple[pd.DataFrame, dict]:
+        d = decode_probe_dump(f)
+        r = d.records.to_pandas()
+        r["t"] = (r["t_gt_ns"] - r["t_gt_ns"].min()).astype(np.float64)
+        ev, kind = r["event"].astype(str), r["kind"].astype(str)
+        span = {k: r[(ev == e) & (kind == k2)].set_index(["cta", "tile"])["t"] for k, e, k2 in
+                (("lb", "load", "begin"), ("le", "load", "end"), ("sb", "burst", "begin"))}
+        t = pd.DataFrame({"mainloop_ns": span["le"] - span["lb"], "epilogue_ns": span["sb"] - span["le"]}).reset_index()
+        return t.rename(columns={"tile": "position"}), dict(w.split("=", 1) for w in d.header["label"].split() if "=" in w)
+
+    times = pd.read_csv(folder / "meta" / "stream_rounds_host.csv")
+    out = []
+    for f in sorted((folder / "stream").glob("stream_host_*.xsp*")):  # six configurations
+        h, lab = rounds(f)
+        c, _ = rounds(f.with_name(f.name.replace("_host_", "_local_")))
+        g = h.merge(c, on=["cta", "position"], suffixes=("", "_c"))
+        steps, stages, step_ns = int(lab["steps"]), int(lab["stages"]), float(lab["step_ns"])
+        fw = forward_tiles(g["cta"], g["position"], float(lab["B"]), g["mainloop_ns_c"], model, epilogue_ns=g["epilogue_ns_c"],
+                           steps=steps, stages=stages)
+        later = g["position"].to_numpy() >= 1
+        pred, meas = np.median(fw.stall_ns[later]), np.median((g["mainloop_ns"] - g["mainloop_ns_c"]).to_numpy()[later])
+        k = float(times[(times["steps"] == steps) & (times["step_ns"] == step_ns)]["kernel_ms"].iloc[0]) * 1e6
+        out.append({"steps": steps, "step_ns": step_ns, "stall_pred_us": pred / 1e3, "stall_meas_us": meas / 1e3,
+                    "kernel_pred_ms": fw.kernel_ns / 1e6, "kernel_ms": k / 1e6, "kernel_err_pct": 100 * (fw.kernel_ns / k - 1)})
+    return pd.DataFrame(out).sort_values(["steps", "step_ns"])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("calibration")
     ap.add_argument("--load-lag-ns", type=float, default=0.0, help="loads of the next tile's first stages issued this long after the store (negative: before it)")
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--stream", type=Path, help="also the bench's streamed rounds: the path-drain folder with stream/ and meta/")
     ap.add_argument("--first-loads-only", action="store_true", help="only a tile's first stages wait behind the host writes, not its later k-blocks / K/V blocks")
     a = ap.parse_args()
     STREAMED[0] = not a.first_loads_only
@@ -167,6 +199,8 @@ def main() -> None:
     pd.set_option("display.width", 220)
     print(json.dumps({"model": model.__dict__, "load_lag_ns": a.load_lag_ns}))
     print(table.round(2).to_string(index=False))
+    if a.stream:
+        print(stream_rounds_table(a.stream, model).round(2).to_string(index=False))
     if a.out:
         from xstage_trace.reports.markdown import md_table
 
