@@ -13,12 +13,13 @@ The model (§11), per CTA, tile after tile:
   calibration bench, which waits for the store's read before loading);
 - the link drains every CTA's stores first in, first out at R: f_k = max(f_{k−1}, s_k) + B_k/R over the
   stores in issue order (fluid, work-conserving);
-- a load waits behind the host writes issued before it: it returns at max(ℓ + λ, F(ℓ)), F(ℓ) the time the
-  link has drained every store issued at or before ℓ, λ the unloaded load latency;
+- a load waits behind the host writes issued before it: it returns at max(ℓ + λ, F(ℓ + w)), F(t) the time the
+  link has drained every store issued at or before t, λ the unloaded load latency, w the window (stores issued
+  that soon after the load still go first; 0 as calibrated);
 - the store of tile n is issued at its compute start + (C_n − λ) + E_n (C_n the compute gap, which holds one
   unloaded load latency, E_n the epilogue); the engine accepts it (the stage may be reused) at
-  max(s + T_iss^0, f_own − Q/R): Q bytes may wait accepted ahead of the drain.
-
+  max(s + T_iss^0, f_own − Q/R): Q bytes may wait accepted ahead of the drain;
+- loads released together are served first in, first out at the load rate (``load_bytes`` per tile);
 - a tile of S load steps (k-blocks, K/V blocks) with D pipeline stages (``steps``, ``stages``; default one step)
   loads its first D at ℓ and step j ≥ D when step j − D is done, at a + (j − D + 1)·c (c = (C − λ)/S, a the first
   loads' return); each of those waits behind the stores issued by then, and the compute ends at
@@ -48,8 +49,8 @@ LOAD_ISSUE = ("issue", "accept")
 @dataclass(frozen=True)
 class LinkModel:
     """What the forward prediction takes of a calibration (docs/model.md §11): the drain rate R (GB/s =
-    bytes/ns), the accepted-ahead capacity Q (bytes), the unloaded operand-load latency λ (ns) and the issue
-    floor T_iss^0 of one store (ns)."""
+    bytes/ns), the accepted-ahead capacity Q (bytes), the unloaded operand-load latency λ (ns), the issue
+    floor T_iss^0 of one store (ns), the rate loads released together are served at (GB/s) and the window w (ns)."""
 
     rate_gbps: float
     capacity_bytes: float
