@@ -5,7 +5,7 @@ Inputs are the reductions of ``drain_points`` (one row per synchronized burst, o
 the bench's rates (sustained stores and the copy engine, GB/s). Everything is a pure function of arrays.
 
 - **R and Q** (``fit_ramp``): a burst of V bytes from an idle path with all producers together is accepted
-  at max(T_iss^0, (V − Q)/R) (spec §3's isolated law): its last CTA's acceptance time t_last is linear in V
+  at max(T_iss^0, (V − Q)/R) (docs/model.md §3's isolated law): its last CTA's acceptance time t_last is linear in V
   past the knee, V = R·t_last + Q. Relative least squares (the scatter of t_last grows with it) over the
   bursts with V ≥ RAMP_MIN_VOLUME_BYTES; the
   interval of each is the 5th–95th percentile over bootstrap resamples of the volumes, each with its bursts

@@ -52,13 +52,8 @@ def work_tiles(p: PartitionProblem) -> tuple[int, int]:
     return w_comp, w_comm
 
 
-<<<<<<< HEAD
-def completion_columns(p: PartitionProblem, rho: float | None = None) -> dict[str, np.ndarray]:
-    """docs/model.md §9 for every legal C, as arrays (no pandas: ``model partition`` starts fast): R(C), P(C), V_comp, V_comm, q(C), T(C) = F_{L−1}, Δ_comp.
-=======
 def completion_columns(p: PartitionProblem, rho=None) -> dict[str, np.ndarray]:
-    """Spec §9 for every legal C, as arrays (no pandas: ``model partition`` starts fast): R(C), P(C), V_comp, V_comm, q(C), T(C) = F_{L−1}, Δ_comp.
->>>>>>> s9-partition
+    """docs/model.md §9 for every legal C, as arrays (no pandas: ``model partition`` starts fast): R(C), P(C), V_comp, V_comm, q(C), T(C) = F_{L−1}, Δ_comp.
 
     ``rho``: one ratio for every C (§9's ρ), or one per C = 1 … max_comm_ctas (a communication wave whose
     length depends on C, ``partition_select.comm_rho``); default ρ_ref scaled.

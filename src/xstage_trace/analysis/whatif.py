@@ -38,7 +38,7 @@ def interleave(volume_bytes: float, mainloop_l1_ns: float, mainloop_l2_ns: float
 
 def interleave_speedup(wave_kernel_ns: float, l2_tiles_per_cta: float, volume_bytes: float, mainloop_l1_ns: float,
                        mainloop_l2_ns: float, n1: int, n2: int, issue_floor_ns: float, rate_gbps: float) -> dict:
-    """Spec §6 at the kernel: the interleaved schedule's time predicted from the wave run.
+    """docs/model.md §6 at the kernel: the interleaved schedule's time predicted from the wave run.
 
     Each of a CTA's Linear-2 tiles pays the wave schedule's issue overhead ΔT_wave once (all CTAs store their tile
     together: one aligned burst of V = K·B per Linear-2 tile) and the interleaved one ΔT_int (``interleave``);
