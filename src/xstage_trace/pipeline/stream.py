@@ -163,7 +163,7 @@ def _analyze_and_write(batch: DumpBatch, folder: Path, slices: pa.Table, dump: p
 def _finish_and_write(batch: DumpBatch, folder: Path, spans: pd.DataFrame, dump: pd.DataFrame, ctx: AnalysisContext,
                       control: ControlStats) -> pd.DataFrame:
     """A batch's tile spans finished with ``control`` → tiles part (not written when empty)."""
-    tiles = finish_tiles(spans, dump, ctx.noise_ns, control, calibrated_models(ctx.model, dump)) if len(spans) else pd.DataFrame()
+    tiles = finish_tiles(spans, dump, ctx.noise_ns, control, calibrated_models(ctx.model, dump, ctx.link)) if len(spans) else pd.DataFrame()
     if len(tiles):
         write_table_part(folder, "tiles", batch.rank, batch.index, pa.Table.from_pandas(tiles, preserve_index=False))
     return tiles
