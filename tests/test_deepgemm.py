@@ -22,7 +22,8 @@ import pytest
 
 from xstage_trace.analysis.platform import PlatformModel
 from xstage_trace.analysis.stall import round_rate_gbps, store_stall_predictions, store_wait_summary, store_wait_vs_model
-from xstage_trace.collectors.probe_format import RECORD_DTYPE, SLICE_DTYPE, write_probe_dump
+from xstage_trace.base.probe_layout import RECORD_DTYPE, SLICE_DTYPE
+from xstage_trace.instrument.probe_writer import write_probe_dump
 
 ROOT = Path(__file__).resolve().parents[1]
 EVENTS = ["mainloop", "store_wait", "epilogue", "schedule"]  # the recipe's event ids, in order

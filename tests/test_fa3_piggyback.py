@@ -14,7 +14,8 @@ import pytest
 
 from xstage_trace.analysis.piggyback import decode_tile_id, kv_blocks, piggyback_audit, qloop_tiles
 from xstage_trace.analysis.platform import PlatformModel
-from xstage_trace.collectors.probe_format import RECORD_DTYPE, SLICE_DTYPE, write_probe_dump
+from xstage_trace.base.probe_layout import RECORD_DTYPE, SLICE_DTYPE
+from xstage_trace.instrument.probe_writer import write_probe_dump
 
 EXE = [sys.executable, "-m", "xstage_trace"]
 EVENTS = ["mainloop", "epilogue"]

@@ -15,7 +15,7 @@ import pytest
 
 from xstage_trace.analysis.piggyback import decode_tile_id, qloop_tiles
 from xstage_trace.base.errors import InputError
-from xstage_trace.collectors.fa4_records import pack_tile_ids, rows_to_slices, write_fa4_dump
+from xstage_trace.instrument.targets.fa4.records import pack_tile_ids, rows_to_slices, write_fa4_dump
 from xstage_trace.collectors.probe_format import decode_probe_dump
 
 CONVERT = Path(__file__).resolve().parents[1] / "src/xstage_trace/instrument/recipes/runs/fa4/convert.py"

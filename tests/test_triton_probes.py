@@ -21,7 +21,8 @@ from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
 from xstage_trace.base.errors import InputError  # noqa: E402
-from xstage_trace.collectors.probe_format import SLICE_DTYPE, decode_probe_dump  # noqa: E402
+from xstage_trace.base.probe_layout import SLICE_DTYPE  # noqa: E402
+from xstage_trace.collectors.probe_format import decode_probe_dump  # noqa: E402
 from xstage_trace.instrument import triton as xp  # noqa: E402
 from xstage_trace.instrument import triton_gemm as g  # noqa: E402
 from xstage_trace.instrument import triton_sass  # noqa: E402

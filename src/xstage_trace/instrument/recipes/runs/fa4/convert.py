@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from xstage_trace.base.errors import InputError
-from xstage_trace.collectors.fa4_records import write_fa4_dump
+from xstage_trace.instrument.targets.fa4.records import write_fa4_dump
 
 
 def label_of(case: dict, tiles: int) -> str:

@@ -3,6 +3,8 @@ contiguous/masked run through the same three kernels)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from xstage_trace.instrument.recipes.deepgemm_common import (IMPLS as _IMPLS, UPSTREAM, added_files, jit_flags, kernel_param_anchor,
                                                             launcher_anchors, python_api_anchors, switch)
 from xstage_trace.instrument.recipes.model import Anchor, Event, Recipe
@@ -59,6 +61,7 @@ def _kernel_anchors(key: str, stem: str, tile_bytes: str) -> list[Anchor]:
 
 RECIPE = Recipe(
     name="deepgemm-sm90",
+    files=Path(__file__).resolve().parent / "files",
     title="DeepGEMM sm_90 GEMMs: FP8 1d2d/1d1d, BF16 (normal, m-grouped contiguous/masked)",
     architectures=("sm_90a",),
     upstream=(UPSTREAM,),
@@ -76,7 +79,7 @@ RECIPE = Recipe(
         Event(3, "schedule", "mark", "producer", "group index", "the producer took tile (m<<16|n): scheduler order"),
     ),
     anchors=tuple(a for k in _KERNELS for a in _kernel_anchors(*k)) + python_api_anchors("trace_buffer.hpp", "xstage_trace"),
-    added=added_files("deepgemm-sm90", "xstage", "sm90_trace.cuh", "trace_buffer.hpp"),
+    added=added_files("xstage", "sm90_trace.cuh", "trace_buffer.hpp"),
     switch=switch("xstage"),
     conflicts=("deepgemm-megamoe",),
     flags=jit_flags("$HOME/.deep_gemm-xstage"),

@@ -1,4 +1,5 @@
-"""Run FLUX's Triton GEMM-RS (a checkout patched by this recipe) with xstage probes, and write dumps.
+"""Run FLUX's Triton GEMM-RS (a checkout patched by ``instrument apply --target flux-triton``) with
+xstage probes, and write dumps.
 
 Our host driver in place of FLUX's C++ helpers (``flux.create_tensor_list``, ``flux.GroupBarrier``):
 the per-rank output buffers and flag arrays come from PyTorch symmetric memory when the process runs
@@ -8,7 +9,7 @@ tile stores then cross PCIe). The GEMM and the reduce kernel are launched in ord
 the reduce spins on flags, and started beside a non-persistent GEMM it would take the SM slots the
 GEMM still needs. (The several-rank path has not run yet: only one-GPU machines were lent.)
 
-    python -m xstage_trace.instrument.recipes.flux_triton.run --flux FLUX_CHECKOUT --out DIR --dest device
+    python -m xstage_trace.instrument.targets.flux_triton.run --flux FLUX_CHECKOUT --out DIR --dest device
 
 Writes DIR/flux_gemm_rs_<dest>_r<rank>.xsp, DIR/flux_reduce_<dest>_r<rank>.xsp and prints a JSON
 summary (kernel times traced and untraced, correctness) that ``--summary FILE`` also writes.
@@ -27,7 +28,7 @@ import torch
 import triton
 
 from xstage_trace.instrument import triton as xp
-from xstage_trace.instrument.recipes.flux_triton import load_recipe
+from xstage_trace.instrument.targets.flux_triton.recipe import event_names
 
 GEMM_BLOCK_M, GEMM_BLOCK_N, GEMM_BLOCK_K, GROUP_M = 128, 128, 32, 8  # FLUX's GemmRSTritonNVLink settings
 REDUCE_BLOCK_M, REDUCE_BLOCK_N = 128, 128
@@ -137,12 +138,11 @@ def main(argv: list[str] | None = None) -> int:
         ref = (x.float() @ w.float())
         summary["max_abs_err"] = float((out.float() - ref).abs().max().item())
         summary["ref_max_abs"] = float(ref.abs().max().item())
-    events = load_recipe()["events"]
     label = f"kernel={{}} rank={rank} world={world} dest={a.dest} M={a.m} N={a.n} K={a.k}"
     a.out.mkdir(parents=True, exist_ok=True)
-    gemm_trace.dump(a.out / f"flux_gemm_rs_{a.dest}_r{rank}.xsp", events["gemm_rs_nvlink_kernel"],
+    gemm_trace.dump(a.out / f"flux_gemm_rs_{a.dest}_r{rank}.xsp", event_names("gemm_rs_nvlink_kernel"),
                     label=label.format("flux_gemm_rs"), rank=rank)
-    reduce_trace.dump(a.out / f"flux_reduce_{a.dest}_r{rank}.xsp", events["reduce_nvlink_kernel"],
+    reduce_trace.dump(a.out / f"flux_reduce_{a.dest}_r{rank}.xsp", event_names("reduce_nvlink_kernel"),
                       label=label.format("flux_reduce"), rank=rank)
     text = json.dumps(summary, indent=1)
     print(text)

@@ -1,20 +1,20 @@
 #!/usr/bin/env bash
 # Instantiate and compile one FLUX kernel per recipe site as FLUX's CMake build would: its generator
 # (src/generator/gen_gemm_rs.cc, gen_moe_gather_rs.cc, built with g++) writes the op-registry
-# translation units, flux_pick.awk cuts one to one configuration, nvcc compiles it with the flags of
+# translation units, pick.awk cuts one to one configuration, nvcc compiles it with the flags of
 # FLUX's CMakeLists.txt to a cubin: sm80 GEMM-RS bf16 with the scatter epilogue (VisitorAuxStoreScatter,
 # intra-node; -rdc=true as src/gemm_rs builds) and sm90 MoE GatherRS (the threadblock-specialized
 # grouped GEMM with its comm CTAs). Each in three modes: upstream (recipe reverted), probes off
 # (recipe applied, no macro), probes on (-DXSTAGE_TRACE=1, as `instrument flags --target flux`
 # prints); prints a markdown table of registers, spills, stack, shared memory, clock reads and SASS
-# instructions per kernel (flux_usage.awk).
-#   usage: flux.sh FLUX_ROOT CUTLASS_ROOT [XSTAGE_TRACE_CLI]
+# instructions per kernel (usage.awk).
+#   usage: compile.sh FLUX_ROOT CUTLASS_ROOT [XSTAGE_TRACE_CLI]
 # FLUX_ROOT: a FLUX checkout (recipe verified at 19831ca2); CUTLASS_ROOT: the cutlass FLUX pins in
 # 3rdparty/cutlass (df8a550d, v3.8.0-12), with include/ and tools/util/include/.
 # Needs g++ (C++17), nvcc 13.0 and cuobjdump on PATH; no GPU, no NVSHMEM (FLUX_SHM_USE_NVSHMEM stays
 # undefined: these two kernels do not use it). Leaves the recipe applied. 4-6 min on 2 cores, 2.3 GB peak.
 set -euo pipefail
-[ $# -ge 2 ] || { echo "usage: flux.sh FLUX_ROOT CUTLASS_ROOT [XSTAGE_TRACE_CLI]" >&2; exit 2; }
+[ $# -ge 2 ] || { echo "usage: compile.sh FLUX_ROOT CUTLASS_ROOT [XSTAGE_TRACE_CLI]" >&2; exit 2; }
 here=$(dirname "$(realpath "$0")")
 root=$(realpath "$1"); cutlass=$(realpath "$2"); cli=${3:-xstage-trace}
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
@@ -37,7 +37,7 @@ kernels=(
 )
 for k in "${kernels[@]}"; do
   IFS='|' read -r name arch extra file hp <<< "$k"
-  awk -v hp="$hp" -f "$here/flux_pick.awk" "$work/$file" > "$work/$name.cu"
+  awk -v hp="$hp" -f "$here/pick.awk" "$work/$file" > "$work/$name.cu"
   [ -s "$work/$name.cu" ] || { echo "flux.sh: $file has no hparams $hp (generator changed?)" >&2; exit 1; }
   # the kernel's SharedStorage (what the op passes as dynamic shared memory) as a symbol's size
   printf '__device__ char xstage_check_shared_storage_bytes[sizeof(%s_%s::SharedStorage)];\n' \
@@ -62,7 +62,7 @@ for mode in upstream off on; do
       || { tail -30 "$work/$name.$mode.log"; exit 1; }
     cuobjdump -sass "$work/$name.$mode.cubin" > "$work/$name.$mode.sass"
     cuobjdump -res-usage "$work/$name.$mode.cubin" > "$work/$name.$mode.res"
-    usage=$(awk -f "$here/flux_usage.awk" "$work/$name.$mode.log" "$work/$name.$mode.res" "$work/$name.$mode.sass") \
+    usage=$(awk -f "$here/usage.awk" "$work/$name.$mode.log" "$work/$name.$mode.res" "$work/$name.$mode.sass") \
       || { echo "flux.sh: no single flux_ kernel in $name ($mode)" >&2; exit 1; }
     storage=$(cuobjdump -elf "$work/$name.$mode.cubin" | awk '$NF == "xstage_check_shared_storage_bytes" { size = $3 } END { print size }')
     [ -n "$storage" ] || { echo "flux.sh: no SharedStorage symbol in $name ($mode)" >&2; exit 1; }

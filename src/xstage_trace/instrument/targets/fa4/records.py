@@ -1,6 +1,6 @@
 """FlashAttention-4 per-tile rows (recipe ``fa4``) to probe dumps (docs/probe-format.md).
 
-The fa4 probes (instrument/recipes/files/fa4/flash_attn/cute/xstage_probe.py) write one int64 row per
+The fa4 probes (instrument/targets/fa4/files/flash_attn/cute/xstage_probe.py) write one int64 row per
 output tile into a tensor of shape ``(batch, heads, m_blocks, 8)``: the linear CTA id, ``%clock64``
 at tile start / after the Q-tile loop / after the epilogue, ``%globaltimer`` at tile start / after
 the epilogue, ``%smid``, and 1 where the row was written. FA4's sm_90 forward launches one CTA per
@@ -21,13 +21,8 @@ from pathlib import Path
 import numpy as np
 
 from xstage_trace.base.errors import InputError
-from xstage_trace.collectors.probe_format import (
-    CLOCK_MASK,
-    MIN_ANCHOR_SPAN_NS,
-    RECORD_DTYPE,
-    SLICE_DTYPE,
-    write_probe_dump,
-)
+from xstage_trace.base.probe_layout import CLOCK_MASK, MIN_ANCHOR_SPAN_NS, RECORD_DTYPE, SLICE_DTYPE
+from xstage_trace.instrument.probe_writer import write_probe_dump
 
 RECORD_FIELDS = 8
 CTA, CLK_BEGIN, CLK_MAINLOOP, CLK_END, GT_BEGIN, GT_END, SMID, WRITTEN = range(RECORD_FIELDS)

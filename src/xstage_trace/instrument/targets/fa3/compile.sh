@@ -3,12 +3,12 @@
 # sm_90a as hopper/setup.py would with the reduced feature set, in a flash-attention tree patched
 # by `xstage-trace instrument apply --target fa3`: probes on (NVCC_APPEND_FLAGS=-DXSTAGE_TRACE=1,
 # as `instrument flags --target fa3` prints), probes off, then upstream (reverted).
-#   usage: fa3.sh FLASH_ATTENTION_ROOT [XSTAGE_TRACE_CLI]
+#   usage: compile.sh FLASH_ATTENTION_ROOT [XSTAGE_TRACE_CLI]
 # Needs nvcc 13.0, cuobjdump + nvdisasm on PATH, ROOT/csrc/cutlass/include. ~4 min and ~5 GB per compile.
 set -euo pipefail
 root=$(realpath "$1"); cli=${2:-xstage-trace}
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
-. "$(dirname "$(realpath "$0")")/fa3_flags.sh"
+. "$(dirname "$(realpath "$0")")/nvcc_flags.sh"
 flags="$fa3_head --resource-usage $fa3_tail -cubin"
 tu=$root/hopper/instantiations/flash_fwd_hdim128_bf16_sm90.cu
 for mode in trace no-trace upstream; do

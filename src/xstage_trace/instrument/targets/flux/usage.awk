@@ -1,4 +1,4 @@
-# One FLUX kernel's cost from its compile: awk -f flux_usage.awk PTXAS_LOG RESOURCES SASS prints
+# One FLUX kernel's cost from its compile: awk -f usage.awk PTXAS_LOG RESOURCES SASS prints
 #   registers stack_bytes spill_store_bytes spill_load_bytes static_shared_bytes param_bank_bytes sass_instructions clock_reads globaltimer_reads
 # for the one kernel whose name holds "flux_" (FLUX's generated op struct is a template argument of
 # the kernel). PTXAS_LOG: nvcc -Xptxas -v output (the spills; the entry's properties follow its

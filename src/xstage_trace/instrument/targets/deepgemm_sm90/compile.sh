@@ -2,11 +2,11 @@
 # Compile DeepGEMM's sm_90 GEMM kernels as its JIT would (one instantiation per TU, the JIT's
 # flags), in a DeepGEMM tree patched by `xstage-trace instrument apply --target deepgemm-sm90`,
 # with the probes on and off (the switch header), and print ptxas registers / spills per kernel.
-#   usage: deepgemm_sm90.sh DEEPGEMM_ROOT [XSTAGE_TRACE_CLI]
+#   usage: compile.sh DEEPGEMM_ROOT [XSTAGE_TRACE_CLI]
 # Needs nvcc >= 12.3 (sm_90a), cuobjdump + nvdisasm on PATH, DEEPGEMM_ROOT/third-party/cutlass/include.
 # Leaves the tree with the recipe applied and the probes switched off.
 set -euo pipefail
-source "$(dirname "${BASH_SOURCE[0]}")/deepgemm_common.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/../../recipes/deepgemm_common.sh"
 dg_setup "$@"
 dg_instantiate fp8_1d2d_normal sm90_fp8_gemm_1d2d "sm90_fp8_gemm_1d2d_impl<cute::UMMA::Major::K, 0, 4096, 7168, 1, 128, 128, 128, 128, 128, 128, 5, 128, 256, 1, false, 132, GemmType::Normal, cutlass::bfloat16_t, epilogue::transform::EpilogueIdentity>"
 dg_instantiate fp8_1d2d_masked sm90_fp8_gemm_1d2d "sm90_fp8_gemm_1d2d_impl<cute::UMMA::Major::K, 0, 4096, 7168, 8, 64, 128, 128, 128, 128, 128, 8, 128, 128, 1, false, 132, GemmType::MGroupedMasked, cutlass::bfloat16_t, epilogue::transform::EpilogueIdentity>"

@@ -4,6 +4,8 @@ tiles (the reduce-and-store work is the gap to the next wait)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from xstage_trace.instrument.recipes.model import AddedFile, Anchor, Event, Recipe, Upstream
 
 UPSTREAM = Upstream("bytedance/flux", "19831ca2d820e3e782ed1d15d8b52d0898b78b26", "2025-08-28",
@@ -16,6 +18,7 @@ _NS = "::bytedance::flux::xstage_flux"
 
 RECIPE = Recipe(
     name="flux",
+    files=Path(__file__).resolve().parent / "files",
     title="FLUX GEMM-RS: sm80 scatter epilogue (remote stores) and sm90 MoE GatherRS comm CTAs",
     architectures=("sm_80", "sm_90a"),
     upstream=(UPSTREAM,),
@@ -65,8 +68,8 @@ RECIPE = Recipe(
     ),
     added=(
         AddedFile("src/xstage/probe.cuh", "<xstage/probe.cuh>"),
-        AddedFile("src/xstage_flux.h", "flux/src/xstage_flux.h"),
-        AddedFile("src/xstage_flux_api.h", "flux/src/xstage_flux_api.h"),
+        AddedFile("src/xstage_flux.h", "src/xstage_flux.h"),
+        AddedFile("src/xstage_flux_api.h", "src/xstage_flux_api.h"),
     ),
     flags={"CUDAFLAGS": "{trace}", "NVCC_APPEND_FLAGS": "{trace}", "GPU_SM_CORES": "132"},
     build_notes=(

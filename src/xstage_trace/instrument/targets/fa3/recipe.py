@@ -4,6 +4,8 @@ the tile order of each CTA's consumer slice is the scheduler order."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from xstage_trace.instrument.recipes.model import AddedFile, Anchor, Event, Recipe, Upstream
 
 UPSTREAM = Upstream("Dao-AILab/flash-attention", "0251105a2fb19d2957484b7f023cd8c115286ced", "2026-08-15",
@@ -22,6 +24,7 @@ _BUF = f"params.epilogue.xstage_buf, MmaThreadOffset, {_STATE}"
 
 RECIPE = Recipe(
     name="fa3",
+    files=Path(__file__).resolve().parent / "files",
     title="FlashAttention-3 forward, sm_90 (hopper/): Q-tile mainloop and O epilogue per output tile",
     architectures=("sm_90a",),
     upstream=(UPSTREAM,),
@@ -93,8 +96,8 @@ RECIPE = Recipe(
     ),
     added=(
         AddedFile("hopper/xstage/probe.cuh", "<xstage/probe.cuh>"),
-        AddedFile("hopper/xstage_fa3.h", "fa3/hopper/xstage_fa3.h"),
-        AddedFile("hopper/xstage_fa3_api.h", "fa3/hopper/xstage_fa3_api.h"),
+        AddedFile("hopper/xstage_fa3.h", "hopper/xstage_fa3.h"),
+        AddedFile("hopper/xstage_fa3_api.h", "hopper/xstage_fa3_api.h"),
     ),
     flags={
         "NVCC_APPEND_FLAGS": "{trace}",

@@ -1,4 +1,4 @@
-# Shared by deepgemm_sm90.sh and deepgemm_megamoe.sh (sourced, not run): compile DeepGEMM kernel
+# Shared by targets/deepgemm_sm90/compile.sh and targets/deepgemm_megamoe/compile.sh (sourced, not run): compile DeepGEMM kernel
 # instantiations as its JIT would (one instantiation per TU, the JIT's nvcc flags) in a tree patched by
 # `xstage-trace instrument apply`, upstream (reverted), probes on and probes off, and print ptxas
 # registers / spills, clock reads and SASS instructions per kernel.

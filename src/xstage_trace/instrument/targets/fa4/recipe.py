@@ -3,8 +3,10 @@ clock at tile start, after the Q-tile mainloop and after the epilogue, behind a 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from xstage_trace.instrument.recipes.model import AddedFile, Anchor, Event, Recipe
-from xstage_trace.instrument.recipes.targets.fa3 import UPSTREAM
+from xstage_trace.instrument.targets.fa3.recipe import UPSTREAM
 
 _F = "flash_attn/cute/flash_fwd_sm90.py"
 _MMA = r"^    def mma\("
@@ -12,6 +14,7 @@ _NEXT = r"^    def first_half_block_overlap\("
 
 RECIPE = Recipe(
     name="fa4",
+    files=Path(__file__).resolve().parent / "files",
     title="FlashAttention-4 CuTe DSL forward, sm_90 (FlashAttentionForwardSm90.mma): per-tile clocks",
     architectures=("sm_90a",),
     upstream=(UPSTREAM,),
@@ -34,7 +37,7 @@ RECIPE = Recipe(
                "xstage_probe.tile_end(aux_tensors, tidx, m_block, head_idx, batch_idx)",
                "tile_scheduler.advance_to_next_work()", after=_MMA, until=_NEXT),
     ),
-    added=(AddedFile("flash_attn/cute/xstage_probe.py", "fa4/flash_attn/cute/xstage_probe.py"),),
+    added=(AddedFile("flash_attn/cute/xstage_probe.py", "flash_attn/cute/xstage_probe.py"),),
     flags={"XSTAGE_TRACE": "{on}", "FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED": "0", "CUTE_DSL_KEEP": "ptx,cubin"},
     build_notes=(
         "No build: the DSL compiles at first call. XSTAGE_TRACE must be set before flash_attn.cute is imported (the "

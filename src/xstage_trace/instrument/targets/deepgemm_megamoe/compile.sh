@@ -2,10 +2,10 @@
 # Compile DeepGEMM's sm_100 Mega MoE kernels as its JIT would (one instantiation per TU, the JIT's
 # flags, sm_100f), in a tree patched by `xstage-trace instrument apply --target deepgemm-megamoe`:
 # upstream (reverted), probes on and probes off; prints ptxas registers / spills per kernel.
-#   usage: deepgemm_megamoe.sh DEEPGEMM_ROOT [XSTAGE_TRACE_CLI]
+#   usage: compile.sh DEEPGEMM_ROOT [XSTAGE_TRACE_CLI]
 # Needs nvcc >= 12.9 (sm_100f), cuobjdump + nvdisasm on PATH. Leaves the recipe applied, probes off.
 set -euo pipefail
-source "$(dirname "${BASH_SOURCE[0]}")/deepgemm_common.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/../../recipes/deepgemm_common.sh"
 dg_setup "$@"
 # One prefill-like configuration: 512 tokens per rank, 8 ranks, hidden 4096, intermediate 2048,
 # 256 experts, top-8, 4 experts per wave, BLOCK_N 128, store block 32, 148 SMs (BLOCK_K 128 FP8,

@@ -4,6 +4,8 @@ the peer ranks over NVLink) and the NVLink barrier."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from xstage_trace.instrument.recipes.deepgemm_common import (IMPLS as _IMPLS, UPSTREAM, added_files, jit_flags, kernel_param_anchor,
                                                             launcher_anchors, python_api_anchors, switch)
 from xstage_trace.instrument.recipes.model import Anchor, Event, Recipe
@@ -65,6 +67,7 @@ def _anchors(key: str, stem: str) -> list[Anchor]:
 
 RECIPE = Recipe(
     name="deepgemm-megamoe",
+    files=Path(__file__).resolve().parent / "files",
     title="DeepGEMM sm_100 Mega MoE (FP8xFP4 and BF16): MMA mainloop, epilogue (Linear-2 NVLink stores), NVLink barrier",
     architectures=("sm_100a", "sm_100f"),
     upstream=(UPSTREAM,),
@@ -80,7 +83,7 @@ RECIPE = Recipe(
     ),
     anchors=tuple(a for k in (("fp8_fp4", "sm100_fp8_fp4_mega_moe"), ("bf16", "sm100_bf16_mega_moe"))
                   for a in _anchors(*k)) + python_api_anchors("megamoe_trace_buffer.hpp", "xstage_trace_megamoe"),
-    added=added_files("deepgemm-megamoe", "xstage_megamoe", "trace.cuh", "megamoe_trace_buffer.hpp"),
+    added=added_files("xstage_megamoe", "trace.cuh", "megamoe_trace_buffer.hpp"),
     switch=switch("xstage_megamoe"),
     conflicts=("deepgemm-sm90",),
     flags=jit_flags("$HOME/.deep_gemm-xstage-megamoe"),
