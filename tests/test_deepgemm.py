@@ -244,10 +244,10 @@ def test_real_h200_mainloop_begins_where_the_previous_epilogue_ended(h200_run):
 
 
 def _summarize():
-    """instrument/recipes/runs/deepgemm_sm90/summarize.py (a script beside the bench, not a package module)."""
+    """sample_traces/h200_deepgemm/run/summarize.py (a script beside the bench, not a package module)."""
     import importlib.util
 
-    path = ROOT / "src/xstage_trace/instrument/recipes/runs/deepgemm_sm90/summarize.py"
+    path = ROOT / "sample_traces/h200_deepgemm/run/summarize.py"
     spec = importlib.util.spec_from_file_location("dg_summarize", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

@@ -23,7 +23,7 @@ GT0 = 1_000_000_000  # %globaltimer at open; clock64 runs at 1 cycle per ns in t
 
 
 def tile_id(m_block: int, head: int, batch: int) -> int:
-    """The recipe's packing (instrument/recipes/files/fa3/hopper/xstage_fa3.h): batch 24..31, head 12..23, m 0..11."""
+    """The recipe's packing (instrument/targets/fa3/files/hopper/xstage_fa3.h): batch 24..31, head 12..23, m 0..11."""
     return batch << 24 | head << 12 | m_block
 
 

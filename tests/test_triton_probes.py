@@ -24,7 +24,7 @@ from xstage_trace.base.errors import InputError  # noqa: E402
 from xstage_trace.base.probe_layout import SLICE_DTYPE  # noqa: E402
 from xstage_trace.collectors.probe_format import decode_probe_dump  # noqa: E402
 from xstage_trace.instrument import triton as xp  # noqa: E402
-from xstage_trace.instrument import triton_gemm as g  # noqa: E402
+from tools import triton_gemm as g  # noqa: E402
 from xstage_trace.instrument import triton_sass  # noqa: E402
 
 TARGET = GPUTarget("cuda", 90, 32)

@@ -1,4 +1,4 @@
-# Sourced by compile/fa3.sh and runs/fa3/build.sh (needs $root, the flash-attention tree): the nvcc
+# Sourced by compile.sh (beside it) and sample_traces/h200_fa3/run/build.sh (needs $root, the flash-attention tree): the nvcc
 # flags hopper/setup.py uses for FA3's sm_90a forward with the reduced feature set, split around the
 # point where each script adds its own (fa3_head ... fa3_tail).
 features=""

@@ -44,7 +44,7 @@ RECIPE = Recipe(
         "flag is read at import and folded by const_expr); keep the on-disk DSL cache off or point "
         "FLASH_ATTENTION_CUTE_DSL_CACHE_DIR at a separate folder; CUTE_DSL_KEEP=ptx,cubin keeps the PTX and cubin (in "
         "CUTE_DSL_DUMP_DIR) to check that the clock reads survive (CS2R SR_CLOCKLO in the SASS). The DSL compiles without "
-        "a GPU (CUTE_DSL_ARCH=sm_90a, torch FakeTensorMode): instrument/recipes/runs/fa4/compile_check.py."),
+        "a GPU (CUTE_DSL_ARCH=sm_90a, torch FakeTensorMode): sample_traces/h200_fa4/run/compile_check.py."),
     buffer_plumbing=(
         "the last of aux_tensors: an int64 tensor (batch, heads, m_blocks, 8), zeroed, that the caller allocates and passes in "
         "flash_attn_func(..., aux_tensors=[..., records]); the kernel already receives aux tensors (AuxData) and keys "

@@ -44,7 +44,7 @@ def pack_tile_ids(batch: np.ndarray, head: np.ndarray, m_block: np.ndarray) -> n
 
 def _check(path: Path | None, rows: np.ndarray) -> np.ndarray:
     """The mask of written rows (batch, heads, m_blocks), or InputError for rows of another shape or none written."""
-    fix = "pass the (batch, heads, m_blocks, 8) int64 tensor the fa4 probes filled (instrument/recipes/runs/fa4/bench.py saves it)"
+    fix = "pass the (batch, heads, m_blocks, 8) int64 tensor the fa4 probes filled (sample_traces/h200_fa4/run/bench.py saves it)"
     if rows.ndim != 4 or rows.shape[-1] != RECORD_FIELDS or rows.dtype != np.int64:
         raise InputError(path, f"FA4 rows have shape {rows.shape} and dtype {rows.dtype}, expected (batch, heads, m_blocks, 8) int64", fix)
     written = rows[..., WRITTEN] == 1

@@ -102,7 +102,7 @@ RECIPE = Recipe(
         "No build: Triton compiles at first launch. The patched kernels take trace_meta, trace_records, TRACE_CAP and "
         "XSTAGE (XSTAGE=False compiles the probes out): pass TraceBuffer(...).kernel_args() or off_args() from "
         "xstage_trace.instrument.triton; the patched module imports xstage_trace, so run with it installed. A driver "
-        "that does both and writes the two dumps: python -m xstage_trace.instrument.targets.flux_triton.run."),
+        "that does both and writes the two dumps (the one the H200 sample ran): sample_traces/h200_triton_vs_proton/run/flux_gemm_rs.py."),
     buffer_plumbing=(
         "kernel arguments: trace_meta and trace_records (an xstage_trace.instrument.triton.TraceBuffer per kernel, one slice "
         "per program) plus the constexprs TRACE_CAP and XSTAGE."),

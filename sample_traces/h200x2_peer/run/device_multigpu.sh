@@ -2,7 +2,7 @@
 # Multi-GPU runs (needs 2 GPUs with P2P): the NVLink peer store path calibrated in both directions,
 # and the reference fused kernel with its remote buffer on the peer GPU, one process per GPU, both
 # schedules, per-rank dumps and Nsight Systems reports. NVLink multicast stays off.
-# From the repository root: bash src/xstage_trace/instrument/examples/device_multigpu.sh   (OUT set; .device-carry carried)
+# From the repository root: bash sample_traces/h200x2_peer/run/device_multigpu.sh   (OUT set; .device-carry carried)
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 OUT=${OUT:-/tmp/xstage-out}

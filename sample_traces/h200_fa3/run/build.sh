@@ -9,13 +9,13 @@
 #   usage: [XSTAGE_FA3_FLAGS=...] build.sh PATCHED_FLASH_ATTENTION_ROOT OUT_DIR   (objects are reused if present)
 # XSTAGE_FA3_FLAGS: the recipe's compile-time switches for the traced object and the driver (which reads the
 # records' layout from the same header), e.g. -DXSTAGE_FA3_KV_STEPS=1 for the K/V-step events.
-# Flags as hopper/setup.py with the reduced feature set (see src/xstage_trace/instrument/recipes/compile/fa3.sh).
+# Flags as hopper/setup.py with the reduced feature set (see src/xstage_trace/instrument/targets/fa3/compile.sh).
 set -euo pipefail
 root=$(realpath "$1"); out=$(realpath -m "$2"); here=$(dirname "$(realpath "$0")")
-inc=$(realpath "$here/../../../include")
+inc=$(realpath "$here/../../../src/xstage_trace/instrument/include")
 mkdir -p "$out"
 grep -q "xstage-recipe fa3" "$root/hopper/flash_fwd_kernel_sm90.h" || { echo "build.sh: $root is not patched (run: xstage-trace instrument apply --target fa3 --src $root)" >&2; exit 2; }
-. "$here/../../compile/fa3_flags.sh"
+. "$here/../../../src/xstage_trace/instrument/targets/fa3/nvcc_flags.sh"
 common="$fa3_head -lineinfo $fa3_tail"
 tu=$root/hopper/instantiations/flash_fwd_hdim128_bf16_sm90.cu
 plain="-Dflash=flash_plain -Drun_mha_fwd_=run_mha_fwd_plain_ -Drun_flash_fwd=run_flash_fwd_plain"

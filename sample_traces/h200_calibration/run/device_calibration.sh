@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs the calibration benchmark on a GPU machine and packs what comes back into $OUT.
-# Used as: [XSTAGE_GIT_COMMIT=<hash>] bash src/xstage_trace/instrument/bench/device_calibration.sh  (from the repository
+# Used as: [XSTAGE_GIT_COMMIT=<hash>] bash sample_traces/h200_calibration/run/device_calibration.sh  (from the repository
 # root, OUT set; XSTAGE_GIT_COMMIT names the sources' commit where the copy's git metadata is stale).
 # Steps: provenance, build (probes on/off), probe cost, overhead, full sweeps (host, local) with st.global
 # stores, with bulk copies (--store bulk) and with 2-D tensor stores (--store tensor2d; a host control

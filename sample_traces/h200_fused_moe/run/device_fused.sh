@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs the reference fused kernel on a GPU machine and packs the results into $OUT.
-# From the repository root: bash src/xstage_trace/instrument/examples/device_fused.sh
+# From the repository root: bash sample_traces/h200_fused_moe/run/device_fused.sh
 # 1) kernel times, probes compiled in and out (21 trials each, host and local destinations);
 #    st.global-epilogue variants of S1 (traced, separate folder);
 # 2) one traced run of every shape x schedule under Nsight Systems (dumps + .nsys-rep + .sqlite).

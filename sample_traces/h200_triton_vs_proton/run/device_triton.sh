@@ -6,6 +6,7 @@
 # the device machine). FLUX: a FLUX checkout's python/flux_triton at the recipe's commit, under
 # $FLUX/python (default ../triton/flux); the recipe is applied to a copy in /tmp.
 # TRIALS (default 100) sets the benchmark's interleaved trials.
+#   usage (repository root, OUT set): [COMMIT=<hash>] [FLUX=DIR] bash sample_traces/h200_triton_vs_proton/run/device_triton.sh
 # Results under $OUT: log.txt and results.tar (bench/{triton_vs_proton.json, xstage_gemm.xsp,
 # proton_trace_head.json}, flux_ws1/{flux_gemm_rs,flux_reduce}_{device,host}_r0.xsp, summary_*.json).
 set -u
@@ -21,9 +22,9 @@ mkdir -p "$R/bench" "$R/flux_ws1"
   python3 -c "import torch, triton; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__)"
   timeout 240 python3 benchmarks/bench_triton_vs_proton.py --out "$R/bench" --trials "${TRIALS:-100}"
   echo "bench rc=$?"
-  rm -rf /tmp/flux && cp -r "$FLUX" /tmp/flux && python3 -m xstage_trace.instrument.recipes.flux_triton apply /tmp/flux
+  rm -rf /tmp/flux && cp -r "$FLUX" /tmp/flux && python3 -m xstage_trace instrument apply --target flux-triton --src /tmp/flux
   for dest in device host; do
-    timeout 90 python3 -m xstage_trace.instrument.recipes.flux_triton.run --flux /tmp/flux --out "$R/flux_ws1" \
+    timeout 90 python3 sample_traces/h200_triton_vs_proton/run/flux_gemm_rs.py --flux /tmp/flux --out "$R/flux_ws1" \
       --dest "$dest" --trials 30 --summary "$R/flux_ws1/summary_$dest.json"
     echo "flux $dest rc=$?"
   done

@@ -9,7 +9,7 @@ tile stores then cross PCIe). The GEMM and the reduce kernel are launched in ord
 the reduce spins on flags, and started beside a non-persistent GEMM it would take the SM slots the
 GEMM still needs. (The several-rank path has not run yet: only one-GPU machines were lent.)
 
-    python -m xstage_trace.instrument.targets.flux_triton.run --flux FLUX_CHECKOUT --out DIR --dest device
+    python sample_traces/h200_triton_vs_proton/run/flux_gemm_rs.py --flux FLUX_CHECKOUT --out DIR --dest device
 
 Writes DIR/flux_gemm_rs_<dest>_r<rank>.xsp, DIR/flux_reduce_<dest>_r<rank>.xsp and prints a JSON
 summary (kernel times traced and untraced, correctness) that ``--summary FILE`` also writes.

@@ -10,7 +10,7 @@ a different kernel; a different instruction, order or loop structure is), per re
 for the whole function; and each Tensor Core (HMMA) loop of both builds instruction for instruction
 with its scheduling bits (stall cycles, yield, scoreboards) from the encoding, which the text omits.
 
-    python -m xstage_trace.instrument.codegen_check instrument/examples/fused_moe.cu \\
+    python -m tools.codegen_check src/xstage_trace/instrument/examples/fused_moe.cu \\
         --function fused_moe_kernel --region mainloop='void mainloop(' ...
 
 The tools: ``nvcc`` from PATH (or ``$CUDA_HOME/bin``) and ``nvdisasm`` from the same CUDA or from the
@@ -319,7 +319,7 @@ FUSED_MOE_REGIONS = [
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m xstage_trace.instrument.codegen_check", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m tools.codegen_check", description=__doc__.split("\n\n")[0])
     p.add_argument("source", type=Path)
     p.add_argument("--function", required=True, help="kernel name (a substring of the mangled name)")
     p.add_argument("--region", action="append", default=[], metavar="NAME=START..END",

@@ -1,5 +1,5 @@
 """Turn bench.py's per-case FA4 rows (``rows/*.npz``: the (batch, heads, m_blocks, 8) record tensor and
-the case's metadata) into probe dumps (``collectors/fa4_records.py``), one ``.xsp`` per case, labelled
+the case's metadata) into probe dumps (``instrument/targets/fa4/records.py``), one ``.xsp`` per case, labelled
 with the geometry the piggyback audit reads (``seqlen causal block_m block_n head_dim out_bytes``).
 
     usage: python convert.py RES_DIR OUT_DIR      (RES_DIR: run.sh's res/, holding rows/ and bench.json)

@@ -15,7 +15,7 @@ for f in "$work"/dumps/*.xsp; do zstd -q -19 -f "$f" -o "$out/dumps/$(basename "
 cp "$work/res/check.csv" "$work/res/times.csv" "$work/res/device.txt" "$work/res/smi.csv" "$out/"
 cp "$work/res/compile/compile.csv" "$out/compile.csv"
 cp "$work/res/fa4.diff" "$out/recipe_fa4.diff"
-"$py" "$(dirname "$(realpath "$0")")/../overhead_table.py" "$out/times.csv" "$out/overhead.csv" plain off traced
+"$py" "$(dirname "$(realpath "$0")")/../../overhead_table.py" "$out/times.csv" "$out/overhead.csv" plain off traced
 xs=$(dirname "$py")/xstage-trace
 "$xs" analyze "$2/dumps" -o "$work/run" > "$work/analyze.log"  # the dumps' folder as given (repository-relative)
 "$xs" piggyback "$work/run" --calibration "$calib/calibration_host.json" --calibration "$calib/calibration_local.json" \

@@ -14,7 +14,7 @@ mkdir -p "$out/dumps"
 for f in "$work"/res/*.xsp; do zstd -q -19 -f "$f" -o "$out/dumps/$(basename "$f").zst"; done
 cp "$work/res/check.csv" "$work/res/records.csv" "$work/res/times.csv" "$work/res/device.txt" "$out/"
 [ -f "$work/res/records_bench.csv" ] && cp "$work/res/records_bench.csv" "$out/"  # drivers since the K/V steps
-python3 "$(dirname "$(realpath "$0")")/../overhead_table.py" "$out/times.csv" "$out/overhead.csv" plain traced cleared
+python3 "$(dirname "$(realpath "$0")")/../../overhead_table.py" "$out/times.csv" "$out/overhead.csv" plain traced cleared
 "$cli" analyze "$2/dumps" -o "$work/run" > "$work/analyze.log"  # the dumps' folder as given (repository-relative)
 "$cli" piggyback "$work/run" --calibration "$calib/calibration_host.json" --calibration "$calib/calibration_local.json" \
   -o "$out/piggyback.md" --csv "$out/piggyback.csv"

@@ -11,7 +11,7 @@
 #                         time and of traced/untraced - 1 (on), untraced/untraced - 1 (off_b, the A/A)
 #                         and base/untraced - 1, with each ratio's range over the rounds
 #   ptxas_{off,on}.txt    registers of both builds
-# From the repository root: OUT=... bash src/xstage_trace/instrument/examples/device_overhead.sh   (~90 s on one H200)
+# From the repository root: OUT=... bash sample_traces/h200_fused_moe/run/device_overhead.sh   (~90 s on one H200)
 set -uo pipefail
 OUT=${OUT:-/tmp/xstage-out}
 ROUNDS=${ROUNDS:-5}
