@@ -149,6 +149,7 @@ def table3_samples(tiles: pd.DataFrame | Mapping[str, pd.Series]) -> tuple[dict[
         samples[key, "err"] = _finite(np.abs(num["predicted_stall_ns"][w] - num["measured_stall_ns"][w]))
         samples[key, "noise"] = _finite(num["noise_ns"][w])
         counts.update({(key, "tiles"): int(w.sum()), (key, "stalled_tiles"): int((w & stalled).sum()),
+                       (key, "measured_tiles"): int((w & ~np.isnan(num["stall_ns"])).sum()),
                        (key, "backpressured_tiles"): int((w & backpressured).sum()), (key, "inflated_tiles"): int((w & inflated).sum()),
                        (key, "inflation_judged_tiles"): int((w & ~np.isnan(np.asarray(tiles["control_mainloop_ns"], np.float64))).sum())})
     return samples, counts
@@ -168,7 +169,8 @@ def table3_rows(counts: Mapping[tuple, int | float], medians: Mapping[tuple, flo
         row["slot_err_median_ns"], row["slot_err_mean_ns"] = medians[key, "err"], err_means[key, "err"]
         row["stall_p99_ns"] = p99[key, "stall"]
         row["noise_ns"] = medians[key, "noise"]
-        row.update({c: int(counts[key, c]) for c in ("tiles", "stalled_tiles", "backpressured_tiles", "inflated_tiles", "inflation_judged_tiles")})
+        row.update({c: int(counts[key, c]) for c in ("tiles", "measured_tiles", "stalled_tiles", "backpressured_tiles", "inflated_tiles",
+                                                     "inflation_judged_tiles")})
         rows.append(row)
     frame = pd.DataFrame(rows, columns=[f.name for f in TABLE3 if f.name not in ("kernel_ns", "trials", "ranks")])
     return frame

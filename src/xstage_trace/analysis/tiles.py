@@ -9,11 +9,11 @@ T_cover(i)]₊ (T_lead: how much later tile i's store starts than the mainloop c
 takes 0), measured Δt(i) = the slot wait before tile i+2, less the wait's own instrumented cost (the
 control run's median wait). With one staging buffer whose wait comes after the next tile's mainloop
 (DeepGEMM sm_90) S = 1 and T_cover(i) = mainloop(i+1) again; tile i's measured wait is the one
-recorded on tile i+1. A lifecycle without a wait event (FlashAttention: the O store waits inside its
-epilogue) has no measured slot wait.
+recorded on tile i+1. A lifecycle whose store span holds the wait (FlashAttention: the O store is issued
+and waited inside the epilogue) measures it as the store span beyond the control's median store span.
 
 Measured stall (docs/model.md §12): a tile's ``stall_ns`` counts its slot wait beyond the control's floor
-(``measured_stall_ns``, the paper's measured Δt) and its compute span beyond the control's
+(``measured_stall_ns``, the paper's measured Δt; for a wait inside the store span, that span beyond the control's) and its compute span beyond the control's
 (``compute_stall_ns``: the mainloop minus the control's median mainloop of the same shape, tile kind and
 operand path, counted where the mainloop is inflated: beyond the control's p99 by more than the noise
 and more than INFLATION_FRACTION), so a mainloop stretched by pending remote stores is a stall too. The
@@ -127,7 +127,7 @@ def tile_spans(probes: pd.DataFrame, lifecycle: TileLifecycle, slots: int | None
         "slot_wait_ns": shift_back(wait, ids, slots), "epilogue_span_ns": epilogue,
         "epilogue_lead_ns": lead, "predicted_stall_ns": predicted_stall_ns(epilogue, cover, np.nan_to_num(lead, nan=0.0)),
         "wait_start_ns": wait_start, "epilogue_start_ns": epilogue_start, "rs_bytes": cols["rs_bytes"][order],
-        "cover_tiles": np.full(len(rows), cover_tiles, np.int8),
+        "cover_tiles": np.full(len(rows), cover_tiles, np.int8), "wait_in_store": np.full(len(rows), lay.wait_in_store_span),
     })
     if lay.tile_kind is not None:
         out["tile_kind"] = lay.tile_kind
@@ -157,9 +157,13 @@ def finish_tiles(t: pd.DataFrame, dumps: pd.DataFrame, noise_ns: float | None = 
     # rounded to whole picoseconds: a wait and the floor converted on different SMs' clocks (ppm-level
     # factors) differ by ~1e-7 ns where the cycle counts are equal; that is not a stall
     t["measured_stall_ns"] = np.maximum(np.round(t["slot_wait_ns"] - floor_ns, 3), 0.0) if control.waits else np.nan
+    ctrl = t[CONTROL_KEYS].merge(control.mainloop_p99, on=CONTROL_KEYS, how="left")
+    if "wait_in_store" in t and t["wait_in_store"].any():  # the wait is inside the store span: its excess over the control's
+        in_store = t["wait_in_store"].to_numpy(bool)
+        excess = np.maximum(np.round(t["rs_ns"].to_numpy(np.float64) - ctrl["ctrl_store_median"].to_numpy(), 3), 0.0)
+        t["measured_stall_ns"] = np.where(in_store, excess, t["measured_stall_ns"])
     t["noise_ns"] = noise_ns
     t["backpressured"] = (t["predicted_stall_ns"] > noise_ns) | (t["measured_stall_ns"].fillna(0) > noise_ns)
-    ctrl = t[CONTROL_KEYS].merge(control.mainloop_p99, on=CONTROL_KEYS, how="left")
     t["control_mainloop_ns"] = ctrl["ctrl"].to_numpy()
     t["control_compute_ns"] = ctrl["ctrl_median"].to_numpy()
     inflated = mainloop_inflated(t)
@@ -187,7 +191,7 @@ CONTROL_KEYS = ["shape", "tile_kind", "operands"]
 class ControlStats:
     """What the control runs decide for every tile: slot-wait floor and noise (and how many control waits
     decided them: 0 leaves the floor unknown), per CONTROL_KEYS the mainloop p99 (column ``ctrl``) and median
-    (``ctrl_median``)."""
+    (``ctrl_median``) and the median remote-store span (``ctrl_store_median``)."""
 
     floor_ns: float
     noise_ns: float
@@ -209,12 +213,13 @@ def with_dump_config(t: pd.DataFrame, dumps: pd.DataFrame) -> pd.DataFrame:
 @dataclass
 class ControlSample:
     """What the control statistics are taken of, from some control tiles: their slot waits (NaN dropped)
-    and, per (shape, tile kind, operand path) — None where a key is missing — their mainloops (NaN
-    dropped; a group whose mainloops are all missing holds none). The statistics of the samples of
-    disjoint sets of tiles are those of their union (``control_stats_from_samples``)."""
+    and, per (shape, tile kind, operand path) — None where a key is missing — their mainloops and their
+    remote-store spans (NaN dropped; a group whose values are all missing holds none). The statistics of
+    the samples of disjoint sets of tiles are those of their union (``control_stats_from_samples``)."""
 
     waits_ns: np.ndarray
     mainloops_ns: dict[tuple, np.ndarray]
+    stores_ns: dict[tuple, np.ndarray]
 
 
 def control_sample(tiles: pd.DataFrame | Mapping[str, pd.Series]) -> ControlSample:
@@ -223,40 +228,45 @@ def control_sample(tiles: pd.DataFrame | Mapping[str, pd.Series]) -> ControlSamp
     waits = tiles["slot_wait_ns"].to_numpy(np.float64)[ctrl]
     keys = [(codes[ctrl], names) for codes, names in (text_codes(tiles[k]) for k in CONTROL_KEYS)]  # -1: missing
     mainloop = tiles["mainloop_ns"].to_numpy(np.float64)[ctrl]
+    store_col = next((c for c in ("rs_ns", "rs_span_ns") if c in tiles), None)
+    store = (tiles[store_col].to_numpy(np.float64) if store_col else np.full(len(ctrl), np.nan))[ctrl]
     group = np.zeros(len(mainloop), np.int64)
     for codes, names in keys:
         group = group * (len(names) + 1) + codes + 1  # code -1 (missing) → 0
-    groups = {}
+    groups, stores = {}, {}
     for g in np.unique(group):  # a few: shapes × kinds × operand paths
-        v = mainloop[group == g]
+        v, s = mainloop[group == g], store[group == g]
         key, rest = [], int(g)
         for codes, names in reversed(keys):
             rest, c = divmod(rest, len(names) + 1)
             key.append(names[c - 1] if c else None)
         groups[tuple(reversed(key))] = v[~np.isnan(v)]
-    return ControlSample(waits[~np.isnan(waits)], groups)
+        stores[tuple(reversed(key))] = s[~np.isnan(s)]
+    return ControlSample(waits[~np.isnan(waits)], groups, stores)
 
 
 def control_stats_from_samples(samples: Callable[[], Iterable[ControlSample]], cap: int) -> ControlStats:
-    """Spec §5's control statistics of the control tiles whose samples ``samples()`` yields (anew on every
+    """docs/model.md §5's control statistics of the control tiles whose samples ``samples()`` yields (anew on every
     call), holding at most ``cap`` values of a sample at once (``selection.order_statistics``): the slot-wait
     floor and noise (``_wait_stats``) and the mainloop p99 per (shape, tile kind, operand path), pandas'
     linear-interpolation quantile (NaN for a group with no mainloop). The same numbers as for one sample of
     all the tiles, whatever the cap."""
     def chunks() -> Iterator[dict]:
         for s in samples():
-            yield {"waits": s.waits_ns, **{("mainloop", k): v for k, v in s.mainloops_ns.items()}}
+            yield {"waits": s.waits_ns, **{("mainloop", k): v for k, v in s.mainloops_ns.items()},
+                   **{("store", k): v for k, v in s.stores_ns.items()}}
 
     def ranks_of(name, n: int) -> list[int]:
         return median_ranks(n) + quantile_ranks(n, 0.99)
 
     n, _, found = order_statistics(chunks, ranks_of, cap)
     floor_ns, noise_ns = _wait_stats(found.get("waits", {}), n.get("waits", 0))
-    groups = [k for k in n if k != "waits"]
+    groups = [k for k in n if k != "waits" and k[0] == "mainloop"]
     order = sorted(groups, key=lambda k: tuple((x is not None, x or "") for x in k[1]))  # missing keys first
-    rows = [[*k[1], linear_quantile_of(found[k], n[k], 0.99), median_of(found.get(k, {}), n[k])] for k in order]
-    p99 = pd.DataFrame(rows, columns=[*CONTROL_KEYS, "ctrl", "ctrl_median"]).astype(
-        {"ctrl": float, "ctrl_median": float, **{k: "str" for k in CONTROL_KEYS}})  # text, NaN where missing
+    rows = [[*k[1], linear_quantile_of(found[k], n[k], 0.99), median_of(found.get(k, {}), n[k]),
+             median_of(found.get(("store", k[1]), {}), n.get(("store", k[1]), 0))] for k in order]
+    p99 = pd.DataFrame(rows, columns=[*CONTROL_KEYS, "ctrl", "ctrl_median", "ctrl_store_median"]).astype(
+        {"ctrl": float, "ctrl_median": float, "ctrl_store_median": float, **{k: "str" for k in CONTROL_KEYS}})  # text, NaN where missing
     return ControlStats(floor_ns, noise_ns, p99, int(n.get("waits", 0)))
 
 

@@ -68,8 +68,10 @@ def _calibration_points(probes: pd.DataFrame, slices: pd.DataFrame, dump: pd.Dat
 def _bursts(probes: pd.DataFrame, slices: pd.DataFrame, dump: pd.DataFrame, ctx: AnalysisContext, done: dict) -> pd.DataFrame:
     from xstage_trace.analysis.bursts import REMOTE_STORE_EVENTS, audit_bursts, reconstruct_bursts, remote_store_spans
 
-    store = group_lifecycle(probes, dump).store_event
+    lc = group_lifecycle(probes, dump)
+    store = lc.store_event
     spans = remote_store_spans(probes, REMOTE_STORE_EVENTS + ((store,) if store not in REMOTE_STORE_EVENTS else ()))
+    spans["bytes"] = _label_bytes(lc, dump, spans["dump"], spans["bytes"])
     bursts = reconstruct_bursts(spans, done.get("tile_spans"))
     return _with_config(audit_bursts(bursts, ctx.model if _calibrated_for(ctx.model, dump) else None), dump)
 
@@ -93,7 +95,21 @@ def _calibrated_for(model: PlatformModel | None, dump: pd.DataFrame) -> bool:
 def _tile_spans(probes: pd.DataFrame, slices: pd.DataFrame, dump: pd.DataFrame, ctx: AnalysisContext, done: dict) -> pd.DataFrame:
     from xstage_trace.analysis.tiles import tile_spans
 
-    return tile_spans(probes, group_lifecycle(probes, dump))
+    lc = group_lifecycle(probes, dump)
+    spans = tile_spans(probes, lc)
+    if len(spans):
+        spans["rs_bytes"] = _label_bytes(lc, dump, spans["dump"], spans["rs_bytes"]).where(spans["rs_ns"].notna())
+    return spans
+
+
+def _label_bytes(lc: TileLifecycle, dumps: pd.DataFrame, names: pd.Series, payload_bytes: pd.Series) -> pd.Series:
+    """Store bytes per row: the lifecycle's bytes from each dump's label where it takes them from there
+    (``TileLifecycle.bytes_from_label``), else the payload's."""
+    if not lc.bytes_from_label or dumps.empty:
+        return payload_bytes
+    per = {str(d): lc.tile_bytes(e) for d, e in zip(dumps["dump"], dumps["extra"] if "extra" in dumps else [None] * len(dumps))}
+    label = pd.Series(names.astype(str).map(per).to_numpy(), index=payload_bytes.index, dtype=np.float64)
+    return label.fillna(payload_bytes.astype(np.float64))
 
 
 def dump_lifecycles(probes: pd.DataFrame, dumps: pd.DataFrame) -> dict[str, TileLifecycle]:

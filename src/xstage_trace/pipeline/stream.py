@@ -370,7 +370,7 @@ def analyze_streaming(tasks: list[DumpTask], folder: Path, tables: dict[str, pa.
 
 
 class Table3ByConfiguration:
-    """Spec §5 Table 3 (``table3_from_tiles`` + kernel times), each configuration's rows from the tile
+    """docs/model.md §5 Table 3 (``table3_from_tiles`` + kernel times), each configuration's rows from the tile
     parts of that configuration's batches only (a batch holds one configuration): a row reads every tile
     of its configuration and none of another's, so the rows equal those of the whole tile table. A
     configuration's rows are computed (``table3_task``, submitted to the workers) as soon as the last of
