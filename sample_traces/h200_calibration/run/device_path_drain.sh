@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs the path-drain calibration on a GPU machine and packs what comes back into $OUT (docs/calibration-physics.md).
-# Used as: [XSTAGE_GIT_COMMIT=<hash>] bash src/xstage_trace/instrument/bench/device_path_drain.sh  (from the repository root, OUT set).
+# Used as: [XSTAGE_GIT_COMMIT=<hash>] bash sample_traces/h200_calibration/run/device_path_drain.sh  (from the repository root, OUT set).
 # Steps: provenance; build path_drain and burst_gap (probes on); SASS of the new kernels; sustained stores and the copy
 # engine (host, local); synchronized-burst ramps twice (host) and once (local); load-compute-store rounds (host, local);
 # streamed rounds (a 4-stage mainloop of S load steps, host and local);
