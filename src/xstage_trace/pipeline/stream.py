@@ -260,7 +260,8 @@ def expected_records(inputs: Iterable[str | Path]) -> int:
     """The probe records ``inputs`` may hold, from file sizes alone: the bytes of their dumps (given, or
     inside a given folder) at 16 B a record (a plain dump's header adds a little; a compressed dump
     counts its compressed bytes, so it is underestimated)."""
-    from xstage_trace.collectors.probe_format import RECORD_BYTES, is_probe_dump_name
+    from xstage_trace.base.probe_layout import RECORD_BYTES
+    from xstage_trace.collectors.probe_format import is_probe_dump_name
 
     total = 0
     for raw in inputs:
