@@ -140,8 +140,9 @@ def finish_tiles(t: pd.DataFrame, dumps: pd.DataFrame, noise_ns: float | None = 
     """What needs every dump of the run (docs/model.md §5, §12): configuration columns, the slot-wait floor
     and noise of the control runs, measured stall (slot wait and compute span beyond the control's), the
     backpressured flag, the diagnosis and, for the destinations ``models`` calibrates, the forward
-    prediction: §11's (``analysis.stall.forward_link_stall_ns``) for a path-drain calibration (a
-    ``forward.LinkModel``), else the §4 recurrence's (``analysis.stall.forward_stall_ns``, a ``PlatformModel``). ``control``: the run's control statistics when ``t``
+    prediction (``models``: dest → (PlatformModel, forward.LinkModel or None)): §11's
+    (``analysis.stall.forward_link_stall_ns``) where the calibration has a path-drain link model and the operands are
+    loaded from global memory, else the §4 recurrence's (``analysis.stall.forward_stall_ns``). ``control``: the run's control statistics when ``t``
     is only part of the run's tiles (a streaming analyze finishes them dump by dump); by default they are
     taken from ``t``."""
     if t.empty:
@@ -180,13 +181,12 @@ def finish_tiles(t: pd.DataFrame, dumps: pd.DataFrame, noise_ns: float | None = 
     t["stall_ns"] = np.where(unmeasured, np.nan, total_stall_ns(t["measured_stall_ns"].to_numpy(np.float64), t["compute_stall_ns"].to_numpy(np.float64)))
     slot = t["measured_stall_ns"].fillna(0) > noise_ns
     t["diagnosis"] = np.select([slot, inflated], ["slot_backpressure", "mainloop_inflation"], "none")
-    from xstage_trace.analysis.forward import LinkModel
     from xstage_trace.analysis.stall import forward_link_stall_ns, forward_stall_ns
 
     models = models or {}
     spans = t.rename(columns={"rs_ns": "rs_span_ns"})
-    link = forward_link_stall_ns(spans, {d: m for d, m in models.items() if isinstance(m, LinkModel)})
-    recurrence = forward_stall_ns(spans, {d: m for d, m in models.items() if not isinstance(m, LinkModel)})
+    link = forward_link_stall_ns(spans, {d: m[1] for d, m in models.items() if m[1] is not None})
+    recurrence = forward_stall_ns(spans, {d: m[0] for d, m in models.items()})
     t["forward_stall_ns"] = np.where(np.isnan(link), recurrence, link)
     t = t.rename(columns={"rs_ns": "rs_span_ns"})
     return t[["rank", "dump", "dest", "shape", "schedule", "variant", "cta", "position", "tile", "tile_kind", "expert", "wave", "mainloop_ns", "rs_span_ns",
