@@ -17,12 +17,13 @@ WORKFLOW = DOCS / "examples" / "xstage-pr.yml"
 def _command_lines(text: str) -> list[list[str]]:
     text = text.replace("\\\n", " ")
     out = []
-    for m in re.finditer(r"xstage-trace ([a-z-]+(?: [a-z]+)?)([^\n;|`)]*)", text):
+    for m in re.finditer(r"xstage-trace ([a-z-]+(?: [a-z][a-z-]*)?)([^\n;|`)]*)", text):
         words = m.group(1).split()
         if words[0] in ("in", "is", "shows", "tells", "probe", "run", "did"):  # prose, not a command
             continue
         opts = re.findall(r"(?<![\w-])(--[a-z][a-z-]*)", m.group(2))
-        out.append([words[0]] + [w for w in words[1:] if w in ("flags", "fit", "run")] + opts)
+        subs = ("flags", "fit", "run", "partition", "partition-sweep", "burst", "stall", "qloop", "interleave", "sequence")
+        out.append([words[0]] + [w for w in words[1:] if w in subs] + opts)
     return out
 
 
