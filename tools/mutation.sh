@@ -45,7 +45,8 @@ for g in "${groups[@]}"; do
   (cd "$here" && git ls-files -co --exclude-standard -z | xargs -0 cp --parents -t "$work" 2>/dev/null || true)
   pats=${MUTMUT_ONLY:-${MUTATE[$g]}}   # MUTMUT_ONLY: a narrower glob (one module) for a quick run
   tests=""   # test files (or file::test ids) that exist in this checkout
-  for t in ${MUTMUT_TESTS:-${TESTS[$g]}}; do   # MUTMUT_TESTS: other tests for a quick run [ -e "$work/${t%%::*}" ] && tests="$tests $t"; done
+  # MUTMUT_TESTS: other tests for a quick run
+  for t in ${MUTMUT_TESTS:-${TESTS[$g]}}; do [ -e "$work/${t%%::*}" ] && tests="$tests $t"; done
   {
     echo "[mutmut]"
     echo "source_paths = src"
