@@ -9,6 +9,7 @@ commands never load it.
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 
@@ -91,7 +92,24 @@ def main() -> None:
         _error(exc.format_message(), exc.exit_code)
     except (KeyboardInterrupt, typer.Abort):
         _error("interrupted; nothing was written", 130)
-    sys.exit(rv if isinstance(rv, int) else 0)
+    _finish(rv if isinstance(rv, int) else 0)
+
+
+def _finish(code: int) -> None:
+    """Exit with ``code`` after a command returned. When this process is the CLI itself (its ``__main__``
+    runs ``main``: the console script, ``python -m xstage_trace``), stdout and stderr are flushed and the
+    interpreter's teardown is skipped: freeing every object of pandas, pyarrow and the run one by one took
+    0.3–1 s after the last line (benchmarks/README.md), and nothing is left to close by then (worker pools,
+    threads and temporary folders are closed by their ``with`` blocks). Called in-process (tests), a plain
+    ``sys.exit``."""
+    if getattr(sys.modules.get("__main__"), "main", None) is not main:
+        sys.exit(code)
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):  # a closed pipe: let the usual exit report it
+        sys.exit(code)
+    os._exit(code)
 
 
 from xstage_trace.cli import analyze as _analyze, calibrate as _calibrate, instrument as _instrument, model as _model  # noqa: E402,F401  (registers the commands)
