@@ -79,22 +79,27 @@ def analyze(
     if summary.get("calibration_points"):
         t.add_row("calibration points", str(summary["calibration_points"]))
     out.print(t)
+    for v in summary.get("verdicts", []):
+        stall = "n/a" if v["measured_stall_us"] is None else f"{v['measured_stall_us']:.3g} µs"
+        out.print(f"{v['dest']} {v['shape']} {v['variant'] or '-'} {v['schedule'] or '-'}: {v['verdict']}"
+                  + (f" ({v['diagnosis']})" if v["diagnosis"] != "none" else "") + f", median stall {stall}, {v['stalled_tiles']}/{v['tiles']} tiles stalled",
+                  markup=False, highlight=False)
     if summary.get("table3"):
-        t3 = Table(title="Table 3 (Linear-2 tiles, medians, µs; timing scope: probe clock per SM)")
-        cols = {"dest": "dest", "shape": "shape", "variant": "variant", "span_wave_us": "span W", "span_interleaved_us": "span I",
-                "mainloop_l2_us": "T L2", "mainloop_l1_us": "T L1", "stall_wave_pred_medians_us": "Δt W pred",
-                "stall_wave_pred_tiles_us": "Δt W pred/tile", "stall_wave_meas_us": "Δt W meas",
-                "err_wave_mean_us": "|err| W mean", "stall_interleaved_pred_medians_us": "Δt I pred",
-                "stall_interleaved_meas_us": "Δt I meas", "backpressured_wave": "bp W", "backpressured_interleaved": "bp I",
-                "inflated_wave": "infl W", "inflated_interleaved": "infl I", "kernel_ms_wave": "ms W", "kernel_ms_interleaved": "ms I"}
-        cols = {c: h for c, h in cols.items() if c in summary["table3"][0]}
+        t3 = Table(title="Table 3 (remote-store tiles, medians, µs; kernel ms; timing scope: probe clock per SM)")
+        cols = {"dest": "dest", "shape": "shape", "variant": "variant", "schedule": "schedule", "tiles": "tiles", "stalled_tiles": "stalled",
+                "stall_ns": "stall", "slot_pred_ns": "Δt pred", "slot_meas_ns": "Δt meas", "forward_stall_ns": "fwd pred", "kernel_ns": "ms"}
         for head in cols.values():
-            t3.add_column(head)
-        t3.caption = ("W = expert-wave, I = interleaved; Δt pred = [median span − median T^mma]₊ (paper), pred/tile = median of per-tile "
-                      "[T_lead + T_RS − T_cover]₊; |err| = mean per-tile |pred − meas|; bp = backpressured tiles; infl = mainloop-inflated tiles; "
-                      "ms = kernel time (nsys), per trial the slowest rank, median over trials, warm-ups excluded")
-        for row in summary["table3"]:  # one row per configuration
-            t3.add_row(*[f"{row[c]:.3g}" if isinstance(row[c], float) else str(row[c]) for c in cols])
+            t3.add_column(head, no_wrap=True)
+        t3.caption = ("stall = slot wait + compute span beyond the control's; Δt = the slot model (docs/model.md §5): per-tile "
+                      "[T_lead + T_RS − T_cover]₊ vs the measured slot wait; fwd pred = calibrated forward prediction; "
+                      "ms = kernel time (nsys), per trial the slowest rank, median over trials")
+        for row in summary["table3"]:  # one row per configuration and schedule
+            cells = []
+            for c in cols:
+                x = row.get(c)
+                scale = 1e6 if c == "kernel_ns" else 1e3
+                cells.append("-" if x is None or (isinstance(x, float) and x != x) else f"{x / scale:.3g}" if c.endswith("_ns") else str(x))
+            t3.add_row(*cells)
         out.print(t3)
     for w in summary["warnings"]:
         warn(w)

@@ -26,7 +26,7 @@ from xstage_trace.base.atomic import atomic_dir
 from xstage_trace.base.errors import InputError
 from xstage_trace.base.hashing import hash_all, sha256_of
 from xstage_trace.base.jsonable import dumps, loads
-from xstage_trace.base.schema import SCHEMA_VERSION, TABLES, conform, empty_table
+from xstage_trace.base.schema import RESULTS, SCHEMA_VERSION, TABLES, conform, empty_table
 
 MANIFEST = "manifest.json"
 TOOL = "xstage-trace"
@@ -136,7 +136,8 @@ def _write_run(run_dir, tables, manifest, extra_files, results, fill, force) -> 
         counts = {n: (tables[n].num_rows if tables.get(n) is not None else 0) for n in TABLES}
         counts.update(streamed)
         for name, frame in ((results() if callable(results) else results) or {}).items():
-            pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), tmp / f"{name}.parquet", compression="zstd")
+            table = pa.Table.from_pandas(frame, preserve_index=False)
+            pq.write_table(conform(name, table) if name in RESULTS else table, tmp / f"{name}.parquet", compression="zstd")
         for name, text in ((extra_files() if callable(extra_files) else extra_files) or {}).items():
             (tmp / name).write_text(text)
         written = [q for q in sorted(tmp.rglob("*")) if q.is_file()]
