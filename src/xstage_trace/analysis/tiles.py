@@ -41,7 +41,7 @@ import pandas as pd
 
 from xstage_trace.analysis.selection import (linear_quantile_of, median_of, median_ranks, numpy_percentile_of, order_statistics,
                                               quantile_ranks)
-from xstage_trace.analysis.columnar import as_text, cumcount, run_ids, shift_back, sort_codes, text_codes
+from xstage_trace.analysis.columnar import as_text, cumcount, text_of_codes, run_ids, shift_back, sort_codes, text_codes
 from xstage_trace.analysis.spans import join_rows, key_codes, take_matched
 from xstage_trace.analysis.stall_law import predicted_stall_ns
 from xstage_trace.analysis.platform import PlatformModel
@@ -170,7 +170,7 @@ def finish_tiles(t: pd.DataFrame, dumps: pd.DataFrame, noise_ns: float | None = 
     unmeasured = ~waits & (np.bincount(launch[waits], minlength=launch.max(initial=-1) + 1) > 0)[launch]
     t["stall_ns"] = np.where(unmeasured, np.nan, total_stall_ns(t["measured_stall_ns"].to_numpy(np.float64), t["compute_stall_ns"].to_numpy(np.float64)))
     slot = t["measured_stall_ns"].fillna(0) > noise_ns
-    t["diagnosis"] = np.select([slot, inflated], ["slot_backpressure", "mainloop_inflation"], "none")
+    t["diagnosis"] = text_of_codes(np.select([slot, inflated], [0, 1], 2), ["slot_backpressure", "mainloop_inflation", "none"])
     from xstage_trace.analysis.stall import forward_stall_ns
 
     t["forward_stall_ns"] = forward_stall_ns(t.rename(columns={"rs_ns": "rs_span_ns"}), models or {})
@@ -196,12 +196,27 @@ class ControlStats:
 
 
 def with_dump_config(t: pd.DataFrame, dumps: pd.DataFrame) -> pd.DataFrame:
-    """Tile spans with their dump's configuration, ``is_control`` and ``tile_kind``."""
-    cfg = dumps[["rank", "dump", "dest", "shape", "schedule", "variant", "operands", "is_control"]]
-    cfg = cfg.assign(dump=cfg["dump"].astype(str))  # one column's astype: half the cost of the frame's on a one-row frame
-    t = t.merge(cfg, on=["rank", "dump"], how="left")
-    t["is_control"] = t["is_control"].fillna(False).astype(bool)
-    kind = np.where(t["is_l2"], "linear2", "linear1")  # the fused kernels; a layout with one kind of tile sets its own
+    """Tile spans with their dump's configuration, ``is_control`` and ``tile_kind``: a left join on (rank, dump),
+    each tile's dump row looked up among the few distinct (rank, dump) pairs and its columns taken by index
+    (pandas' merge when the dumps repeat a (rank, dump): every match)."""
+    cols = ["dest", "shape", "schedule", "variant", "operands"]
+    cfg = dumps[["rank", "dump", *cols, "is_control"]]
+    row_of = {(int(r), str(d)): i for i, (r, d) in enumerate(zip(cfg["rank"].to_numpy(), cfg["dump"].astype(str)))}
+    if len(row_of) < len(cfg):
+        t = t.merge(cfg.assign(dump=cfg["dump"].astype(str)), on=["rank", "dump"], how="left")
+        t["is_control"] = t["is_control"].fillna(False).astype(bool)
+    else:
+        dump, names = pd.factorize(t["dump"], use_na_sentinel=False)
+        rank = t["rank"].to_numpy().astype(np.int64)
+        lo, width = int(rank.min(initial=0)), int(rank.max(initial=0)) - int(rank.min(initial=0)) + 1
+        pair, firsts = pd.factorize(dump.astype(np.int64) * width + (rank - lo))
+        found = np.array([row_of.get((int(f % width) + lo, str(names[f // width])), -1) for f in firsts], np.intp)
+        pos = found[pair]
+        t = t.copy(deep=False)
+        for c in cols:
+            t[c] = cfg[c].array.take(pos, allow_fill=True)
+        t["is_control"] = (pos >= 0) & cfg["is_control"].to_numpy(bool)[np.maximum(pos, 0)] if len(cfg) else np.zeros(len(t), bool)
+    kind = text_of_codes(t["is_l2"].to_numpy(bool), ["linear1", "linear2"])  # the fused kernels; a layout with one kind of tile sets its own
     t["tile_kind"] = t["tile_kind"].fillna(pd.Series(kind, index=t.index)) if "tile_kind" in t else kind
     return t
 
