@@ -145,39 +145,65 @@ def finish_tiles(t: pd.DataFrame, dumps: pd.DataFrame, noise_ns: float | None = 
     if t.empty:
         return pd.DataFrame()
     t = with_dump_config(t, dumps)
-    if "epilogue_lead_ns" not in t:  # spans from elsewhere than tile_spans: no lead was measured
-        t["epilogue_lead_ns"] = np.nan
+    n = len(t)
+    lead = t["epilogue_lead_ns"].to_numpy(np.float64) if "epilogue_lead_ns" in t else np.full(n, np.nan)  # NaN: spans from elsewhere than tile_spans
     control = control_stats(t) if control is None else control
     floor_ns = control.floor_ns
     noise_ns = control.noise_ns if noise_ns is None else noise_ns
     # The wait as instrumented costs a fixed time even when the slot is free (begin probe, one
     # flag read, end probe): the control's median. The stall is what exceeds it. Without any control
     # wait the floor is unknown: no measured slot stall (NaN), never the raw wait.
-    t["wait_floor_ns"] = floor_ns if control.waits else np.nan
+    slot_wait = t["slot_wait_ns"].to_numpy(np.float64)
     # rounded to whole picoseconds: a wait and the floor converted on different SMs' clocks (ppm-level
     # factors) differ by ~1e-7 ns where the cycle counts are equal; that is not a stall
-    t["measured_stall_ns"] = np.maximum(np.round(t["slot_wait_ns"] - floor_ns, 3), 0.0) if control.waits else np.nan
-    t["noise_ns"] = noise_ns
-    t["backpressured"] = (t["predicted_stall_ns"] > noise_ns) | (t["measured_stall_ns"].fillna(0) > noise_ns)
-    ctrl = t[CONTROL_KEYS].merge(control.mainloop_p99, on=CONTROL_KEYS, how="left")
-    t["control_mainloop_ns"] = ctrl["ctrl"].to_numpy()
-    t["control_compute_ns"] = ctrl["ctrl_median"].to_numpy()
-    inflated = mainloop_inflated(t)
-    t["compute_stall_ns"] = compute_stall_ns(t["mainloop_ns"].to_numpy(np.float64), t["control_compute_ns"].to_numpy(np.float64), inflated)
+    measured = np.maximum(np.round(slot_wait - floor_ns, 3), 0.0) if control.waits else np.full(n, np.nan)
+    slot = np.where(np.isnan(measured), 0.0, measured) > noise_ns
+    predicted = t["predicted_stall_ns"].to_numpy(np.float64)
+    ctrl_p99, ctrl_median = _control_lookup(t, control.mainloop_p99)
+    mainloop = t["mainloop_ns"].to_numpy(np.float64)
+    noise = np.full(n, float(noise_ns))
+    inflated = mainloop_inflated(pd.DataFrame({"control_mainloop_ns": ctrl_p99, "mainloop_ns": mainloop, "noise_ns": noise}, copy=False))
+    compute = compute_stall_ns(mainloop, ctrl_median, inflated)
     # a tile of a launch that records slot waits but whose own wait was not recorded (no successor) has no measured stall
     launch = text_codes(t["dump"])[0]
-    waits = t["slot_wait_ns"].notna().to_numpy()
+    waits = ~np.isnan(slot_wait)
     unmeasured = ~waits & (np.bincount(launch[waits], minlength=launch.max(initial=-1) + 1) > 0)[launch]
-    t["stall_ns"] = np.where(unmeasured, np.nan, total_stall_ns(t["measured_stall_ns"].to_numpy(np.float64), t["compute_stall_ns"].to_numpy(np.float64)))
-    slot = t["measured_stall_ns"].fillna(0) > noise_ns
-    t["diagnosis"] = text_of_codes(np.select([slot, inflated], [0, 1], 2), ["slot_backpressure", "mainloop_inflation", "none"])
     from xstage_trace.analysis.stall import forward_stall_ns
 
-    t["forward_stall_ns"] = forward_stall_ns(t.rename(columns={"rs_ns": "rs_span_ns"}), models or {})
-    t = t.rename(columns={"rs_ns": "rs_span_ns"})
-    return t[["rank", "dump", "dest", "shape", "schedule", "variant", "cta", "position", "tile", "tile_kind", "expert", "wave", "mainloop_ns", "rs_span_ns",
-              "epilogue_span_ns", "cover_ns", "epilogue_lead_ns", "predicted_stall_ns", "slot_wait_ns", "wait_floor_ns", "measured_stall_ns",
-              "noise_ns", "backpressured", "control_mainloop_ns", "control_compute_ns", "compute_stall_ns", "stall_ns", "forward_stall_ns", "diagnosis"]]
+    fwd_cols = {c: t[c] for c in ("rank", "dump", "cta", "position", "mainloop_ns", "cover_tiles", "rs_bytes", "dest") if c in t}
+    fwd = forward_stall_ns(pd.DataFrame({**fwd_cols, "rs_span_ns": t["rs_ns"], "control_compute_ns": ctrl_median}, copy=False), models or {})
+    cols = {c: t[c].array for c in ("rank", "dump", "dest", "shape", "schedule", "variant", "cta", "position", "tile", "tile_kind", "expert", "wave",
+                                    "mainloop_ns")}
+    cols.update({"rs_span_ns": t["rs_ns"].array, "epilogue_span_ns": t["epilogue_span_ns"].array, "cover_ns": t["cover_ns"].array,
+                 "epilogue_lead_ns": lead, "predicted_stall_ns": predicted, "slot_wait_ns": slot_wait,
+                 "wait_floor_ns": np.full(n, floor_ns if control.waits else np.nan), "measured_stall_ns": measured, "noise_ns": noise,
+                 "backpressured": (predicted > noise_ns) | slot, "control_mainloop_ns": ctrl_p99, "control_compute_ns": ctrl_median,
+                 "compute_stall_ns": compute, "stall_ns": np.where(unmeasured, np.nan, total_stall_ns(measured, compute)), "forward_stall_ns": fwd,
+                 "diagnosis": text_of_codes(np.select([slot, inflated], [0, 1], 2), ["slot_backpressure", "mainloop_inflation", "none"])})
+    return pd.DataFrame(cols, copy=False)
+
+
+def _control_lookup(t: pd.DataFrame, p99: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Per tile the control's mainloop p99 (``ctrl``) and median (``ctrl_median``) of its CONTROL_KEYS (a left join
+    where a missing key matches a missing key, as pandas' merge): the few distinct key tuples looked up in a dict."""
+    codes = [text_codes(t[k]) for k in CONTROL_KEYS]
+    combo = np.zeros(len(t), np.int64)
+    for c, names in codes:
+        combo = combo * (len(names) + 1) + c + 1
+    pair, firsts = pd.factorize(combo)
+    row_of: dict[tuple, int] = {}
+    for i, key in enumerate(zip(*(p99[k] for k in CONTROL_KEYS))):
+        row_of.setdefault(tuple(None if pd.isna(x) else str(x) for x in key), i)
+    found = np.empty(len(firsts), np.intp)
+    for j, f in enumerate(firsts):
+        key, rest = [], int(f)
+        for c, names in reversed(codes):
+            rest, v = divmod(rest, len(names) + 1)
+            key.append(names[v - 1] if v else None)
+        found[j] = row_of.get(tuple(reversed(key)), -1)
+    pos = found[pair]
+    take = lambda col: np.where(pos >= 0, p99[col].to_numpy(np.float64)[np.maximum(pos, 0)], np.nan) if len(p99) else np.full(len(t), np.nan)  # noqa: E731
+    return take("ctrl"), take("ctrl_median")
 
 
 CONTROL_KEYS = ["shape", "tile_kind", "operands"]
