@@ -20,7 +20,8 @@ from conftest import CALIB
 from test_calibration_synthetic import RATE_GBPS, sweep
 from xstage_trace.analysis.calibration_fit import fit_calibration, validate
 from xstage_trace.collectors.calibration_io import calibration_document, calibration_name, load_platform, store_of_document
-from xstage_trace.collectors.probe_format import RECORD_DTYPE, SLICE_DTYPE, write_probe_dump
+from xstage_trace.base.probe_layout import RECORD_DTYPE, SLICE_DTYPE
+from xstage_trace.instrument.probe_writer import write_probe_dump
 
 EXE = [sys.executable, "-m", "xstage_trace"]
 EVENTS = ["burst", "launch", "probe"]  # the bench's event names (kEventNames)
@@ -134,7 +135,7 @@ def test_validation_defaults_to_the_fitted_store(two_store_sweep):
 
 def test_document_records_the_store_and_names_its_report(two_store_sweep, tmp_path):
     doc = json.loads(json.dumps(calibration_document(fit_calibration(two_store_sweep, store_path="host", store="bulk"), None, "x.csv"), default=float))
-    assert doc["calibration_version"] == 4 and doc["store"] == "bulk"
+    assert doc["calibration_version"] == 5 and doc["store"] == "bulk" and doc["drain"] is None
     assert store_of_document(doc) == "bulk" and calibration_name(doc) == "host_bulk"
     p = tmp_path / "calib.json"
     p.write_text(json.dumps(doc))

@@ -32,7 +32,7 @@ from xstage_trace import open_run
 from xstage_trace.base import atomic
 from xstage_trace.base.errors import InputError
 from xstage_trace.cli import main
-from xstage_trace.collectors.probe_format import HEADER_DTYPE, SLICE_DTYPE
+from xstage_trace.base.probe_layout import HEADER_DTYPE, SLICE_DTYPE
 
 REFERENCE_KERNELS = 17  # PROVENANCE.md of h200_burst_gap_reference: 17 kernels, 16 NVTX ranges
 REFERENCE_NVTX = 16
@@ -603,7 +603,7 @@ def _calib(**changes) -> dict:
     (json.dumps(_calib(issue_floor_ns={})), "issue_floor_ns"),
     (json.dumps(_calib(capacity_by_producers_bytes={"132": -1.0})), "capacity_by_producers_bytes"),
     (json.dumps(_calib(loop_overhead_ns=-3.0)), "loop_overhead_ns"),
-    (json.dumps(_calib(calibration_version=5)), "calibration_version 5"),  # one past this release's version 4
+    (json.dumps(_calib(calibration_version=6)), "calibration_version 6"),  # one past this release's version 5
     (json.dumps(_calib(store="tma")), "store 'tma'"),  # version 4 records the store instruction: stg or bulk
     (json.dumps({k: v for k, v in _calib().items() if k != "store"}), "store None"),
     (json.dumps({k: v for k, v in _calib().items() if k != "calibration_version"}), "calibration_version None"),
@@ -721,7 +721,7 @@ def test_model_sequence_json_has_no_infinity(xs, tmp_path):
 
 
 def test_an_unbounded_gap_drains_the_backlog(xs, tmp_path):
-    """Spec §4 by hand: R = 1 B/ns, T0 = 1000 ns, V = 5000 B, G = 0 → Δb = 4000 B per burst; an empty
+    """docs/model.md §4 by hand: R = 1 B/ns, T0 = 1000 ns, V = 5000 B, G = 0 → Δb = 4000 B per burst; an empty
     gap (no next burst in that launch) is unbounded, Δb = −∞, so q restarts at 0 after it."""
     pd.DataFrame({"volume_bytes": [5000.0] * 5, "gap_ns": [0.0, 0.0, np.nan, 0.0, 0.0]}).to_csv(tmp_path / "b.csv", index=False)
     r = xs("model", "sequence", tmp_path / "b.csv", "--rate-gbps", "1", "--issue-floor-us", "1", "--json")

@@ -9,11 +9,12 @@ T_cover(i)]₊ (T_lead: how much later tile i's store starts than the mainloop c
 takes 0), measured Δt(i) = the slot wait before tile i+2, less the wait's own instrumented cost (the
 control run's median wait). With one staging buffer whose wait comes after the next tile's mainloop
 (DeepGEMM sm_90) S = 1 and T_cover(i) = mainloop(i+1) again; tile i's measured wait is the one
-recorded on tile i+1. A lifecycle without a wait event (FlashAttention: the O store waits inside its
-epilogue) has no measured slot wait.
+recorded on tile i+1. A lifecycle whose store span holds the wait (FlashAttention: the O store is issued
+and waited inside the epilogue) measures it as the store span beyond the control's median store span.
 
 Measured stall (docs/model.md §12): a tile's ``stall_ns`` counts its slot wait beyond the control's floor
-(``measured_stall_ns``, the paper's measured Δt) and its compute span beyond the control's
+(``measured_stall_ns``, the paper's measured Δt; for a wait inside the store span, that span beyond the control's
+median where it is beyond the control's spread: its p99 by more than the noise and INFLATION_FRACTION) and its compute span beyond the control's
 (``compute_stall_ns``: the mainloop minus the control's median mainloop of the same shape, tile kind and
 operand path, counted where the mainloop is inflated: beyond the control's p99 by more than the noise
 and more than INFLATION_FRACTION), so a mainloop stretched by pending remote stores is a stall too. The
@@ -127,7 +128,7 @@ def tile_spans(probes: pd.DataFrame, lifecycle: TileLifecycle, slots: int | None
         "slot_wait_ns": shift_back(wait, ids, slots), "epilogue_span_ns": epilogue,
         "epilogue_lead_ns": lead, "predicted_stall_ns": predicted_stall_ns(epilogue, cover, np.nan_to_num(lead, nan=0.0)),
         "wait_start_ns": wait_start, "epilogue_start_ns": epilogue_start, "rs_bytes": cols["rs_bytes"][order],
-        "cover_tiles": np.full(len(rows), cover_tiles, np.int8),
+        "cover_tiles": np.full(len(rows), cover_tiles, np.int8), "wait_in_store": np.full(len(rows), lay.wait_in_store_span),
     })
     if lay.tile_kind is not None:
         out["tile_kind"] = lay.tile_kind
@@ -135,11 +136,12 @@ def tile_spans(probes: pd.DataFrame, lifecycle: TileLifecycle, slots: int | None
 
 
 def finish_tiles(t: pd.DataFrame, dumps: pd.DataFrame, noise_ns: float | None = None, control: ControlStats | None = None,
-                 models: Mapping[str, PlatformModel] | None = None) -> pd.DataFrame:
+                 models: Mapping[str, object] | None = None) -> pd.DataFrame:
     """What needs every dump of the run (docs/model.md §5, §12): configuration columns, the slot-wait floor
     and noise of the control runs, measured stall (slot wait and compute span beyond the control's), the
     backpressured flag, the diagnosis and, for the destinations ``models`` calibrates, the forward
-    prediction (``analysis.stall.forward_stall_ns``). ``control``: the run's control statistics when ``t``
+    prediction: §11's (``analysis.stall.forward_link_stall_ns``) for a path-drain calibration (a
+    ``forward.LinkModel``), else the §4 recurrence's (``analysis.stall.forward_stall_ns``, a ``PlatformModel``). ``control``: the run's control statistics when ``t``
     is only part of the run's tiles (a streaming analyze finishes them dump by dump); by default they are
     taken from ``t``."""
     if t.empty:
@@ -157,9 +159,17 @@ def finish_tiles(t: pd.DataFrame, dumps: pd.DataFrame, noise_ns: float | None = 
     # rounded to whole picoseconds: a wait and the floor converted on different SMs' clocks (ppm-level
     # factors) differ by ~1e-7 ns where the cycle counts are equal; that is not a stall
     measured = np.maximum(np.round(slot_wait - floor_ns, 3), 0.0) if control.waits else np.full(n, np.nan)
+    ctrl = _control_lookup(t, control.mainloop_p99)
+    if "wait_in_store" in t and t["wait_in_store"].any():  # the wait is inside the store span: its excess over the control's
+        in_store = t["wait_in_store"].to_numpy(bool)
+        span = t["rs_ns"].to_numpy(np.float64)
+        p99 = ctrl["ctrl_store_p99"]
+        longer = span - p99 > np.maximum(noise_ns, INFLATION_FRACTION * p99)  # beyond the control's spread, as for mainloops
+        excess = np.where(np.isnan(p99), np.nan, np.where(longer, np.round(span - ctrl["ctrl_store_median"], 3), 0.0))
+        measured = np.where(in_store, excess, measured)
     slot = np.where(np.isnan(measured), 0.0, measured) > noise_ns
     predicted = t["predicted_stall_ns"].to_numpy(np.float64)
-    ctrl_p99, ctrl_median = _control_lookup(t, control.mainloop_p99)
+    ctrl_p99, ctrl_median = ctrl["ctrl"], ctrl["ctrl_median"]
     mainloop = t["mainloop_ns"].to_numpy(np.float64)
     noise = np.full(n, float(noise_ns))
     inflated = mainloop_inflated(pd.DataFrame({"control_mainloop_ns": ctrl_p99, "mainloop_ns": mainloop, "noise_ns": noise}, copy=False))
@@ -168,24 +178,30 @@ def finish_tiles(t: pd.DataFrame, dumps: pd.DataFrame, noise_ns: float | None = 
     launch = text_codes(t["dump"])[0]
     waits = ~np.isnan(slot_wait)
     unmeasured = ~waits & (np.bincount(launch[waits], minlength=launch.max(initial=-1) + 1) > 0)[launch]
-    from xstage_trace.analysis.stall import forward_stall_ns
+    from xstage_trace.analysis.forward import LinkModel
+    from xstage_trace.analysis.stall import forward_link_stall_ns, forward_stall_ns
 
-    fwd_cols = {c: t[c] for c in ("rank", "dump", "cta", "position", "mainloop_ns", "cover_tiles", "rs_bytes", "dest") if c in t}
-    fwd = forward_stall_ns(pd.DataFrame({**fwd_cols, "rs_span_ns": t["rs_ns"], "control_compute_ns": ctrl_median}, copy=False), models or {})
+    models = models or {}
+    spans = t.rename(columns={"rs_ns": "rs_span_ns"})
+    spans["control_compute_ns"] = ctrl_median
+    link = forward_link_stall_ns(spans, {d: m for d, m in models.items() if isinstance(m, LinkModel)})
+    recurrence = forward_stall_ns(spans, {d: m for d, m in models.items() if not isinstance(m, LinkModel)})
     cols = {c: t[c].array for c in ("rank", "dump", "dest", "shape", "schedule", "variant", "cta", "position", "tile", "tile_kind", "expert", "wave",
                                     "mainloop_ns")}
     cols.update({"rs_span_ns": t["rs_ns"].array, "epilogue_span_ns": t["epilogue_span_ns"].array, "cover_ns": t["cover_ns"].array,
                  "epilogue_lead_ns": lead, "predicted_stall_ns": predicted, "slot_wait_ns": slot_wait,
                  "wait_floor_ns": np.full(n, floor_ns if control.waits else np.nan), "measured_stall_ns": measured, "noise_ns": noise,
                  "backpressured": (predicted > noise_ns) | slot, "control_mainloop_ns": ctrl_p99, "control_compute_ns": ctrl_median,
-                 "compute_stall_ns": compute, "stall_ns": np.where(unmeasured, np.nan, total_stall_ns(measured, compute)), "forward_stall_ns": fwd,
+                 "compute_stall_ns": compute, "stall_ns": np.where(unmeasured, np.nan, total_stall_ns(measured, compute)),
+                 "forward_stall_ns": np.where(np.isnan(link), recurrence, link),
                  "diagnosis": text_of_codes(np.select([slot, inflated], [0, 1], 2), ["slot_backpressure", "mainloop_inflation", "none"])})
     return pd.DataFrame(cols, copy=False)
 
 
-def _control_lookup(t: pd.DataFrame, p99: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """Per tile the control's mainloop p99 (``ctrl``) and median (``ctrl_median``) of its CONTROL_KEYS (a left join
-    where a missing key matches a missing key, as pandas' merge): the few distinct key tuples looked up in a dict."""
+def _control_lookup(t: pd.DataFrame, p99: pd.DataFrame) -> dict[str, np.ndarray]:
+    """Per tile the control statistics of its CONTROL_KEYS (every other column of ``p99``: mainloop p99 and median,
+    store-span median and p99), a left join where a missing key matches a missing key as in pandas' merge: the few
+    distinct key tuples looked up in a dict."""
     codes = [text_codes(t[k]) for k in CONTROL_KEYS]
     combo = np.zeros(len(t), np.int64)
     for c, names in codes:
@@ -202,8 +218,8 @@ def _control_lookup(t: pd.DataFrame, p99: pd.DataFrame) -> tuple[np.ndarray, np.
             key.append(names[v - 1] if v else None)
         found[j] = row_of.get(tuple(reversed(key)), -1)
     pos = found[pair]
-    take = lambda col: np.where(pos >= 0, p99[col].to_numpy(np.float64)[np.maximum(pos, 0)], np.nan) if len(p99) else np.full(len(t), np.nan)  # noqa: E731
-    return take("ctrl"), take("ctrl_median")
+    return {c: np.where(pos >= 0, p99[c].to_numpy(np.float64)[np.maximum(pos, 0)], np.nan) if len(p99) else np.full(len(t), np.nan)
+            for c in p99.columns if c not in CONTROL_KEYS}
 
 
 CONTROL_KEYS = ["shape", "tile_kind", "operands"]
@@ -213,7 +229,7 @@ CONTROL_KEYS = ["shape", "tile_kind", "operands"]
 class ControlStats:
     """What the control runs decide for every tile: slot-wait floor and noise (and how many control waits
     decided them: 0 leaves the floor unknown), per CONTROL_KEYS the mainloop p99 (column ``ctrl``) and median
-    (``ctrl_median``)."""
+    (``ctrl_median``) and the remote-store span's median and p99 (``ctrl_store_median``, ``ctrl_store_p99``)."""
 
     floor_ns: float
     noise_ns: float
@@ -250,12 +266,13 @@ def with_dump_config(t: pd.DataFrame, dumps: pd.DataFrame) -> pd.DataFrame:
 @dataclass
 class ControlSample:
     """What the control statistics are taken of, from some control tiles: their slot waits (NaN dropped)
-    and, per (shape, tile kind, operand path) — None where a key is missing — their mainloops (NaN
-    dropped; a group whose mainloops are all missing holds none). The statistics of the samples of
-    disjoint sets of tiles are those of their union (``control_stats_from_samples``)."""
+    and, per (shape, tile kind, operand path) — None where a key is missing — their mainloops and their
+    remote-store spans (NaN dropped; a group whose values are all missing holds none). The statistics of
+    the samples of disjoint sets of tiles are those of their union (``control_stats_from_samples``)."""
 
     waits_ns: np.ndarray
     mainloops_ns: dict[tuple, np.ndarray]
+    stores_ns: dict[tuple, np.ndarray]
 
 
 def control_sample(tiles: pd.DataFrame | Mapping[str, pd.Series]) -> ControlSample:
@@ -264,40 +281,46 @@ def control_sample(tiles: pd.DataFrame | Mapping[str, pd.Series]) -> ControlSamp
     waits = tiles["slot_wait_ns"].to_numpy(np.float64)[ctrl]
     keys = [(codes[ctrl], names) for codes, names in (text_codes(tiles[k]) for k in CONTROL_KEYS)]  # -1: missing
     mainloop = tiles["mainloop_ns"].to_numpy(np.float64)[ctrl]
+    store_col = next((c for c in ("rs_ns", "rs_span_ns") if c in tiles), None)
+    store = (tiles[store_col].to_numpy(np.float64) if store_col else np.full(len(ctrl), np.nan))[ctrl]
     group = np.zeros(len(mainloop), np.int64)
     for codes, names in keys:
         group = group * (len(names) + 1) + codes + 1  # code -1 (missing) → 0
-    groups = {}
+    groups, stores = {}, {}
     for g in np.unique(group):  # a few: shapes × kinds × operand paths
-        v = mainloop[group == g]
+        v, s = mainloop[group == g], store[group == g]
         key, rest = [], int(g)
         for codes, names in reversed(keys):
             rest, c = divmod(rest, len(names) + 1)
             key.append(names[c - 1] if c else None)
         groups[tuple(reversed(key))] = v[~np.isnan(v)]
-    return ControlSample(waits[~np.isnan(waits)], groups)
+        stores[tuple(reversed(key))] = s[~np.isnan(s)]
+    return ControlSample(waits[~np.isnan(waits)], groups, stores)
 
 
 def control_stats_from_samples(samples: Callable[[], Iterable[ControlSample]], cap: int) -> ControlStats:
-    """Spec §5's control statistics of the control tiles whose samples ``samples()`` yields (anew on every
+    """docs/model.md §5's control statistics of the control tiles whose samples ``samples()`` yields (anew on every
     call), holding at most ``cap`` values of a sample at once (``selection.order_statistics``): the slot-wait
     floor and noise (``_wait_stats``) and the mainloop p99 per (shape, tile kind, operand path), pandas'
     linear-interpolation quantile (NaN for a group with no mainloop). The same numbers as for one sample of
     all the tiles, whatever the cap."""
     def chunks() -> Iterator[dict]:
         for s in samples():
-            yield {"waits": s.waits_ns, **{("mainloop", k): v for k, v in s.mainloops_ns.items()}}
+            yield {"waits": s.waits_ns, **{("mainloop", k): v for k, v in s.mainloops_ns.items()},
+                   **{("store", k): v for k, v in s.stores_ns.items()}}
 
     def ranks_of(name, n: int) -> list[int]:
         return median_ranks(n) + quantile_ranks(n, 0.99)
 
     n, _, found = order_statistics(chunks, ranks_of, cap)
     floor_ns, noise_ns = _wait_stats(found.get("waits", {}), n.get("waits", 0))
-    groups = [k for k in n if k != "waits"]
+    groups = [k for k in n if k != "waits" and k[0] == "mainloop"]
     order = sorted(groups, key=lambda k: tuple((x is not None, x or "") for x in k[1]))  # missing keys first
-    rows = [[*k[1], linear_quantile_of(found[k], n[k], 0.99), median_of(found.get(k, {}), n[k])] for k in order]
-    p99 = pd.DataFrame(rows, columns=[*CONTROL_KEYS, "ctrl", "ctrl_median"]).astype(
-        {"ctrl": float, "ctrl_median": float, **{k: "str" for k in CONTROL_KEYS}})  # text, NaN where missing
+    rows = [[*k[1], linear_quantile_of(found[k], n[k], 0.99), median_of(found.get(k, {}), n[k]),
+             median_of(found.get(("store", k[1]), {}), n.get(("store", k[1]), 0)),
+             linear_quantile_of(found.get(("store", k[1]), {}), n.get(("store", k[1]), 0), 0.99)] for k in order]
+    p99 = pd.DataFrame(rows, columns=[*CONTROL_KEYS, "ctrl", "ctrl_median", "ctrl_store_median", "ctrl_store_p99"]).astype(
+        {"ctrl": float, "ctrl_median": float, "ctrl_store_median": float, "ctrl_store_p99": float, **{k: "str" for k in CONTROL_KEYS}})  # text, NaN where missing
     return ControlStats(floor_ns, noise_ns, p99, int(n.get("waits", 0)))
 
 

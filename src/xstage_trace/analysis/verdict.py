@@ -5,7 +5,7 @@ The rule (one place, for the CLI, the dashboard, the reports and the gate: ``con
 Table 3): over a configuration's tiles whose epilogue stores remotely,
 - measured (the run has a control, so the measured stall exists): **stall-bound** when the median
   measured stall (slot wait beyond the control's floor plus compute span beyond the control's, §12)
-  exceeds the noise floor, or when more than STALLED_SHARE of the tiles stall beyond it (a stall that
+  exceeds the noise floor, or when more than STALLED_SHARE of the tiles with a measured stall stall beyond it (a stall that
   hits a large minority of the tiles stretches the kernel even with a median of 0), **covered** otherwise;
 - not measured (no control of the configuration's shape and no slot wait): **stall-bound** when the
   prediction (the calibrated forward prediction where there is one, else the §5 slot model's median
@@ -62,7 +62,8 @@ def config_verdicts(table3: pd.DataFrame) -> pd.DataFrame:
     forward, slot_model = col("forward_stall_ns"), col("slot_pred_ns")
     pred = np.where(np.isnan(forward), slot_model, forward)
     rule = stall_verdict(meas, pred, noise)
-    share = table3["stalled_tiles"].to_numpy(np.float64) / np.maximum(table3["tiles"].to_numpy(np.float64), 1)
+    measured_tiles = table3["measured_tiles"] if "measured_tiles" in table3 else table3["tiles"]
+    share = table3["stalled_tiles"].to_numpy(np.float64) / np.maximum(measured_tiles.to_numpy(np.float64), 1)
     rule = np.where((rule == "no stall") & (share > STALLED_SHARE), "stall", rule)
     verdict = np.select([rule == "stall", rule == "no stall"], ["stall-bound", "covered"], "unknown")
     backpressured, inflated = col("backpressured_tiles"), col("inflated_tiles")

@@ -12,7 +12,7 @@ from xstage_trace.analysis.burst_gap import isolated_excess_bytes, pos, recovery
 def interleave(volume_bytes: float, mainloop_l1_ns: float, mainloop_l2_ns: float, n1: int, n2: int,
                issue_floor_ns: float, rate_gbps: float, n_tile_width: int | None = None,
                num_sms: int | None = None, expert_intermediate: int | None = None) -> dict:
-    """Spec §6: wave vs interleaved gap and issue overhead, full-recovery test, anti-starvation knee.
+    """docs/model.md §6: wave vs interleaved gap and issue overhead, full-recovery test, anti-starvation knee.
 
     G_wave ≈ T_L2; ΔT_wave = [V/R − G_wave − T0]₊; G_int ≈ T_L2 + (n1/n2)·T_L1;
     ΔT_int = [ΔT_wave − (n1/n2)·T_L1]₊; recovery iff n2·V / (n2·(T0 + T_L2) + n1·T_L1) ≤ R;
@@ -36,9 +36,23 @@ def interleave(volume_bytes: float, mainloop_l1_ns: float, mainloop_l2_ns: float
     }
 
 
+def interleave_speedup(wave_kernel_ns: float, l2_tiles_per_cta: float, volume_bytes: float, mainloop_l1_ns: float,
+                       mainloop_l2_ns: float, n1: int, n2: int, issue_floor_ns: float, rate_gbps: float) -> dict:
+    """docs/model.md §6 at the kernel: the interleaved schedule's time predicted from the wave run.
+
+    Each of a CTA's Linear-2 tiles pays the wave schedule's issue overhead ΔT_wave once (all CTAs store their tile
+    together: one aligned burst of V = K·B per Linear-2 tile) and the interleaved one ΔT_int (``interleave``);
+    T_int = T_wave − n_L2/CTA · (ΔT_wave − ΔT_int), speedup = T_wave / T_int.
+    """
+    d = interleave(volume_bytes, mainloop_l1_ns, mainloop_l2_ns, n1, n2, issue_floor_ns, rate_gbps)
+    saved = l2_tiles_per_cta * (d["issue_overhead_wave_ns"] - d["issue_overhead_interleaved_ns"])
+    t_int = wave_kernel_ns - saved
+    return {**d, "saved_ns": saved, "interleaved_kernel_ns": t_int, "speedup": wave_kernel_ns / t_int}
+
+
 def qloop_audit(tile_m: int, head_dim: int, elem_bytes: int, kv_tile: int, sigma_ns: float, producers: int,
                 rate_gbps: float, issue_floor_ns: float, capacity_bytes: float | None, seq_lens) -> dict:
-    """Spec §7: B_t = b_m·d·s_out, V = K·B_t, G* = [V/R − T0]₊, G_Qloop(M) ≥ σ·⌈M/b_n⌉,
+    """docs/model.md §7: B_t = b_m·d·s_out, V = K·B_t, G* = [V/R − T0]₊, G_Qloop(M) ≥ σ·⌈M/b_n⌉,
     M_ub* = b_n·⌈G*/σ⌉; per M: piggyback when the Q-loop gap covers G* and b^iso ≤ Q."""
     b_t = tile_m * head_dim * elem_bytes
     volume = producers * b_t
@@ -59,5 +73,5 @@ def qloop_audit(tile_m: int, head_dim: int, elem_bytes: int, kv_tile: int, sigma
 
 
 def completion_coupled_excess_ns(volume_bytes: float, rate_gbps: float, latency_ns: float, cover_ns) -> np.ndarray:
-    """Spec §7 counterfactual per aligned burst: Δt^cc = [V/R + T_lat − T_cover]₊."""
+    """docs/model.md §7 counterfactual per aligned burst: Δt^cc = [V/R + T_lat − T_cover]₊."""
     return pos(volume_bytes / rate_gbps + latency_ns - np.asarray(cover_ns, dtype=np.float64))

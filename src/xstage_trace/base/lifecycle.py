@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 
 @dataclass(frozen=True)
 class TileLifecycle:
@@ -25,12 +27,17 @@ class TileLifecycle:
     remote stores (end payload = bytes). ``local_store_event``: the epilogue of tiles that store locally
     (the fused kernel's Linear-1 tiles), None if every tile stores remotely. ``wait_event``: the wait
     for the staging buffer, None when the kernel does not record one (FlashAttention's O store waits
-    inside its epilogue). With ``slots`` staging buffers, tile i's buffer is reused by tile i+slots
+    inside its epilogue: ``wait_in_store_span``, the store span then holds the wait). With ``slots`` staging buffers, tile i's buffer is reused by tile i+slots
     and the wait measured there is tile i's; ``wait_after_mainloop`` says the wait comes after that
     tile's compute span (DeepGEMM's ``tma_store_wait`` before the epilogue) instead of before it.
     ``info_event``: the mark carrying the tile's group (``tile_kind`` None: the fused kernels' packing
     kind | expert << 1 | wave << 16; else the payload is the group index and every tile has this kind).
-    ``kernels``: the ``kernel=`` label values (prefixes) of the dumps this lifecycle applies to."""
+    ``kernels``: the ``kernel=`` label values (prefixes) of the dumps this lifecycle applies to.
+    ``bytes_from_label``: for probes whose store end payload carries no byte count, the label words whose
+    product is a tile's store bytes (FlashAttention: block_m · head_dim · out_bytes). ``load_steps``: how a
+    tile's operand loads are counted for the forward prediction (docs/model.md §11): "k_blocks" (a GEMM's K / 128
+    k-blocks, K from the shape label's ``k``), "kv_blocks" (an attention tile's K/V blocks, from its tile id and the
+    label's geometry), None (one load step); ``load_stages``: the pipeline stages the loads run ahead."""
 
     name: str
     kernels: tuple[str, ...]
@@ -41,11 +48,17 @@ class TileLifecycle:
     slots: int = 1
     wait_after_mainloop: bool = False
     tile_kind: str | None = None
+    wait_in_store_span: bool = False
+    bytes_from_label: tuple[str, ...] = ()
+    load_steps: str | None = None
+    load_stages: int = 1
     compute_event: str = "mainloop"
 
     def __post_init__(self):
-        if self.slots < 1:
-            raise ValueError(f"lifecycle {self.name}: slots must be >= 1")
+        if self.slots < 1 or self.load_stages < 1:
+            raise ValueError(f"lifecycle {self.name}: slots and load_stages must be >= 1")
+        if self.load_steps not in (None, "k_blocks", "kv_blocks"):
+            raise ValueError(f"lifecycle {self.name}: load_steps must be None, 'k_blocks' or 'kv_blocks'")
         if self.compute_event != "mainloop":
             raise ValueError(f"lifecycle {self.name}: the compute span is recorded as 'mainloop' by every probe set")
 
@@ -53,6 +66,18 @@ class TileLifecycle:
     def events(self) -> list[str]:
         """The probe events the tile table reads under this lifecycle."""
         return [e for e in (self.compute_event, self.wait_event, self.store_event, self.local_store_event, self.info_event) if e]
+
+    def tile_bytes(self, extra: str | None) -> float | None:
+        """A tile's store bytes from a dump label's extra ``key=value`` words (``bytes_from_label``), None
+        when the lifecycle takes them from the payload or a word is missing or not a positive integer."""
+        if not self.bytes_from_label:
+            return None
+        words = dict(w.split("=", 1) for w in str(extra or "").split() if "=" in w)
+        try:
+            values = [int(words[k]) for k in self.bytes_from_label]
+        except (KeyError, ValueError):
+            return None
+        return float(np.prod(values)) if all(v > 0 for v in values) else None
 
     def applies_to(self, kernel: str | None) -> bool:
         """Whether a dump labelled ``kernel=<kernel>`` runs this lifecycle."""

@@ -207,6 +207,7 @@ TABLE3 = pa.schema(
         _field("variant", pa.string(), "kernel variant"),
         _field("schedule", pa.string(), "schedule"),
         _field("tiles", pa.int64(), "remote-store tiles"),
+        _field("measured_tiles", pa.int64(), "tiles with a measured stall"),
         _field("stalled_tiles", pa.int64(), "stalled tiles"),
         _field("backpressured_tiles", pa.int64(), "backpressured tiles"),
         _field("inflated_tiles", pa.int64(), "inflated mainloops"),

@@ -24,17 +24,19 @@ def compare(
     from xstage_trace import open_run
     from xstage_trace.base.atomic import write_text_atomic
     from xstage_trace.base.errors import InputError
-    from xstage_trace.reports.compare import GateConfig, compare_markdown, compare_runs, gate_outcome
+    from xstage_trace.reports.compare import GateConfig, compare_markdown, compare_runs, compare_tiles, gate_outcome
 
     if gate < 0:
         raise InputError(None, f"--gate {gate} is negative", "give the gate as a positive percentage, e.g. --gate 2")
     cfg = GateConfig(gate_pct=gate, keys=tuple(k.strip() for k in by.split(",") if k.strip()))
-    table = compare_runs(open_run(base_run), open_run(new_run), cfg)
-    code, outcome = gate_outcome(table, accept)
-    write_text_atomic(output, compare_markdown(table, outcome, base_run, new_run, cfg, accept))
+    base, new = open_run(base_run), open_run(new_run)
+    table, tiles = compare_runs(base, new, cfg), compare_tiles(base, new, cfg)
+    code, outcome = gate_outcome(table, accept, tiles)
+    write_text_atomic(output, compare_markdown(table, outcome, base_run, new_run, cfg, accept, tiles))
     if as_json:
         emit({"outcome": outcome, "exit_code": code, "accepted": accept, "gate_pct": gate, "keys": list(cfg.keys),
-              "compare_md": str(output), "configurations": table.astype(object).where(table.notna(), None).to_dict("records")})  # NaN → null: strict JSON
+              "compare_md": str(output), "configurations": table.astype(object).where(table.notna(), None).to_dict("records"),  # NaN → null: strict JSON
+              "tile_metrics": tiles.astype(object).where(tiles.notna(), None).to_dict("records")})
     else:
         out.print(outcome)
         out.print(f"wrote {output}")

@@ -31,8 +31,10 @@ def piggyback_markdown(summary, run_dir: Path, inputs: list[str], calibrations: 
     """piggyback.md: the table with every number's unit and timing scope named (``inputs``: the folders of the run's dumps)."""
     from xstage_trace.reports.markdown import md_table
 
-    lines = ["# xstage-trace piggyback (docs/model.md §7)", "", f"- run: `{run_dir}`", *[f"- dumps: `{d}`" for d in inputs],
-             *[f"- calibration: `{p}`" for p in calibrations], "",
+    from xstage_trace.base.paths import shown_path
+
+    lines = ["# xstage-trace piggyback (docs/model.md §7)", "", f"- run: `{shown_path(run_dir)}`", *[f"- dumps: `{shown_path(d)}`" for d in inputs],
+             *[f"- calibration: `{shown_path(p)}`" for p in calibrations], "",
              "_Timing scope: per-tile spans, probe clock per SM (µs); rates in GB/s. G*, σ (median Q-loop per K/V block), "
              "gap (the next tile's Q-loop) and covered (share of bursts whose gap ≥ G*) come from the local control's "
              "tiles; the verdict is docs/model.md §7's at the run's sequence length M. Q-loop pred = max(G, V/R − T_iss^0) after a "
@@ -52,7 +54,7 @@ def piggyback(
     tiles_csv: Optional[Path] = typer.Option(None, "--tiles-csv", help="also write the per-tile predicted vs measured Q-loops as CSV"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object (the per-shape-and-path rows)"),
 ):
-    """Spec §7 per shape and store path: G*, M_ub*, verdict, covered bursts; Q-loop predicted vs measured."""
+    """docs/model.md §7 per shape and store path: G*, M_ub*, verdict, covered bursts; Q-loop predicted vs measured."""
     from xstage_trace import open_run
     from xstage_trace.analysis.piggyback import piggyback_audit, qloop_tiles
     from xstage_trace.base.atomic import write_text_atomic
@@ -63,7 +65,7 @@ def piggyback(
     tiles = qloop_tiles(run.probes(), run.dumps())
     if tiles.empty:
         raise InputError(run_dir, "holds no FA3 Q-loop tiles (mainloop and epilogue spans with seqlen/causal/block sizes in the dump label)",
-                         "analyze probe dumps written by instrument/recipes/runs/fa3/driver.cu (recipe fa3)")
+                         "analyze probe dumps written by sample_traces/h200_fa3/run/driver.cu (recipe fa3)")
     if not (tiles["dest"] == control).any():
         raise InputError(run_dir, f"has no control dumps (dest={control})", "trace each shape once with O in local HBM, or name the control's dest with --control")
     per_tile, summary = piggyback_audit(tiles, load_platforms(list(calibration), lambda model: [str(model.store_path)]), control)

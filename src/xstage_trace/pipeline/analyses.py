@@ -29,9 +29,11 @@ from xstage_trace.base.schema import CONFIG_COLUMNS
 
 @dataclass(frozen=True)
 class AnalysisContext:
-    """What the analyses need beyond the tables: the calibrated platform, the noise floor, warm-ups."""
+    """What the analyses need beyond the tables: the calibrated platform (and its path-drain link model), the
+    noise floor, warm-ups."""
 
     model: PlatformModel | None = None
+    link: object | None = None  # analysis.forward.LinkModel of a path-drain calibration (docs/model.md §11), if it has one
     noise_ns: float | None = None
     warmup_launches: int = 0
 
@@ -68,17 +70,20 @@ def _calibration_points(probes: pd.DataFrame, slices: pd.DataFrame, dump: pd.Dat
 def _bursts(probes: pd.DataFrame, slices: pd.DataFrame, dump: pd.DataFrame, ctx: AnalysisContext, done: dict) -> pd.DataFrame:
     from xstage_trace.analysis.bursts import REMOTE_STORE_EVENTS, audit_bursts, reconstruct_bursts, remote_store_spans
 
-    store = group_lifecycle(probes, dump).store_event
+    lc = group_lifecycle(probes, dump)
+    store = lc.store_event
     spans = remote_store_spans(probes, REMOTE_STORE_EVENTS + ((store,) if store not in REMOTE_STORE_EVENTS else ()))
+    spans["bytes"] = _label_bytes(lc, dump, spans["dump"], spans["bytes"])
     bursts = reconstruct_bursts(spans, done.get("tile_spans"))
     return _with_config(audit_bursts(bursts, ctx.model if _calibrated_for(ctx.model, dump) else None), dump)
 
 
-def calibrated_models(model: PlatformModel | None, dumps: pd.DataFrame) -> dict[str, PlatformModel]:
-    """The calibrated platform per destination of ``dumps`` that the run's calibration covers (``_calibrated_for``)."""
+def calibrated_models(model: PlatformModel | None, dumps: pd.DataFrame, link: object | None = None) -> dict[str, object]:
+    """Per destination of ``dumps`` that the run's calibration covers (``_calibrated_for``) the model its forward
+    prediction uses: the path-drain ``link`` model where the calibration has one (docs/model.md §11), else the platform."""
     if model is None or dumps.empty:
         return {}
-    return {str(d): model for d in pd.unique(dumps["dest"].dropna()) if _calibrated_for(model, dumps[dumps["dest"] == d])}
+    return {str(d): link or model for d in pd.unique(dumps["dest"].dropna()) if _calibrated_for(model, dumps[dumps["dest"] == d])}
 
 
 def _calibrated_for(model: PlatformModel | None, dump: pd.DataFrame) -> bool:
@@ -93,7 +98,39 @@ def _calibrated_for(model: PlatformModel | None, dump: pd.DataFrame) -> bool:
 def _tile_spans(probes: pd.DataFrame, slices: pd.DataFrame, dump: pd.DataFrame, ctx: AnalysisContext, done: dict) -> pd.DataFrame:
     from xstage_trace.analysis.tiles import tile_spans
 
-    return tile_spans(probes, group_lifecycle(probes, dump))
+    lc = group_lifecycle(probes, dump)
+    spans = tile_spans(probes, lc)
+    if len(spans):
+        spans["rs_bytes"] = _label_bytes(lc, dump, spans["dump"], spans["rs_bytes"]).where(spans["rs_ns"].notna())
+        spans["load_steps"] = _load_steps(lc, dump, spans)
+        spans["load_stages"] = np.int8(lc.load_stages)
+    return spans
+
+
+def _load_steps(lc: TileLifecycle, dumps: pd.DataFrame, spans: pd.DataFrame) -> np.ndarray:
+    """Each tile's operand-load steps (``analysis.stall.load_steps`` under the lifecycle's rule), dump by dump."""
+    from xstage_trace.analysis.stall import load_steps
+
+    out = np.ones(len(spans), np.int64)
+    if lc.load_steps is None or dumps.empty:
+        return out
+    info = dumps.astype({"dump": str}).drop_duplicates("dump").set_index("dump")
+    names = spans["dump"].astype(str).to_numpy()
+    for name in pd.unique(names):  # a few dumps per batch
+        at = names == name
+        row = info.loc[name] if name in info.index else {}
+        out[at] = load_steps(lc.load_steps, spans["tile"].to_numpy()[at], row.get("shape"), row.get("extra"))
+    return out
+
+
+def _label_bytes(lc: TileLifecycle, dumps: pd.DataFrame, names: pd.Series, payload_bytes: pd.Series) -> pd.Series:
+    """Store bytes per row: the lifecycle's bytes from each dump's label where it takes them from there
+    (``TileLifecycle.bytes_from_label``), else the payload's."""
+    if not lc.bytes_from_label or dumps.empty:
+        return payload_bytes
+    per = {str(d): lc.tile_bytes(e) for d, e in zip(dumps["dump"], dumps["extra"] if "extra" in dumps else [None] * len(dumps))}
+    label = pd.Series(names.astype(str).map(per).to_numpy(), index=payload_bytes.index, dtype=np.float64)
+    return label.fillna(payload_bytes.astype(np.float64))
 
 
 def _first_per_dump(dumps: pd.DataFrame, column: str) -> dict:
@@ -134,7 +171,7 @@ def group_lifecycle(probes: pd.DataFrame, dumps: pd.DataFrame) -> TileLifecycle:
 def _tiles(parts: dict[str, pd.DataFrame], tables: dict[str, pd.DataFrame], ctx: AnalysisContext) -> pd.DataFrame:
     from xstage_trace.analysis.tiles import finish_tiles
 
-    return finish_tiles(parts["tile_spans"], tables["dumps"], ctx.noise_ns, models=calibrated_models(ctx.model, tables["dumps"]))
+    return finish_tiles(parts["tile_spans"], tables["dumps"], ctx.noise_ns, models=calibrated_models(ctx.model, tables["dumps"], ctx.link))
 
 
 def _table3(parts: dict[str, pd.DataFrame], tables: dict[str, pd.DataFrame], ctx: AnalysisContext) -> pd.DataFrame:

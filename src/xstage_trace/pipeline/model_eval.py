@@ -31,7 +31,7 @@ def _number(flag: str, value, *, zero_ok: bool = False, integer: bool = False, h
 
 
 def burst_doc(rate_gbps, issue_floor_us, producers, bytes_per_producer, gap_us, capacity_mib) -> dict:
-    """Spec §2–§4 for one recurring burst."""
+    """docs/model.md §2–§4 for one recurring burst."""
     from xstage_trace.analysis import burst_gap as bg
 
     _number("--rate-gbps", rate_gbps), _number("--issue-floor-us", issue_floor_us), _number("--producers", producers, integer=True)
@@ -58,7 +58,7 @@ def burst_doc(rate_gbps, issue_floor_us, producers, bytes_per_producer, gap_us, 
 
 
 def stall_doc(span_us, cover_us, tiles: Path | None, by: str | None) -> dict:
-    """Spec §5: Δt = [T_RS − T_cover]₊ for one tile or a table of tiles (+ Table-3 style summary); a
+    """docs/model.md §5: Δt = [T_RS − T_cover]₊ for one tile or a table of tiles (+ Table-3 style summary); a
     table with ``epilogue_lead_ns`` (a run's tile table) gets our lead term, [T_lead + T_RS − T_cover]₊."""
     from xstage_trace.analysis.stall_law import predicted_stall_ns
 
@@ -96,7 +96,7 @@ def stall_doc(span_us, cover_us, tiles: Path | None, by: str | None) -> dict:
 
 
 def qloop_doc(tile_m, head_dim, elem_bytes, kv_tile, sigma_us, producers, rate_gbps, issue_floor_us, capacity_mib, seq_len) -> dict:
-    """Spec §7 audit."""
+    """docs/model.md §7 audit."""
     from xstage_trace.analysis.whatif import qloop_audit
 
     for flag, v in (("--tile-m", tile_m), ("--head-dim", head_dim), ("--elem-bytes", elem_bytes), ("--kv-tile", kv_tile), ("--producers", producers)):
@@ -115,7 +115,7 @@ def qloop_doc(tile_m, head_dim, elem_bytes, kv_tile, sigma_us, producers, rate_g
 
 
 def interleave_doc(volume_bytes, l1_us, l2_us, n1, n2, issue_floor_us, rate_gbps, n_tile_width, num_sms, h_inter) -> dict:
-    """Spec §6."""
+    """docs/model.md §6."""
     from xstage_trace.analysis.whatif import interleave
 
     _number("--volume-bytes", volume_bytes), _number("--mainloop-l1-us", l1_us), _number("--mainloop-l2-us", l2_us)
@@ -130,8 +130,31 @@ def interleave_doc(volume_bytes, l1_us, l2_us, n1, n2, issue_floor_us, rate_gbps
     }
 
 
-def partition_doc(tokens_per_expert: str, tokens, hidden, reduction, splits, ranks, tile_m, tile_n, num_sms, rho) -> dict:
-    """Spec §9."""
+def partition_service(path: Path, shape: str | None):
+    """A shape's measured service times (docs/model.md §9, ρ measured) from a partition_regret.json's ``service_times_ns``."""
+    import json
+
+    from xstage_trace.analysis.partition_select import ServiceTimes
+
+    try:
+        table = json.loads(Path(path).read_text())["service_times_ns"]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise InputError(path, "is not a partition_regret.json with service_times_ns", "give the JSON `model partition-sweep --write` wrote") from None
+    if shape not in table:
+        raise InputError(path, f"has no service times for --service-shape {shape!r} (it has {', '.join(sorted(table))})", "name one of those shapes")
+    try:
+        s = ServiceTimes(tuple(float(x) for x in table[shape]["t_wave_ns"]), tuple(float(x) for x in table[shape]["tau_ns"]))
+    except (KeyError, TypeError, ValueError):
+        raise InputError(path, f"service_times_ns[{shape!r}] lacks t_wave_ns / tau_ns lists of one length", "regenerate it with model partition-sweep") from None
+    if not all(math.isfinite(x) and x > 0 for x in s.t_wave_ns + s.tau_ns):
+        raise InputError(path, f"service_times_ns[{shape!r}] holds a time that is not a finite number > 0", "regenerate it with model partition-sweep")
+    return s
+
+
+def partition_doc(tokens_per_expert: str, tokens, hidden, reduction, splits, ranks, tile_m, tile_n, num_sms, rho,
+                  service: Path | None = None, service_shape: str | None = None, comm_tile_n: int = 1024,
+                  comp_per_sm: int = 2, comm_per_sm: int = 1) -> dict:
+    """docs/model.md §9; with ``service`` (a partition_regret.json) the measured service times of ``service_shape`` instead of ρ."""
     from xstage_trace.analysis.partition import PartitionProblem, choose_comm_ctas, completion_columns, scaled_rho
 
     try:
@@ -146,7 +169,23 @@ def partition_doc(tokens_per_expert: str, tokens, hidden, reduction, splits, ran
         _number(flag, v, integer=True)
     _number("--splits", splits, integer=True, high=1 << 16), _number("--ranks", ranks, integer=True, high=1 << 16)
     _number("--num-sms", num_sms, integer=True, high=1 << 16), _number("--rho", rho)
-    p = PartitionProblem(m_e, tokens, hidden, reduction, splits, ranks, tile_m, tile_n, num_sms=num_sms)
+    _number("--comm-tile-n", comm_tile_n, integer=True), _number("--comp-per-sm", comp_per_sm, integer=True, high=64)
+    _number("--comm-per-sm", comm_per_sm, integer=True, high=64)
+    p = PartitionProblem(m_e, tokens, hidden, reduction, splits, ranks, tile_m, tile_n, comm_tile_n=comm_tile_n, num_sms=num_sms,
+                         comm_per_sm=comm_per_sm, comp_per_sm=comp_per_sm)
+    if service is not None:
+        if rho is not None:
+            raise InputError(None, "--rho and --service both set the service times", "give one of them")
+        from xstage_trace.analysis.partition_select import predicted_completion, select_comm_ctas
+
+        s = partition_service(service, service_shape)
+        if len(s.tau_ns) < p.max_comm_ctas:
+            raise InputError(service, f"covers C ≤ {len(s.tau_ns)}, fewer than the {p.max_comm_ctas} candidates", "calibrate C = 1 … 16")
+        table = predicted_completion(p, s)
+        if not len(table["comm_ctas"]):
+            raise InputError(None, f"--num-sms {num_sms} leaves no SM for compute with any number of communication CTAs", "give --num-sms the GPU's SM count")
+        return {"rho_source": f"measured ({service}, shape {service_shape})", "comm_ctas_best": select_comm_ctas(p, s),
+                "candidates": [{k: v[i].item() for k, v in table.items()} for i in range(len(table["comm_ctas"]))]}
     r = scaled_rho(p) if rho is None else rho
     table = completion_columns(p, r)
     if not len(table["comm_ctas"]):
@@ -157,7 +196,11 @@ def partition_doc(tokens_per_expert: str, tokens, hidden, reduction, splits, ran
 
 
 def sequence_doc(bursts: Path, calibration: Path | None, rate_gbps, issue_floor_us, capacity_mib) -> dict:
-    """Spec §4 over a burst sequence from a table or a run folder."""
+    """docs/model.md §4 over the burst sequences of a table or a run folder: one audit per launch (the rows
+    sharing rank, dump, dest, shape, schedule and variant, where the table has those columns), since
+    the backlog q_n restarts with every launch; ``configurations`` holds each one's onset."""
+    import pandas as pd
+
     from xstage_trace.analysis.recurrence import audit_sequence
     from xstage_trace.collectors.calibration_io import load_platform
 
@@ -202,8 +245,27 @@ def sequence_doc(bursts: Path, calibration: Path | None, rate_gbps, issue_floor_
         q = model.capacity(df["producers"].to_numpy()) if "producers" in df else np.full(len(df), model.capacity_bytes)
     else:
         q = None
-    a = audit_sequence(df["volume_bytes"].to_numpy(), df["gap_ns"].fillna(np.inf).to_numpy(), t0, rate, q)
-    rows = a.table.assign(rate_gbps=rate, capacity_bytes=q).replace([np.inf], None)
-    return {"bursts": int(len(df)), "rate_gbps": float(np.median(rate)), "capacity_bytes": None if q is None else float(np.median(q)), "onset_burst": a.onset,
-            "onset_excess_bytes": a.onset_excess_bytes, "max_rho": float(a.table["rho"].max()) if len(df) else None,
-            "max_q_bytes": float(a.table["q_bytes"].max()) if len(df) else None, "per_burst": rows.to_dict("records")}
+    keys = [c for c in SEQUENCE_KEYS if c in df]
+    groups = df.groupby(keys, sort=True, dropna=False).indices if keys else {(): np.arange(len(df))}
+    rows, configs = [], []
+    for key, idx in groups.items():  # one launch (rank, dump) is one burst sequence: q restarts at 0 in each
+        idx = np.sort(idx)
+        if "burst" in df:
+            idx = idx[np.argsort(df["burst"].to_numpy()[idx], kind="stable")]
+        a = audit_sequence(df["volume_bytes"].to_numpy()[idx], df["gap_ns"].fillna(np.inf).to_numpy()[idx], t0[idx], rate[idx],
+                           None if q is None else q[idx])
+        label = dict(zip(keys, key if isinstance(key, tuple) else (key,)))
+        rows.append(a.table.assign(**label, rate_gbps=rate[idx], capacity_bytes=None if q is None else q[idx]))
+        configs.append({**label, "bursts": int(len(idx)), "onset_burst": a.onset, "onset_excess_bytes": a.onset_excess_bytes,
+                        "max_rho": float(a.table["rho"].max()), "max_q_bytes": float(a.table["q_bytes"].max()),
+                        "rate_gbps": float(np.median(rate[idx])), "capacity_bytes": None if q is None else float(np.median(q[idx]))})
+    per_burst = pd.concat(rows, ignore_index=True).replace([np.inf], None)
+    one = configs[0] if len(configs) == 1 else None  # several sequences: an onset of their concatenation would mean nothing
+    return {"bursts": int(len(df)), "sequences": len(configs), "rate_gbps": float(np.median(rate)),
+            "capacity_bytes": None if q is None else float(np.median(q)),
+            "onset_burst": one["onset_burst"] if one else None, "onset_excess_bytes": one["onset_excess_bytes"] if one else None,
+            "max_rho": float(per_burst["rho"].max()), "max_q_bytes": float(per_burst["q_bytes"].max()),
+            "configurations": configs, "per_burst": per_burst.to_dict("records")}
+
+
+SEQUENCE_KEYS = ("rank", "dump", "dest", "shape", "schedule", "variant")  # the columns that tell one burst sequence from another

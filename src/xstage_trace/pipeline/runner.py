@@ -36,7 +36,7 @@ def analyze_inputs(inputs: list[Path], output: Path | None, nsys=None, calibrati
     from xstage_trace.analysis.verdict import config_verdicts
     from xstage_trace.pipeline.analyses import AnalysisContext
     from xstage_trace.base.malloc import keep_freed_memory
-    from xstage_trace.collectors.calibration_io import load_platform
+    from xstage_trace.collectors.calibration_io import link_model_of_document, load_platform, read_document
     from xstage_trace.collectors.collect import plan_run
     from xstage_trace.dataset.run_folder import check_output_against_inputs, check_output_dir, write_run
     from xstage_trace.collectors.nvtx_filter import restrict_to_nvtx
@@ -46,7 +46,9 @@ def analyze_inputs(inputs: list[Path], output: Path | None, nsys=None, calibrati
     run_dir = Path(output) if output else _default_run_dir(Path(inputs[0]))
     check_output_dir(run_dir, force)
     check_output_against_inputs(run_dir, [*inputs, calibration] if calibration else inputs)
-    ctx = AnalysisContext(model=load_platform(calibration) if calibration else None, warmup_launches=warmup_launches)
+    ctx = AnalysisContext(model=load_platform(calibration) if calibration else None,
+                          link=link_model_of_document(read_document(calibration), calibration) if calibration else None,
+                          warmup_launches=warmup_launches)
     tables: dict = {}
     state: dict = {}
     with early_pool(inputs, workers, scheduler) as pool:  # workers start while the plan is made
@@ -95,7 +97,7 @@ def analyze_inputs(inputs: list[Path], output: Path | None, nsys=None, calibrati
         "backpressured_tiles": state["result"].backpressured,
         "tiles": written["tiles"],
         "calibration_points": int(len(state["points"])),
-        "table3": table3.round(3).to_dict("records"),
+        "table3": table3.round(3).astype(object).where(table3.notna(), None).to_dict("records"),  # NaN → null
         "verdicts": verdict_records(config_verdicts(table3)),
         "alignment": plan.manifest["alignment"],
         "time_base": plan.manifest["time_base"],
@@ -192,11 +194,12 @@ def check_calibration_output(output: Path, force: bool) -> None:
 
 def fit_measurements(path: Path, dest: str | None, output: Path | None, platform: str = "",
                      validate: Path | None = None, validate_dest: str | None = None, force: bool = False,
-                     store: str | None = None, validate_store: str | None = None) -> dict:
+                     store: str | None = None, validate_store: str | None = None, path_drain: Path | None = None) -> dict:
     """calibrate fit: load points, fit one store path and store instruction (``store``: stg | bulk | tensor2d),
     optionally predict another run with no refit (``validate``, its store path ``validate_dest`` and
     instruction ``validate_store``, default the fitted ones), check, write and return the document (a
-    fit whose R, T_iss^0 or Q is not positive and finite is refused, never written)."""
+    fit whose R, T_iss^0 or Q is not positive and finite is refused, never written); ``path_drain``: the path-drain
+    bench's folder, whose drain rate, capacity and load coupling the document adds (pipeline.path_drain)."""
     from xstage_trace.analysis.calibration_fit import fit_calibration, validate as validate_fit
     from xstage_trace.collectors.calibration_io import calibration_document, check_document, validation_document
     from xstage_trace.base.hashing import sha256_of
@@ -217,7 +220,12 @@ def fit_measurements(path: Path, dest: str | None, output: Path | None, platform
         v = validate_fit(fit, other, validate_dest, validate_store)
         vdoc = validation_document(v, sha256_of(validate) if Path(validate).is_file() else None, Path(validate).name, validate_dest, validate_store)
     digest = sha256_of(path) if Path(path).is_file() else None
-    doc = calibration_document(fit, digest, Path(path).name, vdoc)
+    drain = coupling = None
+    if path_drain is not None:
+        from xstage_trace.pipeline.path_drain import path_drain_document
+
+        drain, coupling = path_drain_document(path_drain, dest, pts)
+    doc = calibration_document(fit, digest, Path(path).name, vdoc, drain, coupling)
     try:
         check_document(json_ready(doc), path)
     except InputError as exc:
