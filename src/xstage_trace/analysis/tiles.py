@@ -140,8 +140,9 @@ def finish_tiles(t: pd.DataFrame, dumps: pd.DataFrame, noise_ns: float | None = 
     """What needs every dump of the run (docs/model.md §5, §12): configuration columns, the slot-wait floor
     and noise of the control runs, measured stall (slot wait and compute span beyond the control's), the
     backpressured flag, the diagnosis and, for the destinations ``models`` calibrates, the forward
-    prediction: §11's (``analysis.stall.forward_link_stall_ns``) for a path-drain calibration (a
-    ``forward.LinkModel``), else the §4 recurrence's (``analysis.stall.forward_stall_ns``, a ``PlatformModel``). ``control``: the run's control statistics when ``t``
+    prediction (``models``: dest → (PlatformModel, forward.LinkModel or None)): §11's
+    (``analysis.stall.forward_link_stall_ns``) where the calibration has a path-drain link model and the operands are
+    loaded from global memory, else the §4 recurrence's (``analysis.stall.forward_stall_ns``). ``control``: the run's control statistics when ``t``
     is only part of the run's tiles (a streaming analyze finishes them dump by dump); by default they are
     taken from ``t``."""
     if t.empty:
@@ -178,14 +179,13 @@ def finish_tiles(t: pd.DataFrame, dumps: pd.DataFrame, noise_ns: float | None = 
     launch = text_codes(t["dump"])[0]
     waits = ~np.isnan(slot_wait)
     unmeasured = ~waits & (np.bincount(launch[waits], minlength=launch.max(initial=-1) + 1) > 0)[launch]
-    from xstage_trace.analysis.forward import LinkModel
     from xstage_trace.analysis.stall import forward_link_stall_ns, forward_stall_ns
 
     models = models or {}
     spans = t.rename(columns={"rs_ns": "rs_span_ns"})
     spans["control_compute_ns"] = ctrl_median
-    link = forward_link_stall_ns(spans, {d: m for d, m in models.items() if isinstance(m, LinkModel)})
-    recurrence = forward_stall_ns(spans, {d: m for d, m in models.items() if not isinstance(m, LinkModel)})
+    link = forward_link_stall_ns(spans, {d: m[1] for d, m in models.items() if m[1] is not None})
+    recurrence = forward_stall_ns(spans, {d: m[0] for d, m in models.items()})
     cols = {c: t[c].array for c in ("rank", "dump", "dest", "shape", "schedule", "variant", "cta", "position", "tile", "tile_kind", "expert", "wave",
                                     "mainloop_ns")}
     cols.update({"rs_span_ns": t["rs_ns"].array, "epilogue_span_ns": t["epilogue_span_ns"].array, "cover_ns": t["cover_ns"].array,
