@@ -36,6 +36,7 @@ def main() -> None:
     if decode:
         limit = CORES / (sum(float(r["cpu_s"]) / float(r["records"]) for r in decode) / len(decode)) / 1e6
         ax.axhline(limit, color="k", lw=1)
+        ax.set_ylim(top=limit * 2.5)
         ax.text(1e6, limit * 1.08, f"decode limit ({CORES} cores): {limit:.0f} M records/s", fontsize=8)
     ax.axhline(8.0, color="g", lw=0.8, ls=":")
     ax.text(1e6, 8.0 * 1.08, "goal: 8 M records/s (250 CPU-ns per record)", fontsize=8, color="g")
