@@ -24,7 +24,8 @@ def compare(
     from xstage_trace import open_run
     from xstage_trace.base.atomic import write_text_atomic
     from xstage_trace.base.errors import InputError
-    from xstage_trace.reports.compare import GateConfig, compare_markdown, compare_runs, compare_tiles, gate_outcome
+    from xstage_trace.reports.compare import (GateConfig, compare_markdown, compare_runs, compare_tiles, gate_outcome, kernel_change_line,
+                                              verdict_changes)
 
     if gate < 0:
         raise InputError(None, f"--gate {gate} is negative", "give the gate as a positive percentage, e.g. --gate 2")
@@ -32,12 +33,17 @@ def compare(
     base, new = open_run(base_run), open_run(new_run)
     table, tiles = compare_runs(base, new, cfg), compare_tiles(base, new, cfg)
     code, outcome = gate_outcome(table, accept, tiles)
-    write_text_atomic(output, compare_markdown(table, outcome, base_run, new_run, cfg, accept, tiles))
+    changes = verdict_changes(base, new)
+    write_text_atomic(output, compare_markdown(table, outcome, base_run, new_run, cfg, accept, tiles, changes))
     if as_json:
         emit({"outcome": outcome, "exit_code": code, "accepted": accept, "gate_pct": gate, "keys": list(cfg.keys),
               "compare_md": str(output), "configurations": table.astype(object).where(table.notna(), None).to_dict("records"),  # NaN → null: strict JSON
               "tile_metrics": tiles.astype(object).where(tiles.notna(), None).to_dict("records")})
     else:
-        out.print(outcome)
+        out.print(outcome, highlight=False)
+        out.print(kernel_change_line(table), highlight=False)
+        out.print(f"{len(changes)} configuration{'s' if len(changes) != 1 else ''} changed verdict" + (":" if changes else "."), highlight=False)
+        for c in changes:
+            out.print(c, highlight=False)
         out.print(f"wrote {output}")
     raise typer.Exit(code)
