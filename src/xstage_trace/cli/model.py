@@ -113,11 +113,13 @@ def model_partition(
 
 @model_app.command("partition-sweep")
 def model_partition_sweep(
-    folder: Path = typer.Argument(..., help="a gather_rs_moe C-sweep folder (device_partition.sh's res/: times, workloads, calibration probes)"),
+    folder: Path = typer.Argument(..., help="a gather_rs_moe C-sweep folder (device_partition.sh's res/: times, workloads, calibration probes), "
+                                            "or a partition_regret.json it wrote (shown as is)"),
     dest: str = typer.Option("host", "--dest", help="host | local: which destination's sweep"),
     max_comm_ctas: int = typer.Option(16, "--max-comm-ctas", help="the legal domain C = 1 … this"),
     n_boot: int = typer.Option(2000, "--n-boot", help="bootstrap replicates of the speedup over the best fixed C"),
     write: Optional[Path] = typer.Option(None, "--write", help="also write the document as JSON here (partition_regret.json)"),
+    report: Optional[Path] = typer.Option(None, "-o", "--output", help="also write the Markdown report here (FILE.md)"),
     as_json: bool = typer.Option(False, "--json"),
 ):
     """Measured oracle, the selector's C and its regret per workload of a C sweep (docs/model.md §9, ρ measured on a calibration run)."""
@@ -127,9 +129,18 @@ def model_partition_sweep(
         from xstage_trace.base.errors import InputError
 
         raise InputError(None, f"--dest {dest!r} is neither host nor local", "give --dest host or --dest local")
-    doc = partition_regret_doc(folder, dest, max_comm_ctas, n_boot)
+    if folder.is_file():
+        from xstage_trace.reports.partition_sweep import load_regret_doc
+
+        doc = load_regret_doc(folder)
+    else:
+        doc = partition_regret_doc(folder, dest, max_comm_ctas, n_boot)
     if write is not None:
         write.write_text(dumps(doc) + "\n")
+    if report is not None:
+        from xstage_trace.reports.partition_sweep import write_partition_sweep_report
+
+        write_partition_sweep_report(doc, report)
     if as_json:
         emit(doc)
         return
