@@ -15,7 +15,6 @@ Tables are read lazily, once each, from the folder's Parquet files; nothing is r
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
@@ -28,13 +27,14 @@ class Run:
     """One run dataset folder written by ``xstage-trace analyze``."""
 
     def __init__(self, run_dir: str | Path):
-        from xstage_trace.dataset.run_folder import read_manifest
+        from xstage_trace.dataset.run_folder import check_run_files, read_manifest
 
         self.path = Path(run_dir)
         self._read: dict[str, pa.Table] = {}
         # manifest.json: inputs with their hashes, GPUs, alignment per rank, warnings, table sizes.
         # Read here: not a run, a damaged or a newer manifest is a one-line error before any table is read.
         self.manifest: dict = read_manifest(self.path)
+        check_run_files(self.path, self.manifest)  # exactly its manifest: nothing unlisted, nothing missing
 
     def __repr__(self) -> str:
         return f"Run({str(self.path)!r})"
@@ -89,8 +89,10 @@ class Run:
 
     def table3(self) -> pd.DataFrame:
         """Spec §5 Table 3: one row per configuration, medians per schedule, kernel times."""
-        f = self.path / "table3.parquet"
-        return pd.read_parquet(f) if f.is_file() else pd.DataFrame()
+        from xstage_trace.dataset.run_folder import check_listed_file
+
+        f = check_listed_file(self.path, self.manifest, "table3.parquet")  # only the bytes the manifest hashed
+        return pd.read_parquet(f) if f else pd.DataFrame()
 
     def probe_spans(self, dump: str, events=("mainloop", "slot_wait", "rs"), start_ns: float | None = None,
                     end_ns: float | None = None) -> pd.DataFrame:
@@ -120,26 +122,42 @@ class Run:
         return s[cols].reset_index(drop=True)
 
     def calibration_path(self) -> Path | None:
-        """Where the calibration JSON the run was analyzed with (manifest ``calibration``) is now:
-        a relative path is tried from the current folder, then from the run folder's parent;
-        None when there was none or it is gone."""
+        """The calibration JSON the run was analysed with: the run's own copy (calibration.json, checked
+        against the manifest's sha256) when it has one; for runs written before the copy, the file the
+        manifest names (``calibration``), tried from the current folder, then from the run folder's
+        parent; None when there was none or it is gone."""
+        from xstage_trace.dataset.run_folder import CALIBRATION_COPY, check_listed_file
+
+        if self.manifest.get("calibration_file") == CALIBRATION_COPY:
+            return check_listed_file(self.path, self.manifest, CALIBRATION_COPY)
         name = self.manifest.get("calibration")
-        if not name:
+        if not name or not isinstance(name, str):
             return None
         return next((f.resolve() for f in (Path(name), self.path.parent / name) if f.is_file()), None)
 
     def calibration_document(self) -> dict | None:
-        """That calibration JSON as a dict, or None (no calibration, file gone or unreadable)."""
+        """That calibration JSON as a dict, read with the checks of a user's calibration file
+        (collectors/calibration_io.read_document: InputError when the run's copy is damaged), or None
+        (no calibration, an older run whose file is gone or unreadable)."""
+        from xstage_trace.collectors.calibration_io import read_document
+        from xstage_trace.dataset.run_folder import CALIBRATION_COPY
+
         f = self.calibration_path()
+        if f is None:
+            return None
+        if self.manifest.get("calibration_file") == CALIBRATION_COPY:
+            return read_document(f)
         try:
-            return json.loads(f.read_text()) if f else None
-        except (OSError, ValueError):
+            return read_document(f)
+        except InputError:
             return None
 
     def calibration(self) -> pd.DataFrame:
         """Calibration points reduced from calibration-benchmark dumps (empty for other runs)."""
-        f = self.path / "calibration_points.csv"
-        return pd.read_csv(f) if f.is_file() else pd.DataFrame()
+        from xstage_trace.dataset.run_folder import check_listed_file
+
+        f = check_listed_file(self.path, self.manifest, "calibration_points.csv")
+        return pd.read_csv(f) if f else pd.DataFrame()
 
     def alignment(self) -> pd.DataFrame:
         """Clock alignment per rank: offset, drift, residual, dumps matched."""

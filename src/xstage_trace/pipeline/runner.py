@@ -37,7 +37,7 @@ def analyze_inputs(inputs: list[Path], output: Path | None, nsys=None, calibrati
     from xstage_trace.base.malloc import keep_freed_memory
     from xstage_trace.collectors.calibration_io import load_platform
     from xstage_trace.collectors.collect import plan_run
-    from xstage_trace.dataset.run_folder import check_output_against_inputs, check_output_dir, write_run
+    from xstage_trace.dataset.run_folder import check_output_against_inputs, check_output_dir, staged_run
     from xstage_trace.collectors.nvtx_filter import restrict_to_nvtx
     from xstage_trace.pipeline.stream import analyze_streaming, early_pool
 
@@ -46,36 +46,31 @@ def analyze_inputs(inputs: list[Path], output: Path | None, nsys=None, calibrati
     check_output_dir(run_dir, force)
     check_output_against_inputs(run_dir, [*inputs, calibration] if calibration else inputs)
     ctx = AnalysisContext(model=load_platform(calibration) if calibration else None, warmup_launches=warmup_launches)
-    tables: dict = {}
-    state: dict = {}
-    with early_pool(inputs, workers, scheduler) as pool:  # workers start while the plan is made
-
-        def fill(tmp: Path) -> dict[str, int]:
-            plan = plan_run(inputs, tmp, nsys=nsys, allow_overflow=allow_overflow, rank_overrides=rank_overrides)  # writes probe_slices
-            plan = restrict_to_nvtx(plan, nvtx, nvtx_domain) if (nvtx, nvtx_domain) != (None, None) else plan
-            state["plan"] = plan
-            tables.update(plan.tables)
-            tick = progress("analyzing probe dumps", len(plan.tasks)) if (progress and plan.tasks) else None
-            steps = dict(tables, probe_slices=plan.slice_summary)  # one row per dump: what the steps read of its slices
-            result = analyze_streaming(plan.tasks, tmp, steps, ctx, workers, tick, scheduler, pool)
-            state["result"] = result
-            state["warnings"] = plan.warnings + result.warnings
-            points = result.calibration_points
-            if len(points):
-                points = points.sort_values(["dest", "mode", "K", "B", "gap_ns"]).reset_index(drop=True)
-            state["points"] = points
-            return {**result.counts, **({"probe_slices": plan.slice_rows} if plan.slice_parts else {})}  # none: write_run writes it empty
-
-        def manifest() -> dict:
-            return dict(state["plan"].manifest, calibration=str(calibration) if calibration else None, warnings=state["warnings"],
-                        warmup_launches=warmup_launches, calibration_points=int(len(state["points"])))
-
-        written = write_run(run_dir, tables, manifest,
-                            extra_files=lambda: {"calibration_points.csv": state["points"].to_csv(index=False)} if len(state["points"]) else {},
-                            results=lambda: {"table3": state["result"].table3} if len(state["result"].table3) else {},
-                            fill=fill, force=force)
-    plan = state["plan"]
-    table3 = state["result"].table3
+    with early_pool(inputs, workers, scheduler) as pool, staged_run(run_dir, force) as stage:  # workers start while the plan is made
+        plan = plan_run(inputs, stage.folder, nsys=nsys, allow_overflow=allow_overflow, rank_overrides=rank_overrides)  # writes probe_slices
+        plan = restrict_to_nvtx(plan, nvtx, nvtx_domain) if (nvtx, nvtx_domain) != (None, None) else plan
+        tables = dict(plan.tables)
+        tick = progress("analyzing probe dumps", len(plan.tasks)) if (progress and plan.tasks) else None
+        steps = dict(tables, probe_slices=plan.slice_summary)  # one row per dump: what the steps read of its slices
+        result = analyze_streaming(plan.tasks, stage.folder, steps, ctx, workers, tick, scheduler, pool)
+        warnings = plan.warnings + result.warnings
+        points = result.calibration_points
+        if len(points):
+            points = points.sort_values(["dest", "mode", "K", "B", "gap_ns"]).reset_index(drop=True)
+        stage.add_counts({**result.counts, **({"probe_slices": plan.slice_rows} if plan.slice_parts else {})})  # none: commit writes it empty
+        for name, table in tables.items():
+            if name not in stage.counts:
+                stage.write_table(name, table)
+        if len(result.table3):
+            stage.write_result("table3", result.table3)
+        if len(points):
+            stage.write_text("calibration_points.csv", points.to_csv(index=False))
+        if calibration:
+            stage.copy_calibration(calibration)
+        written = stage.commit(dict(plan.manifest, calibration=str(calibration) if calibration else None, warnings=warnings,
+                                    warmup_launches=warmup_launches, calibration_points=int(len(points)),
+                                    calibration_file="calibration.json" if calibration else None))
+    table3 = result.table3
     gm = tables["gpu_metrics"]
     metric_counts = {}
     if gm.num_rows:
@@ -90,13 +85,13 @@ def analyze_inputs(inputs: list[Path], output: Path | None, nsys=None, calibrati
         "probes": written["probes"],
         "dumps": tables["dumps"].num_rows,
         "bursts": written["bursts"],
-        "backpressured_tiles": state["result"].backpressured,
+        "backpressured_tiles": result.backpressured,
         "tiles": written["tiles"],
-        "calibration_points": int(len(state["points"])),
+        "calibration_points": int(len(points)),
         "table3": table3.round(3).to_dict("records"),
         "alignment": plan.manifest["alignment"],
         "time_base": plan.manifest["time_base"],
-        "warnings": state["warnings"],
+        "warnings": warnings,
     }
 
 
