@@ -175,3 +175,41 @@ def output_dir(path: str | Path, replace: Callable[[Path], bool] | None = None) 
     path = Path(path)
     with translated_os_errors(path), atomic_dir(path, replaceable=replace) as tmp:
         yield tmp
+
+
+
+def check_outputs(marks: dict, *, inputs: Iterable[str | Path] = (), force: bool = False) -> dict[Path, bytes | None]:
+    """``check_output`` for each given path of ``marks`` (path or None → the bytes its earlier output
+    starts with, or None for a CSV: its earlier output has the header row about to be written, checked
+    by ``write_outputs``). Returns {path: mark} of the paths to write; two options naming one file is an error."""
+    paths = {Path(p): m for p, m in marks.items() if p is not None}
+    real = [os.path.realpath(p) for p in paths]
+    if len(set(real)) != len(real):
+        raise InputError(next(iter(paths)), "is named by two output options", "give each output its own file")
+    for p, mark in paths.items():
+        check_output(p, inputs=inputs, force=force, ours=starts_with(mark) if mark is not None else (lambda q: q.is_file()),
+                     example=f"out{''.join(p.suffixes) or '.md'}")
+    return paths
+
+
+def write_outputs(targets: dict[Path, bytes | None], texts: dict) -> None:
+    """Write ``texts[path]`` for every path of ``targets`` (from ``check_outputs``), after checking that
+    each existing CSV among them (mark None) starts with the header row about to be written."""
+    for path, mark in targets.items():
+        if mark is None and os.path.lexists(path):
+            header = texts[path].split("\n", 1)[0].encode()
+            if not starts_with(header + b"\n")(path):
+                raise InputError(path, "exists and is not an earlier xstage-trace table of this kind (its header differs); -o never replaces it",
+                                 f"name a new file, e.g. {path.with_name('new_' + path.name)}")
+    created = []
+    try:
+        for path in targets:
+            new = not os.path.lexists(path)
+            write_output(path, texts[path])
+            if new:
+                created.append(path)
+    except BaseException:
+        for path in created:  # all or none of the new files
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        raise

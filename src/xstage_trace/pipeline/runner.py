@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import tempfile
@@ -153,21 +152,22 @@ def _store_instruction_of(pts: pd.DataFrame, path: Path, dest: str, store: str |
     return _one_of(store_of(pts[pts["dest"].astype(str) == dest]), path, store, option, "store instructions", f" of {dest}")
 
 
-def check_calibration_output(output: Path, force: bool) -> None:
-    """``calibrate fit -o`` never replaces a user's file: only an earlier calibration JSON, with ``force``."""
+def _is_calibration_json(path: Path) -> bool:
     from xstage_trace.collectors.calibration_io import read_document
 
-    output = Path(output)
-    if not os.path.lexists(output):
-        return
-    if output.is_symlink() or not output.is_file():
-        raise InputError(output, "exists and is not a regular file; -o never replaces it", "name a new file, e.g. -o calib.json")
     try:
-        read_document(output)
+        read_document(path)
     except InputError:
-        raise InputError(output, "exists and is not a calibration JSON; -o never replaces it", "name a new file, e.g. -o calib.json") from None
-    if not force:
-        raise InputError(output, "already holds a calibration JSON", "pass --force to replace it, or name another file with -o")
+        return False
+    return True
+
+
+def check_calibration_output(output: Path, force: bool, inputs: tuple = ()) -> None:
+    """``calibrate fit -o`` (base/output.check_output): never an input, never a user's file; only an
+    earlier calibration JSON, with ``force``."""
+    from xstage_trace.base.output import check_output
+
+    check_output(output, inputs=inputs, force=force, ours=_is_calibration_json, example="calib.json")
 
 
 def fit_measurements(path: Path, dest: str | None, output: Path | None, platform: str = "",
@@ -182,7 +182,7 @@ def fit_measurements(path: Path, dest: str | None, output: Path | None, platform
     from xstage_trace.base.hashing import sha256_of
 
     if output:
-        check_calibration_output(output, force)
+        check_calibration_output(output, force, (path, validate))
     pts = load_measurements(path)
     dest = _store_path_of(pts, path, dest, "--dest")
     store = _store_instruction_of(pts, path, dest, store, "--store")
@@ -204,7 +204,9 @@ def fit_measurements(path: Path, dest: str | None, output: Path | None, platform
         raise InputError(path, f"the fit is not a usable platform model ({exc.problem})",
                          "the points do not determine M_X: include zero-gap periodic launches and recovered (large-gap or isolated) ones") from None
     if output:
-        write_text_atomic(Path(output), dumps(doc, indent=2))
+        from xstage_trace.base.output import write_output
+
+        write_output(Path(output), dumps(doc, indent=2))
     return doc
 
 
