@@ -46,3 +46,19 @@ def check_numbers(df: pd.DataFrame, path: str | Path, positive: tuple[str, ...] 
             need = "positive" if col in positive else "non-negative"
             raise InputError(path, f"column {col} has {int((~ok).sum())} values that are not {need} finite numbers "
                                    f"(first: row {first + 1}, {value!r})", fix)
+
+
+def require_numeric(df: pd.DataFrame, path: str | Path, columns: tuple[str, ...]) -> None:
+    """InputError when one of ``columns`` (those present) holds a value that is not a number (text),
+    naming the column, how many rows and the first; empty cells are left to ``check_numbers``."""
+    import pandas as pd
+
+    for col in columns:
+        if col not in df or pd.api.types.is_numeric_dtype(df[col]):
+            continue
+        bad = (pd.to_numeric(df[col], errors="coerce").isna() & df[col].notna()).to_numpy()
+        if bad.any():
+            first = int(bad.argmax())
+            raise InputError(path, f"column {col} has {int(bad.sum())} values that are not numbers (first: row {first + 1}, {df[col].iloc[first]!r})",
+                             "give numbers in that column (empty where a row has none)")
+        df[col] = pd.to_numeric(df[col])
