@@ -42,8 +42,8 @@ def analyze_inputs(inputs: list[Path], output: Path | None, nsys=None, calibrati
 
     keep_freed_memory()  # this process reads every dump's header and, for a small run, analyzes it
     run_dir = Path(output) if output else _default_run_dir(Path(inputs[0]))
+    check_output_against_inputs(run_dir, [*inputs, calibration] if calibration else inputs)  # first: --force cannot help here
     check_output_dir(run_dir, force)
-    check_output_against_inputs(run_dir, [*inputs, calibration] if calibration else inputs)
     ctx = AnalysisContext(model=load_platform(calibration) if calibration else None, warmup_launches=warmup_launches)
     with early_pool(inputs, workers, scheduler) as pool, staged_run(run_dir, force) as stage:  # workers start while the plan is made
         plan = plan_run(inputs, stage.folder, nsys=nsys, allow_overflow=allow_overflow, rank_overrides=rank_overrides)  # writes probe_slices
