@@ -324,6 +324,8 @@ def decode_probe_dump(path: str | Path, rank: int | None = None, allow_overflow:
     path = Path(path)
     raw = read_dump_bytes(path) if records else _header_bytes(path)
     h, names, sl = read_header(path, raw)
+    if len(sl) == 0:  # nothing places it in time: no kernel could be said to hold it
+        _fail(path, "holds no probe slices (no CTA opened one)", "re-run the instrumented program with the probes compiled in (-DXSTAGE_TRACE), or leave this dump out")
     warnings: list[str] = []
     cap = int(h["capacity"])
     count = sl["count"].astype(np.int64)

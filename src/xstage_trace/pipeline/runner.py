@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import tempfile
@@ -95,7 +96,42 @@ def analyze_inputs(inputs: list[Path], output: Path | None, nsys=None, calibrati
 
 
 POINT_COLUMNS = ("dest", "mode", "K", "B", "V", "gap_ns", "tiss_med_ns", "tiss_p90_ns", "period_med_ns")
+POINT_OPTIONAL = ("store", "bursts")  # what the fit reads beyond POINT_COLUMNS; other columns are never parsed
+POINT_TEXT = ("dest", "mode", "store")
 POINT_MODES = ("periodic", "isolated")
+MAX_POINTS_ENV = "XSTAGE_MAX_CALIBRATION_POINTS"
+DEFAULT_MAX_FIT_POINTS = 1024  # points of one store path and instruction a fit takes (benchmarks/README.md: memory and time at the limit)
+FILE_ROWS_PER_FIT_POINT = 1024  # a points file may hold this many times more rows (other paths, instructions), read column-wise
+
+
+def max_fit_points() -> int:
+    """The most calibration points one fit takes: $XSTAGE_MAX_CALIBRATION_POINTS, else DEFAULT_MAX_FIT_POINTS."""
+    text = os.environ.get(MAX_POINTS_ENV, "").strip()
+    try:
+        value = int(text) if text else DEFAULT_MAX_FIT_POINTS
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise InputError(None, f"{MAX_POINTS_ENV}={text!r} is not a positive integer", f"set it to a point count, e.g. {MAX_POINTS_ENV}={DEFAULT_MAX_FIT_POINTS}")
+    return value
+
+
+def _read_points(path: Path, what: str) -> pd.DataFrame:
+    """A calibration points table, only the columns the fit reads, text as categories, its size checked first."""
+    return read_table_file(path, what, columns=POINT_COLUMNS + POINT_OPTIONAL, categories=POINT_TEXT,
+                           max_rows=max_fit_points() * FILE_ROWS_PER_FIT_POINT, limit_env=MAX_POINTS_ENV)
+
+
+def check_fit_size(pts: pd.DataFrame, path: Path, dest: str, store: str) -> None:
+    """InputError when the points of (``dest``, ``store``) are more than one fit takes (its Q grid and
+    bootstrap grow with them: benchmarks/README.md), decided before the fit allocates anything."""
+    from xstage_trace.analysis.calibration_fit import store_of
+
+    n = int(((pts["dest"].astype(str) == dest) & (store_of(pts) == store)).sum())
+    limit = max_fit_points()
+    if n > limit:
+        raise InputError(path, f"holds {n} calibration points of {dest}/{store}, more than the {limit} one fit takes",
+                         f"fit one sweep at a time (a sweep has a few hundred launches), or set {MAX_POINTS_ENV}={n} if this machine has the memory")
 
 
 def load_measurements(path: Path) -> pd.DataFrame:
@@ -109,12 +145,12 @@ def load_measurements(path: Path) -> pd.DataFrame:
     source = path
     if input_kind(path) == "dir" and (path / "calibration_points.csv").is_file():
         source = path / "calibration_points.csv"
-        pts = read_table_file(source, "the calibration_points.csv written by analyze")
+        pts = _read_points(source, "the calibration_points.csv written by analyze")
     elif path.is_dir():
         c = collect([path])
         pts = calibration_points(*(c.tables[n].to_pandas() for n in ("probes", "probe_slices", "dumps")))
     else:
-        pts = read_table_file(path, "the calibration points CSV/Parquet or a folder of calibration dumps")
+        pts = _read_points(path, "the calibration points CSV/Parquet or a folder of calibration dumps")
     missing = set(POINT_COLUMNS) - set(pts.columns)
     if missing:
         raise InputError(source, f"calibration points lack columns {sorted(missing)}", "use the columns of h200_burst_gap_sweep.csv or pass calibration dumps")
@@ -191,6 +227,9 @@ def fit_measurements(path: Path, dest: str | None, output: Path | None, platform
         other = load_measurements(validate)
         validate_dest = _store_path_of(other, validate, validate_dest or (dest if dest in set(other["dest"].astype(str)) else None), "--validate-dest")
         validate_store = _store_instruction_of(other, validate, validate_dest, validate_store or store, "--validate-store")
+    check_fit_size(pts, path, dest, store)
+    if other is not None:
+        check_fit_size(other, validate, validate_dest, validate_store)
     fit = fit_calibration(pts, platform=platform, store_path=dest, store=store)
     vdoc = None
     if other is not None:
