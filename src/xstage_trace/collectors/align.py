@@ -18,6 +18,7 @@ import numpy as np
 
 MATCH_SLACK_NS = 20_000.0
 DRIFT_IDENTIFIED_PPM = 1.0
+PLAUSIBLE_OFFSET_NS = 1e6  # CUPTI vs %globaltimer on the captures seen: well under a millisecond
 MAX_TIED = 64  # candidate offsets that place as many dumps as the best, tried when the best leaves a residual
 
 
@@ -133,18 +134,23 @@ def align_dumps(dump_start: np.ndarray, dump_end: np.ndarray, kern_start: np.nda
     if best is None or best_n == 0:
         return Alignment(float("nan"), 0.0, 0.0, float("nan"), 0, len(a), np.full(len(a), -1))
     first = _fit(best, a, b, ks, ke, order, slack_ns)
-    if first.residual_ns == 0.0 or len(tied) < 2:
+    if (first.residual_ns == 0.0 and abs(first.offset_ns) <= PLAUSIBLE_OFFSET_NS) or len(tied) < 2:
         return first
-    # A few dumps can sit inside several kernels within the match slack; when the first such offset
-    # leaves one outside under every line, the one whose kernels hold the dumps deepest decides.
+    # A few dumps can sit inside several kernels (within the match slack, or one dump inside any long
+    # enough kernel). When the first such offset leaves a dump outside under every line, or lies further
+    # off than the clocks of a capture do, the offsets whose kernels hold every dump (a common offset
+    # exists: the kernels' intervals meet) decide: the one nearest zero, then the deepest.
     tied = np.unique(np.asarray(tied[:MAX_TIED]))
     k = _match(tied, a, b, ks, ke, slack_ns)
-    full = (k >= 0).all(axis=1)
     lo = np.where(k >= 0, b[None, :] - ke[np.maximum(k, 0)], -np.inf).max(axis=1)
     hi = np.where(k >= 0, a[None, :] - ks[np.maximum(k, 0)], np.inf).min(axis=1)
-    margin = np.where(full | (best_n < len(a)), hi - lo, -np.inf)
-    alt = _fit(float(tied[int(np.argmax(margin))]), a, b, ks, ke, order, slack_ns)
-    return alt if (alt.dumps_matched, -alt.residual_ns) > (first.dumps_matched, -first.residual_ns) else first
+    feasible = hi - lo >= -slack_ns
+    if not feasible.any():
+        return first
+    pick = np.flatnonzero(feasible)[np.lexsort((-(hi - lo)[feasible], np.abs((lo + hi) / 2)[feasible]))[0]]
+    alt = _fit(float(tied[pick]), a, b, ks, ke, order, slack_ns)
+    better = (alt.dumps_matched, -alt.residual_ns, -abs(alt.offset_ns)) > (first.dumps_matched, -first.residual_ns, -abs(first.offset_ns))
+    return alt if better else first
 
 
 def _fit(offset0: float, a, b, ks, ke, order, slack_ns: float) -> Alignment:

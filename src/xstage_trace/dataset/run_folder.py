@@ -320,7 +320,7 @@ def _check_files(run_dir: Path, manifest: dict, tables: list[str] | None = None)
     would never be read, and it must not be mistaken for the hashed one); every listed file (only those
     of ``tables`` when given) is there with those bytes."""
     files = _listed(run_dir, manifest)
-    foreign = [f for f in unlisted_files(run_dir) if tables is None or f.split("/")[0].removesuffix(".parquet") in tables]
+    foreign = unlisted_files(run_dir)  # anywhere in the folder, whichever tables are read
     if foreign:
         raise InputError(run_dir / foreign[0], "is in the run folder but manifest.json does not list it; a run folder holds only what analyze wrote",
                          "move it out of the run folder, or re-run xstage-trace analyze on the original inputs")
