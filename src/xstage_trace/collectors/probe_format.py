@@ -148,6 +148,9 @@ def read_header(path: Path, raw: np.ndarray) -> tuple[np.void, list[str], np.nda
         )
     if int(h["record_bytes"]) != RECORD_BYTES:
         _fail(path, f"corrupt probe dump header (record size {int(h['record_bytes'])}, expected 16)", regen)
+    for name in ("rank", "device_index", "sm_count"):
+        if not 0 <= int(h[name]) < 1 << 31:
+            _fail(path, f"corrupt probe dump header ({name} {int(h[name])})", regen)
     n_ev, n_sl = int(h["num_events"]), int(h["num_slices"])
     expect_hdr = HEADER_DTYPE.itemsize + EVENT_NAME_BYTES * n_ev + SLICE_DTYPE.itemsize * n_sl
     if int(h["header_bytes"]) != expect_hdr or n_ev > 256:

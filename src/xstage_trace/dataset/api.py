@@ -92,7 +92,7 @@ class Run:
         from xstage_trace.dataset.run_folder import check_listed_file
 
         f = check_listed_file(self.path, self.manifest, "table3.parquet")  # only the bytes the manifest hashed
-        return pd.read_parquet(f) if f else pd.DataFrame()
+        return _read_result(f, pd.read_parquet) if f else pd.DataFrame()
 
     def probe_spans(self, dump: str, events=("mainloop", "slot_wait", "rs"), start_ns: float | None = None,
                     end_ns: float | None = None) -> pd.DataFrame:
@@ -157,7 +157,7 @@ class Run:
         from xstage_trace.dataset.run_folder import check_listed_file
 
         f = check_listed_file(self.path, self.manifest, "calibration_points.csv")
-        return pd.read_csv(f) if f else pd.DataFrame()
+        return _read_result(f, pd.read_csv) if f else pd.DataFrame()
 
     def alignment(self) -> pd.DataFrame:
         """Clock alignment per rank: offset, drift, residual, dumps matched."""
@@ -167,6 +167,14 @@ class Run:
     def warnings(self) -> list[str]:
         """What went wrong or was approximated while the run was collected."""
         return list(self.manifest.get("warnings") or [])
+
+
+def _read_result(path: Path, reader) -> pd.DataFrame:
+    """A result file of the run (table3.parquet, calibration_points.csv); InputError naming it when unreadable."""
+    try:
+        return reader(path)
+    except Exception as exc:  # pandas and pyarrow raise many parser types
+        raise InputError(path, f"not readable ({exc.__class__.__name__})", "re-run xstage-trace analyze on the original inputs to write the run again") from None
 
 
 def _in_values(column: pa.ChunkedArray, values: list[str]) -> pa.ChunkedArray:
