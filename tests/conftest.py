@@ -116,3 +116,10 @@ def calibration_run_dir(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("calibration_run") / "quick.xstage-run"
     analyze_inputs(sorted((CALIB / "quick").glob("*.xsp*")), out)
     return out
+
+
+def pytest_addoption(parser):
+    """``--screenshots DIR``: where the browser tests write their screenshots (default: a temporary
+    folder, so the test suite leaves the checkout as it was; tools/refresh_screenshots.py passes
+    docs/screenshots)."""
+    parser.addoption("--screenshots", default=None, metavar="DIR", help="folder for the dashboard browser tests' screenshots")

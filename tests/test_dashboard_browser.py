@@ -1,6 +1,9 @@
 """The real dashboard in a real browser: ``xstage-trace dashboard`` on a free localhost port, every
-page visited with Playwright driving Debian's chromium, headings and numbers asserted, screenshots
-written to docs/screenshots/. Skipped only where /usr/bin/chromium is absent."""
+page visited with Playwright driving Debian's chromium, and what a person reads there asserted (the
+verdict sentence, the cause, the units in the table headers, the gate's decision), the expected
+numbers taken from the run's own tables. Screenshots go to a temporary folder, or to
+``--screenshots DIR`` (tools/refresh_screenshots.py: docs/screenshots). Skipped only where
+/usr/bin/chromium is absent."""
 
 from __future__ import annotations
 
@@ -16,10 +19,8 @@ from pathlib import Path
 import pytest
 
 import xstage_trace
-from conftest import ROOT
 
 CHROMIUM = Path("/usr/bin/chromium")
-SHOTS = ROOT / "docs" / "screenshots"
 LAUNCH_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
@@ -30,6 +31,15 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def shots(request, tmp_path_factory) -> Path:
+    """Where the screenshots go: ``--screenshots DIR``, else a temporary folder (never the checkout)."""
+    given = request.config.getoption("--screenshots")
+    folder = Path(given) if given else tmp_path_factory.mktemp("screenshots")
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
 
 
 @pytest.fixture(scope="module")
@@ -102,55 +112,139 @@ def _expect_metric(page, label: str, value) -> None:
     expect(_metric(page, label)).to_have_text(value, timeout=60_000)
 
 
-def _shot(page, name: str, chart: bool = True) -> None:
+def _tables(page) -> list[list[str]]:
+    """The column headers of every st.dataframe on the page, top to bottom (each grid's accessible
+    table, drawn once the grid has been scrolled into view)."""
+    out = []
+    frames = page.locator("[data-testid='stDataFrame']")
+    for i in range(frames.count()):
+        f = frames.nth(i)
+        f.scroll_into_view_if_needed()
+        f.locator("table th").first.wait_for(state="attached")
+        out.append([t.strip() for t in f.locator("table th").all_text_contents()])
+    return out
+
+
+def _table_with(page, header: str) -> list[str]:
+    """The headers of the first st.dataframe that has a column named ``header``."""
+    return next((h for h in _tables(page) if header in h), [])
+
+
+def _cells_of(page, header: str) -> list[str]:
+    """The cells of the first st.dataframe that has a column named ``header``."""
+    frames = page.locator("[data-testid='stDataFrame']")
+    for i in range(frames.count()):
+        f = frames.nth(i)
+        f.scroll_into_view_if_needed()
+        f.locator("table th").first.wait_for(state="attached")
+        if header in [t.strip() for t in f.locator("table th").all_text_contents()]:
+            return [t.strip() for t in f.locator("table td").all_text_contents()]
+    return []
+
+
+def _alert_with(page, text: str):
+    """The first alert box (st.error / success / info / warning) whose text holds ``text``."""
+    return page.locator("[data-testid='stAlert']").filter(has_text=text).first
+
+
+def _shot(page, shots: Path, name: str, chart: bool = True) -> None:
     if chart:
         page.locator(".js-plotly-plot").first.wait_for()
         page.wait_for_timeout(800)  # let plotly finish its first draw
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SHOTS / f"{name}.png"))
+    page.screenshot(path=str(shots / f"{name}.png"))
 
 
-def test_every_page_shows_its_heading_and_key_numbers(dashboard, page, fused_run_dir):
+def _us(ns: float) -> str:
+    """A stall as the verdict sentences print it: µs to 3 significant digits."""
+    return "0 µs" if ns == 0 else f"{ns / 1e3:.3g} µs"
+
+
+def test_overview_leads_with_a_verdict_sentence_per_configuration(dashboard, page, fused_run_dir, shots):
+    run = xstage_trace.open_run(fused_run_dir)
+    v = run.verdicts()
+    name = fused_run_dir.name
+    _visit(page, f"{dashboard}/", f"Overview: {name}")  # the default page lives at /
+    worst = v[v["verdict"] == "stall-bound"].sort_values("measured_stall_ns").iloc[-1]
+    label = f"{worst['dest']} {worst['shape']} {worst['variant']} {worst['schedule']}"
+    box = _alert_with(page, label)
+    box.wait_for()
+    text = box.inner_text()
+    cause = worst["diagnosis"].replace("_", " ")
+    assert f"stall-bound by {cause}" in text and f"median stall {_us(worst['measured_stall_ns'])} measured" in text
+    t3 = run.table3().set_index(["dest", "shape", "variant", "schedule"])
+    key = (worst["dest"], worst["shape"], worst["variant"])
+    speed = t3.loc[(*key, "wave"), "kernel_ns"] / t3.loc[(*key, "interleaved"), "kernel_ns"]
+    assert "Fix: interleave" in text and f"{speed:.2f}× faster" in text  # the run's own kernel times under both schedules
+    _shot(page, shots, "overview", chart=False)
+    heads = _table_with(page, "cause")
+    assert "stall measured (µs)" in heads and "kernel (ms)" in heads
+    assert _table_with(page, "speedup wave / interleaved")
+
+
+def test_the_overview_deep_link_opens_the_overview(dashboard, page, fused_run_dir):
+    _visit(page, f"{dashboard}/overview", f"Overview: {fused_run_dir.name}")
+    assert page.get_by_text("Page not found").count() == 0
+
+
+def test_tiles_show_their_distribution_in_the_units_of_its_axis(dashboard, page, fused_run_dir, shots):
     run = xstage_trace.open_run(fused_run_dir)
     tiles = run.tiles()
     name = fused_run_dir.name
-
-    _visit(page, f"{dashboard}/", f"Overview: {name}")  # the default page lives at /
-    _expect_metric(page, "backpressured tiles", f"{int(tiles['backpressured'].sum()):,}")
-    _expect_metric(page, "kernel launches (nsys)", f"{len(run.kernels()):,}")
-    page.get_by_role("heading", name="Verdict per configuration").wait_for()
-    _shot(page, "overview", chart=False)
-
     _visit(page, f"{dashboard}/tiles", f"Tiles: {name}")
     s1_wave = (tiles["dest"] == "host") & (tiles["shape"] == "S1") & (tiles["schedule"] == "wave") & (tiles["tile_kind"] == "linear2")
     _expect_metric(page, "backpressured", f"{int(tiles.loc[s1_wave, 'backpressured'].sum()):,}")
-    _shot(page, "tiles")
+    _shot(page, shots, "tiles")
+    heads = _table_with(page, "median (µs)")
+    assert heads and not any(h.endswith("ns") for h in heads)
     page.get_by_role("button", name="Show on the timeline").click()  # the worst tile, on the timeline
     page.get_by_role("heading", name=f"Timeline: {name}").wait_for()
     page.get_by_text("Selected tile (from the Tiles page)").wait_for()
     _settle(page)
     _expect_metric(page, "drawn as", "spans")
-    _shot(page, "timeline_tile")
+    _shot(page, shots, "timeline_tile")
 
+
+def test_timeline_and_bursts_pages(dashboard, page, fused_run_dir, shots):
+    run = xstage_trace.open_run(fused_run_dir)
+    name = fused_run_dir.name
     _visit(page, f"{dashboard}/timeline", f"Timeline: {name}")
     _expect_metric(page, "drawn as", "heat map")  # a whole kernel has ~20k spans: aggregated
-    _shot(page, "timeline")
-
+    _shot(page, shots, "timeline")
     _visit(page, f"{dashboard}/bursts", f"Bursts: {name}")
-    busiest = tiles.groupby("dump")["backpressured"].sum().idxmax()  # the page opens on the most backpressured kernel
+    busiest = run.tiles().groupby("dump")["backpressured"].sum().idxmax()  # the page opens on the most backpressured kernel
     _expect_metric(page, "bursts", f"{int((run.bursts()['dump'] == busiest).sum()):,}")
-    _shot(page, "bursts")
+    _shot(page, shots, "bursts")
 
-    _visit(page, f"{dashboard}/calibration", f"Calibration: {name}")
+
+def test_calibration_shows_q_with_its_interval(dashboard, page, fused_run_dir, shots):
+    run = xstage_trace.open_run(fused_run_dir)
     doc = run.calibration_document()
+    _visit(page, f"{dashboard}/calibration", f"Calibration: {fused_run_dir.name}")
     _expect_metric(page, "R (GB/s)", f"{doc['rate_gbps']:.1f} ± {doc['rate_uncertainty_gbps']:.1f}")
-    _shot(page, "calibration", chart=False)
+    _shot(page, shots, "calibration", chart=False)
+    cells = _cells_of(page, "interval (MiB)")
+    lo, hi = doc["capacity_interval_bytes"]["132"]
+    assert f"{lo / 2**20:.2f} – {hi / 2**20:.2f}" in cells and "None" not in cells
+    _expect_metric(page, "loop overhead o (µs)", f"{doc['loop_overhead_ns'] / 1e3:.3f}")
 
-    _visit(page, f"{dashboard}/what-if", f"What-if: {name}")
-    _expect_metric(page, "expert-wave: verdict", "stall")  # S1 host: V/R ≈ 64 µs against a 7.6 µs mainloop
-    _shot(page, "whatif")
 
+def test_whatif_starts_from_the_runs_own_measurement(dashboard, page, fused_run_dir, shots):
+    run = xstage_trace.open_run(fused_run_dir)
+    t = run.tiles()
+    l2 = t[(t["dest"] == "host") & (t["shape"] == "S1") & (t["schedule"] == "wave") & (t["tile_kind"] == "linear2")].dropna(subset=["rs_span_ns"])
+    _visit(page, f"{dashboard}/what-if", f"What-if: {fused_run_dir.name}")
+    _expect_metric(page, "expert-wave: verdict", "stall")
+    _expect_metric(page, "interleaved: verdict", "no stall")
+    _expect_metric(page, "measured span T_RS, wave (µs)", f"{l2['rs_span_ns'].median() / 1e3:.2f}")  # the run's own span
+    assert _alert_with(page, "reproduces the measured stall").count() == 1
+    _shot(page, shots, "whatif")
+
+
+def test_compare_leads_with_the_gate_decision_and_matches_on_its_keys(dashboard, page, shots):
     _visit(page, f"{dashboard}/compare", "Compare")
     page.get_by_role("heading", name="Two runs").wait_for()
-    _expect_metric(page, "configurations whose verdict changed", "0")  # same dumps, analyzed without calibration
-    _shot(page, "compare", chart=False)
+    _alert_with(page, "PASS").wait_for()  # same dumps, analyzed without calibration: no kernel-time change
+    _expect_metric(page, "kernel time B vs A (median over configurations)", "+0.0 %")
+    _expect_metric(page, "configurations whose verdict changed", "0")
+    _shot(page, shots, "compare", chart=False)
+    assert "gate verdict" in _table_with(page, "Δ kernel (%)")

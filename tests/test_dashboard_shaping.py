@@ -102,19 +102,6 @@ def test_burst_sequence_and_guard_onset():
     assert shaping.guard_onset(seq.assign(guard_ok=None)) is None  # no calibration: no guard
 
 
-def test_compare_table3_deltas_are_b_minus_a_on_shared_configurations():
-    a = pd.DataFrame({"dest": ["host", "host"], "shape": ["S1", "S2"], "span_wave_us": [50.0, 60.0], "kernel_ms_wave": [4.5, 4.7]})
-    b = pd.DataFrame({"dest": ["host", "host"], "shape": ["S1", "S3"], "span_wave_us": [20.0, 1.0], "kernel_ms_wave": [3.0, 6.0]})
-    d = shaping.compare_table3(a, b).set_index("shape")
-    assert d.loc["S1", "span_wave_us Δ"] == -30.0 and d.loc["S1", "kernel_ms_wave Δ"] == pytest.approx(-1.5)
-    assert np.isnan(d.loc["S2", "span_wave_us B"]) and np.isnan(d.loc["S3", "span_wave_us A"])
-
-
-def test_schedule_speedup_is_wave_over_interleaved():
-    t3 = pd.DataFrame({"dest": ["host"], "shape": ["S1"], "kernel_ms_wave": [4.5], "kernel_ms_interleaved": [3.0]})
-    assert shaping.schedule_speedup(t3)["speedup"].tolist() == [1.5]
-
-
 def test_window_around_pads_and_clips():
     assert shaping.window_around(100, 200, 0, 1000) == (75, 225)
     assert shaping.window_around(100, 200, 90, 210) == (90, 210)

@@ -3,7 +3,7 @@
 Hand-built dumps with a known answer: two CTAs of three tiles each, the math role (slice role 0)
 recording mainloop, store_wait and epilogue spans, the producer role (1) the schedule marks. At
 1 GHz one clock cycle is one nanosecond, so every expected number below is arithmetic on the
-timeline the test writes. The real H200 dumps (the results tarball in sample_traces/h200_deepgemm) are
+timeline the test writes. The real H200 dumps (sample_traces/h200_deepgemm/dumps) are
 checked against the GEMM's own size: a launch stores all of D, M·N·sizeof(bf16) bytes.
 """
 
@@ -13,7 +13,6 @@ import math
 import re
 import subprocess
 import sys
-import tarfile
 from pathlib import Path
 
 import numpy as np
@@ -129,7 +128,7 @@ def test_bursts_are_the_rounds_of_tma_stores(dg_run):
 
 
 # A path with R = 1 GB/s (1 byte/ns), T_iss^0 = 1000 ns at (K=2, B=64 KiB), Q = 100,000 bytes, o = 0:
-# V = 131,072 bytes, G = 10,000 ns (the control's mainloop). Spec §4 extension by hand:
+# V = 131,072 bytes, G = 10,000 ns (the control's mainloop). docs/model.md §4 extension by hand:
 #   burst 0: q=0,      T_iss = max(1000, (0 + 131072 − 100000)/1)      =  31,072 → q' = 131072 − 41072  = 90,000
 #   burst 1: q=90,000, T_iss = max(1000, (90000 + 131072 − 100000)/1)  = 121,072 → q' = 221072 − 131072 = 90,000
 #   burst 2: the same backlog: T_iss = 121,072. Stall = T_iss − T_iss^0.
@@ -194,19 +193,12 @@ SHAPE = re.compile(r"^m(\d+)n(\d+)k\d+$")
 
 @pytest.fixture(scope="module")
 def h200_run(tmp_path_factory):
-    """The committed H200 run's probe dumps (the results tarball in sample_traces/h200_deepgemm), analyzed."""
+    """The committed H200 run's probe dumps (sample_traces/h200_deepgemm/dumps), analyzed."""
     from xstage_trace import open_run
     from xstage_trace.pipeline.runner import analyze_inputs
 
     tmp = tmp_path_factory.mktemp("h200_dg")
-    tars = sorted((ROOT / "sample_traces/h200_deepgemm").glob("results*.tar*"))
-    assert tars, "sample_traces/h200_deepgemm holds no results tarball"
-    with tarfile.open(tars[0]) as tf:
-        members = [m for m in tf.getmembers() if m.isfile() and re.search(r"\.xsp(\.zst)?$", m.name)]
-        for m in members:
-            m.name = Path(m.name).name
-        tf.extractall(tmp / "dumps", members=members, filter="data")
-    analyze_inputs([tmp / "dumps"], tmp / "run")
+    analyze_inputs([ROOT / "sample_traces/h200_deepgemm/dumps"], tmp / "run")
     return open_run(tmp / "run")
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from xstage_trace.analysis.stall import table3_from_tiles
 from xstage_trace.analysis.tiles import finish_tiles
-from xstage_trace.analysis.verdict import config_verdicts, configuration_diagnosis, configuration_verdicts
+from xstage_trace.analysis.verdict import config_verdicts
 
 
 def _spans(dump, mainloops_ns, slot_waits_ns, kinds=None):
@@ -54,55 +54,56 @@ def test_one_tile_of_each_class(tiles):
     assert tiles.loc[("host", 0), "measured_stall_ns"] == 500.0 and tiles.loc[("host", 0), "noise_ns"] == 200.0
 
 
+def test_measured_stall_adds_the_compute_span_beyond_the_control_median_where_inflated(tiles):
+    # docs/model.md §12 by hand: control mainloops all 1000 ns (median 1000, p99 1000), floor 300, noise 200
+    assert tiles.loc[("host", 0), "stall_ns"] == 500.0            # slot wait 800 − 300; mainloop at the control's
+    assert tiles.loc[("host", 1), "compute_stall_ns"] == 300.0    # 1300 − 1000, inflated (> 200 and > 5 %)
+    assert tiles.loc[("host", 1), "stall_ns"] == 300.0
+    assert tiles.loc[("host", 2), "compute_stall_ns"] == 0.0      # 1100: within the noise, not inflated
+    assert tiles.loc[("host", 3), "stall_ns"] == 800.0            # both parts: 500 + 300
+    assert np.isnan(tiles.loc[("other", 0), "compute_stall_ns"])  # no control of S9: not judged
+    assert tiles.loc[("other", 0), "stall_ns"] == 0.0             # its slot wait is at the floor
+
+
 def test_table3_counts_inflated_mainloops_whatever_the_slot_wait(tiles):
     t3 = table3_from_tiles(tiles.reset_index()).set_index(["dest", "shape"])
     host = t3.loc[("host", "S1")]
-    assert host["inflated_wave"] == 2 and host["inflation_judged_wave"] == 4  # B and D of four
-    assert t3.loc[("local", "S1"), "inflated_wave"] == 0
-    assert t3.loc[("host", "S9"), "inflation_judged_wave"] == 0  # no control of that shape: not judged, not "0 %"
+    assert host["inflated_tiles"] == 2 and host["inflation_judged_tiles"] == 4  # B and D of four
+    assert host["stalled_tiles"] == 3 and host["stall_ns"] == np.median([500.0, 300.0, 0.0, 800.0])
+    assert t3.loc[("local", "S1"), "inflated_tiles"] == 0
+    assert t3.loc[("host", "S9"), "inflation_judged_tiles"] == 0  # no control of that shape: not judged, not "0 %"
 
 
-def test_configuration_diagnosis_rule():
-    got = configuration_diagnosis(["stall", "no stall", "no stall", "no stall", "unknown"], [0.9, 0.51, 0.5, np.nan, 0.8])
-    assert got.tolist() == ["slot_backpressure", "mainloop_inflation", "none", "none", "mainloop_inflation"]
-
-
-def _table3(inflated, judged=100):
-    return pd.DataFrame({"dest": ["host"], "shape": ["S1"], "variant": ["stg"], "stall_wave_pred_tiles_us": [0.0],
-                         "stall_wave_meas_us": [0.0], "backpressured_wave": [10], "inflated_wave": [inflated],
-                         "inflation_judged_wave": [judged]})
+def _table3(slot_ns, compute_ns, stall_ns, stalled, tiles=100, inflated=0, backpressured=0):
+    return pd.DataFrame({"dest": ["host"], "shape": ["S1"], "variant": ["stg"], "schedule": ["wave"], "tiles": [tiles], "measured_tiles": [tiles],
+                         "stalled_tiles": [stalled], "backpressured_tiles": [backpressured], "inflated_tiles": [inflated],
+                         "slot_pred_ns": [0.0], "slot_meas_ns": [slot_ns], "compute_stall_ns": [compute_ns], "stall_ns": [stall_ns],
+                         "stall_p99_ns": [stall_ns], "forward_stall_ns": [np.nan], "noise_ns": [200.0], "kernel_ns": [np.nan]})
 
 
 def test_mainloop_inflation_is_not_reported_as_no_stall():
-    """The st.global case: slot medians at zero, most Linear-2 mainloops inflated → stall-bound."""
-    v = config_verdicts(_table3(70), 200.0).iloc[0]
-    assert v["verdict"] == "stall-bound" and v["diagnosis"] == "mainloop_inflation" and v["inflated_share"] == 0.7
-    v = config_verdicts(_table3(30), 200.0).iloc[0]
+    """The st.global case: slot stall at zero, the compute part of the median tile 900 ns → stall-bound by inflation."""
+    v = config_verdicts(_table3(0.0, 900.0, 900.0, 70, inflated=70)).iloc[0]
+    assert v["verdict"] == "stall-bound" and v["diagnosis"] == "mainloop_inflation"
+    v = config_verdicts(_table3(0.0, 0.0, 0.0, 20, inflated=20)).iloc[0]  # 20 % of the tiles: under STALLED_SHARE
     assert v["verdict"] == "covered" and v["diagnosis"] == "none"
 
 
-def test_configuration_verdicts_over_tiles_see_inflation():
-    ctrl = _spans("ctrl", [1000.0] * 10, [300.0] * 10)
-    host = _spans("host", [1300.0, 1300.0, 1000.0], [300.0] * 3)  # two of three inflated, no slot wait
-    t = finish_tiles(pd.concat([ctrl, host], ignore_index=True), DUMPS)
-    v = configuration_verdicts(t).set_index("dest")
-    assert v.loc["host", "inflated_tiles"] == 2 and v.loc["host", "diagnosis"] == "mainloop_inflation"
-    assert v.loc["host", "verdict"] == "stall" and v.loc["local", "verdict"] == "no stall"
+def test_a_large_minority_of_stalled_tiles_is_stall_bound_with_a_median_of_zero():
+    v = config_verdicts(_table3(0.0, 0.0, 0.0, 42, inflated=42)).iloc[0]  # 42 % of the tiles stall, the median tile does not
+    assert v["verdict"] == "stall-bound" and v["diagnosis"] == "mainloop_inflation"
+
+
+def test_slot_backpressure_takes_precedence_over_inflation():
+    v = config_verdicts(_table3(5000.0, 900.0, 5900.0, 90, inflated=60, backpressured=80)).iloc[0]
+    assert v["verdict"] == "stall-bound" and v["diagnosis"] == "slot_backpressure"
 
 
 def test_report_says_where_inflation_was_not_judged():
     from xstage_trace.reports.content import headline
 
-    t3 = pd.concat([_table3(70), _table3(0, judged=0).assign(variant="blind")], ignore_index=True)
-    lines = headline(config_verdicts(t3, 200.0), pd.DataFrame())
-    assert any(line.startswith("- `host S1 stg`: wave stall-bound by mainloop inflation") for line in lines)
+    t3 = pd.concat([_table3(0.0, 900.0, 900.0, 70, inflated=70), _table3(0.0, np.nan, 0.0, 0).assign(variant="blind")], ignore_index=True)
+    lines = headline(config_verdicts(t3), pd.DataFrame())
+    assert any(line.startswith("- `host S1 stg`: wave stall-bound by mainloop_inflation") for line in lines)
     blind = [line for line in lines if "not judged" in line]
     assert len(blind) == 1 and "`host S1 blind`" in blind[0] and "`host S1 stg`" not in blind[0]
-
-
-def test_a_table3_without_judged_counts_claims_nothing_about_inflation():
-    from xstage_trace.reports.content import headline
-
-    v = config_verdicts(_table3(70).drop(columns=["inflation_judged_wave"]), 200.0)
-    assert "inflated_share" not in v and v["diagnosis"].tolist() == ["none"]
-    assert not any("not judged" in line for line in headline(v, pd.DataFrame()))

@@ -721,7 +721,7 @@ def test_model_sequence_json_has_no_infinity(xs, tmp_path):
 
 
 def test_an_unbounded_gap_drains_the_backlog(xs, tmp_path):
-    """Spec §4 by hand: R = 1 B/ns, T0 = 1000 ns, V = 5000 B, G = 0 → Δb = 4000 B per burst; an empty
+    """docs/model.md §4 by hand: R = 1 B/ns, T0 = 1000 ns, V = 5000 B, G = 0 → Δb = 4000 B per burst; an empty
     gap (no next burst in that launch) is unbounded, Δb = −∞, so q restarts at 0 after it."""
     pd.DataFrame({"volume_bytes": [5000.0] * 5, "gap_ns": [0.0, 0.0, np.nan, 0.0, 0.0]}).to_csv(tmp_path / "b.csv", index=False)
     r = xs("model", "sequence", tmp_path / "b.csv", "--rate-gbps", "1", "--issue-floor-us", "1", "--json")

@@ -20,7 +20,7 @@ KIB = 2**10
 
 
 def test_fa4_audit():
-    """Spec §7: K = 148, 32 KiB per producer, R = 717 GB/s, T0 = 0.76 µs, σ = 0.79 µs, b_n = 128."""
+    """docs/model.md §7: K = 148, 32 KiB per producer, R = 717 GB/s, T0 = 0.76 µs, σ = 0.79 µs, b_n = 128."""
     a = qloop_audit(128, 128, 2, 128, 790.0, 148, 717.0, 760.0, 4.25 * MIB, [8192])
     assert a["bytes_per_producer"] == 32 * KIB
     assert a["drain_time_ns"] / 1e3 == pytest.approx(6.76, abs=0.01)
@@ -32,7 +32,7 @@ def test_fa4_audit():
 
 
 def test_capacity_from_knee():
-    """Spec §3: V_knee ≈ 4.77 MiB, T0 = 0.76 µs, R = 717 GB/s → Q ≈ 4.25 MiB."""
+    """docs/model.md §3: V_knee ≈ 4.77 MiB, T0 = 0.76 µs, R = 717 GB/s → Q ≈ 4.25 MiB."""
     q = bg.capacity_from_knee_bytes(4.77 * MIB, 717.0, 760.0)
     assert q / MIB == pytest.approx(4.25, abs=0.01)
 

@@ -59,26 +59,33 @@ def test_verdict_names_the_stall_bound_configurations(fused_run):
     # store path drains fast; the host S1/S2 expert-wave schedules are the backpressured ones.
     md = render_markdown("t", build_sections(open_run(fused_run)))
     verdict = md.split("## Table 3")[0]
-    assert "**2 of 8** configuration × schedule pairs are **stall-bound**" in verdict
-    for line in verdict.splitlines():
-        if line.startswith("- `host S1`") or line.startswith("- `host S2`"):
-            assert "wave stall-bound" in line and "interleaved covered" in line
-        if line.startswith("- `host S3`") or line.startswith("- `local S1`"):
-            assert "stall-bound" not in line
+    assert "2 of 8 configuration × schedule pairs are stall-bound; 6 covered." in verdict
+    lines = {ln.split("**")[1]: ln for ln in verdict.splitlines() if ln.startswith("- **")}  # one bullet per configuration
+    assert len(lines) == 8
+    for shape in ("S1", "S2"):
+        assert lines[f"host {shape} split/smem/tma wave"].split("**: ")[1].startswith("stall-bound by slot backpressure")
+        assert "Fix: interleave" in lines[f"host {shape} split/smem/tma wave"]
+        assert lines[f"host {shape} split/smem/tma interleaved"].split("**: ")[1].startswith("covered")
+    for name in ("host S3 split/smem/tma wave", "local S1 split/smem/tma wave"):
+        assert lines[name].split("**: ")[1].startswith("covered")
 
 
 def test_config_verdicts_rule_by_hand():
-    t3 = pd.DataFrame({"dest": ["host", "host"], "shape": ["A", "B"], "variant": ["x", "y"],
-                       "stall_wave_pred_tiles_us": [0.5, 0.1], "stall_wave_meas_us": [0.1, np.nan],
-                       "stall_interleaved_pred_tiles_us": [0.0, np.nan], "stall_interleaved_meas_us": [0.3, np.nan],
-                       "backpressured_wave": [10, 0], "kernel_ms_wave": [2.0, 1.0], "unrelated": [1, 2]})
-    v = config_verdicts(t3, noise_ns=200).set_index(["shape", "schedule"])
-    assert list(v.columns[:3]) == ["dest", "variant", "predicted_stall_us"]
-    assert v.loc[("A", "wave"), "verdict"] == "stall-bound" and v.loc[("A", "wave"), "model_agrees"] is False  # 500 ns pred, 100 ns meas
-    assert v.loc[("A", "interleaved"), "verdict"] == "stall-bound" and v.loc[("A", "interleaved"), "model_agrees"] is False  # meas 300 ns
-    assert v.loc[("B", "wave"), "verdict"] == "covered" and v.loc[("B", "wave"), "model_agrees"] is None  # nothing measured
-    assert ("B", "interleaved") not in v.index  # B never ran interleaved
-    assert config_verdicts(t3, noise_ns=None).loc[0, "noise_us"] == 0.2  # MIN_NOISE_NS
+    """analysis/verdict.py's rule on hand-made Table 3 rows (noise floor 200 ns)."""
+    t3 = pd.DataFrame({"dest": "host", "shape": list("ABCDEF"), "variant": "v", "schedule": "wave",
+                       "tiles": 10, "stalled_tiles": [8, 1, 3, 0, 0, 9],
+                       "stall_ns": [500.0, 100.0, 100.0, np.nan, np.nan, 600.0],
+                       "slot_meas_ns": [500.0, 100.0, 100.0, np.nan, np.nan, 50.0],
+                       "compute_stall_ns": [0.0, 0.0, 0.0, np.nan, np.nan, 550.0],
+                       "slot_pred_ns": [450.0, 0.0, 0.0, 500.0, 100.0, 0.0], "forward_stall_ns": np.nan,
+                       "backpressured_tiles": [8, 1, 3, 0, 0, 0], "inflated_tiles": [0, 0, 0, 0, 0, 9], "noise_ns": 200.0})
+    v = config_verdicts(t3).set_index("shape")
+    assert v.loc["A", "verdict"] == "stall-bound" and v.loc["A", "diagnosis"] == "slot_backpressure"  # 500 ns measured, in the slot
+    assert v.loc["B", "verdict"] == "covered" and v.loc["B", "diagnosis"] == "none"  # 100 ns, 1 of 10 tiles
+    assert v.loc["C", "verdict"] == "stall-bound"  # median 100 ns, but 3 of 10 tiles (> a quarter) stall
+    assert v.loc["D", "verdict"] == "stall-bound" and v.loc["D", "basis"] == "predicted"  # no measurement, 500 ns predicted
+    assert v.loc["E", "verdict"] == "unknown"  # no measurement, the prediction within the noise
+    assert v.loc["F", "diagnosis"] == "mainloop_inflation"  # 550 of the 600 ns in the compute span
 
 
 def test_worst_tiles_are_the_largest_backpressured_stalls(fused_run):
@@ -116,16 +123,18 @@ def test_report_of_a_calibration_run_has_no_stall_verdict_but_its_fit(tmp_path):
         assert f"- calibration {dest}: {n} periodic points" in verdict
 
 
-def test_table3_display_keeps_both_predictions_of_each_schedule(fused_run):
-    """The report's Table 3 shows the paper's median prediction and the per-tile one for every
-    schedule, each with the values of the run's Table 3 (no column silently dropped)."""
-    from xstage_trace.reports.content import table3_display
+def test_table3_display_shows_the_runs_numbers_in_the_units_its_headers_name(fused_run):
+    """The report's Table 3: every shown column is the run's Table 3 column, times in µs and the kernel
+    time in ms as its header says (no column rescaled twice, none silently dropped)."""
+    from xstage_trace.reports.content import TABLE3_SHOWN, table3_display
 
     t3 = open_run(fused_run).table3()
     shown = table3_display(t3)
-    for s in ("wave", "interleaved"):
-        for src, col in ((f"stall_{s}_pred_medians_us", f"Δt {s} pred, medians (µs, probe)"),
-                         (f"stall_{s}_pred_tiles_us", f"Δt {s} pred, per tile (µs, probe)"),
-                         (f"stall_{s}_meas_us", f"Δt {s} meas (µs, probe)")):
-            assert col in shown.columns
-            assert np.allclose(shown[col].to_numpy(float), t3[src].to_numpy(float), equal_nan=True)
+    assert len(shown.columns) == len(TABLE3_SHOWN)
+    for src, col in zip(TABLE3_SHOWN, shown.columns):
+        if src == "kernel_ns":
+            assert col.endswith("(ms, nsys)") and np.allclose(shown[col], t3[src] / 1e6, equal_nan=True)
+        elif src.endswith("_ns"):
+            assert col.endswith("(µs, probe)") and np.allclose(shown[col].to_numpy(float), t3[src].to_numpy(float) / 1e3, equal_nan=True)
+        else:
+            assert (shown[col].astype(str) == t3[src].astype(str)).all()

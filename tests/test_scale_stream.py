@@ -143,7 +143,7 @@ def test_a_run_with_samples_over_the_memory_caps_gives_the_same_tiles_and_table3
     a, b = xstage_trace.open_run(tmp_path / "a"), xstage_trace.open_run(tmp_path / "b")
     pd.testing.assert_frame_equal(a.tiles(), b.tiles(), check_categorical=False)
     ta, tb = a.table3(), b.table3()
-    means = [c for c in ta if c.endswith("_mean_us")]
+    means = [c for c in ta if c.endswith("_mean_ns")]
     assert len(ta) > 1 and means
     pd.testing.assert_frame_equal(ta.drop(columns=means), tb.drop(columns=means))
     pd.testing.assert_frame_equal(ta[means], tb[means], check_exact=False, rtol=1e-12)

@@ -88,11 +88,11 @@ def test_table3_summary(fused_run):
 
 def test_table3_carries_kernel_times_from_nsys(fused_run):
     summary, _, _ = fused_run
-    t3 = {(r["dest"], r["shape"]): r for r in summary["table3"]}
-    s1 = t3[("host", "S1")]
-    assert s1["trials_wave"] == 5 and s1["trials_interleaved"] == 5  # 7 launches each: 2 warm-ups + 5 trials
-    assert s1["kernel_ms_wave"] > 1.4 * s1["kernel_ms_interleaved"]
-    assert abs(t3[("host", "S3")]["kernel_ms_wave"] / t3[("host", "S3")]["kernel_ms_interleaved"] - 1) < 0.02
+    t3 = {(r["dest"], r["shape"], r["schedule"]): r for r in summary["table3"]}
+    wave, inter = t3[("host", "S1", "wave")], t3[("host", "S1", "interleaved")]
+    assert wave["trials"] == 5 and inter["trials"] == 5  # 7 launches each: 2 warm-ups + 5 trials
+    assert wave["kernel_ns"] > 1.4 * inter["kernel_ns"]
+    assert abs(t3[("host", "S3", "wave")]["kernel_ns"] / t3[("host", "S3", "interleaved")]["kernel_ns"] - 1) < 0.02
 
 
 def test_model_stall_over_the_tile_table(fused_run, tmp_path):
@@ -113,20 +113,24 @@ def test_stg_epilogue_stalls_show_as_mainloop_inflation(tmp_path):
 
     analyze_inputs([FUSED / "traced", FUSED / "variants"], tmp_path / "run")
     run = xstage_trace.open_run(tmp_path / "run")
-    t3 = run.table3().set_index(["dest", "shape", "variant"])
-    noise_us = float(run.tiles()["noise_ns"].iloc[0]) / 1e3
-    stg = t3.loc[("host", "S1", "split/smem/stg")]
-    # the slot wait at its floor: the median measured stall is below the noise the run derives
-    assert stg["stall_wave_meas_us"] < noise_us and stg["inflated_wave"] > 0.25 * stg["tiles_l2"]
-    assert stg["mainloop_l2_us"] > t3.loc[("local", "S1", "split/smem/tma"), "mainloop_l2_us"]
+    t3 = run.table3().set_index(["dest", "shape", "variant", "schedule"])
+    noise_ns = float(run.tiles()["noise_ns"].iloc[0])
+    stg = t3.loc[("host", "S1", "split/smem/stg", "wave")]
+    # the slot wait at its floor: the median measured slot stall is below the noise the run derives
+    assert stg["slot_meas_ns"] < noise_ns and stg["inflated_tiles"] > 0.25 * stg["tiles"]
+    assert stg["compute_ns"] > t3.loc[("local", "S1", "split/smem/tma", "wave"), "compute_ns"]
+    # ... and the measured stall counts the inflated mainloops: the verdict is stall-bound by mainloop inflation
+    v = run.verdicts().set_index(["dest", "shape", "variant", "schedule"]).loc[("host", "S1", "split/smem/stg", "wave")]
+    assert v["verdict"] == "stall-bound" and v["diagnosis"] == "mainloop_inflation"
     for cfg in [("host", "S1", "split/smem/tma"), ("local", "S1", "split/smem/tma"), ("host", "S3", "split/smem/tma")]:
         # the bulk-copy epilogue leaves the mainloops alone: a few stray tiles at most, never a cause
-        assert t3.loc[cfg, "inflated_wave"] < 0.05 * t3.loc[cfg, "tiles_l2"] and t3.loc[cfg, "inflated_interleaved"] < 0.05 * t3.loc[cfg, "tiles_l2"]
+        for sched in ("wave", "interleaved"):
+            assert t3.loc[(*cfg, sched), "inflated_tiles"] < 0.05 * t3.loc[(*cfg, sched), "tiles"]
 
 
-def test_control_p99_equals_pandas_group_by_quantile_with_missing_keys_and_values():
-    """The control statistics' p99 per (shape, kind, operands) is pandas' group-by quantile (linear
-    interpolation, missing keys a group of their own, missing mainloops skipped), exactly."""
+def test_control_p99_and_median_equal_pandas_group_by_with_missing_keys_and_values():
+    """The control statistics' p99 and median per (shape, kind, operands) are pandas' group-by quantile
+    (linear interpolation) and median (missing keys a group of their own, missing mainloops skipped), exactly."""
     import numpy as np
     import pandas as pd
 
@@ -139,7 +143,8 @@ def test_control_p99_equals_pandas_group_by_quantile_with_missing_keys_and_value
         "operands": rng.choice(["smem", "global", None], n), "is_control": rng.random(n) < 0.7,
         "mainloop_ns": np.where(rng.random(n) < 0.1, np.nan, rng.gamma(2.0, 1e4, n)), "slot_wait_ns": rng.random(n),
     })
-    want = (t[t["is_control"]].groupby(CONTROL_KEYS, dropna=False)["mainloop_ns"].quantile(0.99).rename("ctrl").reset_index()
+    g = t[t["is_control"]].groupby(CONTROL_KEYS, dropna=False)["mainloop_ns"]
+    want = (pd.concat([g.quantile(0.99).rename("ctrl"), g.median().rename("ctrl_median")], axis=1).reset_index()
             .astype({k: "str" for k in CONTROL_KEYS}).sort_values(CONTROL_KEYS).reset_index(drop=True))
     for frame in (t, t.astype({k: "category" for k in CONTROL_KEYS})):
         got = control_stats(frame).mainloop_p99.sort_values(CONTROL_KEYS).reset_index(drop=True)
@@ -167,7 +172,8 @@ def test_control_statistics_from_samples_of_disjoint_tiles_equal_those_of_all_wh
     })
     ctrl = t[t["is_control"]]
     waits = ctrl["slot_wait_ns"].dropna().to_numpy()
-    want_p99 = (ctrl.groupby(CONTROL_KEYS, dropna=False)["mainloop_ns"].quantile(0.99).rename("ctrl").reset_index()
+    g = ctrl.groupby(CONTROL_KEYS, dropna=False)["mainloop_ns"]
+    want_p99 = (pd.concat([g.quantile(0.99).rename("ctrl"), g.median().rename("ctrl_median")], axis=1).reset_index()
                 .astype({k: "str" for k in CONTROL_KEYS}).sort_values(CONTROL_KEYS).reset_index(drop=True))
     cuts = [0, 1000, 1001, 4500, n]  # one part of a single tile; parts holding different groups
     parts = [t.iloc[a:b].astype({"shape": "category"}) if i % 2 else t.iloc[a:b] for i, (a, b) in enumerate(zip(cuts[:-1], cuts[1:]))]

@@ -100,7 +100,7 @@ def reconstruct_bursts(spans: pd.DataFrame, tiles: pd.DataFrame | None = None) -
 
 
 def audit_bursts(bursts: pd.DataFrame, model: PlatformModel | None) -> pd.DataFrame:
-    """Spec §4 on the reconstructed sequence of each (rank, dump): T_iss^0 and R (R(K, B) where the
+    """docs/model.md §4 on the reconstructed sequence of each (rank, dump): T_iss^0 and R (R(K, B) where the
     calibration has it) from the calibration, ρ_n, Δb_n, q_n, b_n^iso and the capacity guard. The last
     burst of a sequence has no successor: its gap is taken as unbounded (the path drains after the kernel)."""
     out = bursts.copy()

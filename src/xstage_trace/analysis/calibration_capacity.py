@@ -96,7 +96,7 @@ def _body_knee_index(v: np.ndarray, med: np.ndarray) -> int | None:
 
 
 def isolated_knee(volume_bytes, p90_ns, median_ns, rate_gbps: float) -> tuple[Knee | None, object]:
-    """Spec §3 for one K: the persistent knee (earlier of tail and body detectors) and the floor
+    """docs/model.md §3 for one K: the persistent knee (earlier of tail and body detectors) and the floor
     trend T_iss^0(V) (callable V → ns); (None, None) with fewer than 2 volumes or no volume below a knee."""
     v = np.asarray(volume_bytes, dtype=np.float64)
     o = np.argsort(v)

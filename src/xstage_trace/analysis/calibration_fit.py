@@ -186,7 +186,7 @@ def _launch_bursts(p: pd.DataFrame) -> np.ndarray:
 
 def recurrence_medians(volume_bytes, gap_ns, floor_ns, rate_gbps, capacity_bytes, loop_overhead_ns: float,
                        bursts: np.ndarray, warmup: int = DEFAULT_WARMUP) -> tuple[np.ndarray, np.ndarray]:
-    """Spec §4 stalled recurrence over each launch's bursts (capacity empty at launch start):
+    """docs/model.md §4 stalled recurrence over each launch's bursts (capacity empty at launch start):
     median period and median issue time over bursts ≥ warmup, per launch (arrays of launches)."""
     n = len(bursts)
     n_tot = int(bursts.sum())
@@ -240,7 +240,7 @@ def predict(points: pd.DataFrame, model: PlatformModel) -> pd.DataFrame:
 
 
 def predict_isolated(points: pd.DataFrame, model: PlatformModel) -> pd.DataFrame:
-    """Spec §3 isolated law for every isolated point, with % errors against the median and p90 issue time."""
+    """docs/model.md §3 isolated law for every isolated point, with % errors against the median and p90 issue time."""
     p = points[points["mode"] == "isolated"].copy()
     if p.empty or not model.capacity_by_producers:
         return p.iloc[0:0]
@@ -323,7 +323,7 @@ def store_of(points: pd.DataFrame) -> pd.Series:
 
 def fit_calibration(points: pd.DataFrame, platform: str = "", store_path: str | None = None,
                     store: str | None = None) -> CalibrationFit:
-    """Spec §3: fit (T_iss^0(K,B), R(K), Q(K), o) and predict the sweep (Eq. 1 + o, §4 recurrence, isolated law)
+    """docs/model.md §3: fit (T_iss^0(K,B), R(K), Q(K), o) and predict the sweep (Eq. 1 + o, §4 recurrence, isolated law)
     over the points of one store path and one store instruction (``store``; required where they hold several)."""
     p = points.copy()
     if store_path is None:

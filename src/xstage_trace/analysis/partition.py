@@ -40,12 +40,12 @@ def cdiv(a, b):
 
 
 def scaled_rho(p: PartitionProblem, rho_ref: float = RHO_REF) -> float:
-    """Spec §9: ρ = ρ_ref · (K_ref/K) · (T_M,ref·T_N,ref)/(T_M·T_N) · (D/D_ref)."""
+    """docs/model.md §9: ρ = ρ_ref · (K_ref/K) · (T_M,ref·T_N,ref)/(T_M·T_N) · (D/D_ref)."""
     return rho_ref * (K_REF / p.reduction) * (TM_REF * TN_REF) / (p.tile_m * p.tile_n) * (p.ranks / D_REF)
 
 
 def work_tiles(p: PartitionProblem) -> tuple[int, int]:
-    """Spec §9: W_comp = Σ_e ⌈M_e/T_M⌉·⌈⌈N/L⌉/T_N⌉ and W_comm = ⌈⌈M/D⌉/T_M^comm⌉·⌈⌈N/L⌉/T_N^comm⌉."""
+    """docs/model.md §9: W_comp = Σ_e ⌈M_e/T_M⌉·⌈⌈N/L⌉/T_N⌉ and W_comm = ⌈⌈M/D⌉/T_M^comm⌉·⌈⌈N/L⌉/T_N^comm⌉."""
     width = int(cdiv(p.hidden, p.splits))
     w_comp = int(np.sum(cdiv(np.asarray(p.tokens_per_expert), p.tile_m)) * cdiv(width, p.tile_n))
     w_comm = int(cdiv(cdiv(p.tokens, p.ranks), p.comm_tile_m) * cdiv(width, p.comm_tile_n))
@@ -53,7 +53,7 @@ def work_tiles(p: PartitionProblem) -> tuple[int, int]:
 
 
 def completion_columns(p: PartitionProblem, rho: float | None = None) -> dict[str, np.ndarray]:
-    """Spec §9 for every legal C, as arrays (no pandas: ``model partition`` starts fast): R(C), P(C), V_comp, V_comm, q(C), T(C) = F_{L−1}, Δ_comp.
+    """docs/model.md §9 for every legal C, as arrays (no pandas: ``model partition`` starts fast): R(C), P(C), V_comp, V_comm, q(C), T(C) = F_{L−1}, Δ_comp.
 
     F_s = max(A_s, F_{s−1}) + q unrolls to F_{L−1} = max_s (A_s + (L − s)·q): one array expression
     over (C, s).

@@ -127,7 +127,7 @@ def qloop_tiles(probes: pd.DataFrame, dumps: pd.DataFrame) -> pd.DataFrame:
 
 
 def piggyback_audit(tiles: pd.DataFrame, models: dict[str, PlatformModel], control_dest: str = "local") -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Spec §7 per shape and calibrated path, from the control run's tiles (``dest == control_dest``:
+    """docs/model.md §7 per shape and calibrated path, from the control run's tiles (``dest == control_dest``:
     O in local HBM, the Q-loop undisturbed by a slow store path), measured against the run that stored
     O over the path (``dest`` = the path's name) where one was traced.
 

@@ -17,12 +17,12 @@ from xstage_trace.analysis.burst_gap import isolated_excess_bytes, offered_press
 
 
 def byte_balance(volume_bytes, rate_gbps, issue_floor_ns, gap_ns):
-    """Spec §4: Δb_n = V_n − R·(T_iss,n^0 + G_n)."""
+    """docs/model.md §4: Δb_n = V_n − R·(T_iss,n^0 + G_n)."""
     return np.asarray(volume_bytes, dtype=np.float64) - rate_gbps * (np.asarray(issue_floor_ns, dtype=np.float64) + gap_ns)
 
 
 def backlog_bytes(delta_b) -> np.ndarray:
-    """Spec §4: q_n before each burst for q_{n+1} = [q_n + Δb_n]₊, q_0 = 0 (length N; closed form).
+    """docs/model.md §4: q_n before each burst for q_{n+1} = [q_n + Δb_n]₊, q_0 = 0 (length N; closed form).
 
     An unbounded gap (Δb_n = −∞: no next burst in that launch) drains the queue, q_{n+1} = 0; it is
     replaced by a finite balance more negative than every backlog the sequence can build, so the
@@ -46,7 +46,7 @@ class SequenceAudit:
 
 
 def audit_sequence(volume_bytes, gap_ns, issue_floor_ns, rate_gbps, capacity_bytes: float | None) -> SequenceAudit:
-    """Spec §4: ρ_n, Δb_n, q_n, b_n^iso and the guard q_n + b_n^iso ≤ Q for every burst (``rate_gbps``
+    """docs/model.md §4: ρ_n, Δb_n, q_n, b_n^iso and the guard q_n + b_n^iso ≤ Q for every burst (``rate_gbps``
     and ``capacity_bytes``: one value, or one per burst)."""
     v = np.asarray(volume_bytes, dtype=np.float64)
     g = np.asarray(gap_ns, dtype=np.float64)
@@ -116,7 +116,7 @@ def _clamp_scan_apply(a: np.ndarray, lo: np.ndarray, hi: np.ndarray, x0: float =
 
 def stalled_trajectory(volume_bytes, gap_ns, issue_floor_ns, rate_gbps: float, capacity_bytes: float,
                        loop_overhead_ns: float = 0.0) -> pd.DataFrame:
-    """Spec §4 extension: issue stretches just enough to respect Q.
+    """docs/model.md §4 extension: issue stretches just enough to respect Q.
 
     T_iss,n = max(T_iss,n^0, (q_n + V_n − Q)/R);  q_{n+1} = [q_n + V_n − R·(T_iss,n + G_n + o)]₊.
     Substituting T_iss,n gives q_{n+1} = min(max(q_n + a_n, 0), max(c_n, 0)) with

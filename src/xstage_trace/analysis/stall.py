@@ -32,7 +32,6 @@ def stall_summary(tiles: pd.DataFrame, by: list[str]) -> pd.DataFrame:
 
 
 CONFIG = ["dest", "shape", "variant"]
-SCHEDULES = {"wave": "linear2", "interleaved": "linear1"}  # schedule → the tile kind whose mainloop covers (docs/model.md §5)
 
 
 def _us(x: float) -> float:
@@ -60,25 +59,26 @@ def _mean(x: np.ndarray) -> float:
 
 
 def table3_from_tiles(tiles: pd.DataFrame | Mapping[str, pd.Series]) -> pd.DataFrame:
-    """Spec §5 Table 3 for measured runs, one row per configuration (dest, shape, kernel variant):
-    medians of the Linear-2 remote-store span per schedule and of the Linear-2 / Linear-1 mainloops;
-    the predicted Δt both ways — the paper's ``[median span − median T^mma]₊`` (``*_pred_medians_us``,
-    wave covered by the Linear-2 mainloop, interleaved by the Linear-1 one) and the median of the per-tile
-    ``[T_lead + T_RS − T_cover]₊`` (``*_pred_tiles_us``) — the median measured stall, the per-tile median and mean
-    |predicted − measured|, the count of backpressured tiles, the count of Linear-2 tiles whose mainloop
-    is inflated against the local control's (``analysis.tiles.mainloop_inflated``, whatever their slot
-    wait) and of those that could be judged (``inflation_judged_*``: a control of that shape and operand
-    path was traced). Timing scope: probe clock64 converted to ns per SM."""
+    """docs/model.md §5 Table 3 for measured runs of any kernel (§12), one row per configuration and
+    schedule (dest, shape, kernel variant, schedule; ``base.schema.TABLE3``, ns), over the tiles whose
+    epilogue stores remotely (a store span): their count; medians of the compute span, the other tiles'
+    compute span (the fused kernel's Linear-1), the control's compute span, the cover and the store span;
+    the slot model both ways — the paper's ``[median span − median T_cover]₊`` (``slot_pred_medians_ns``)
+    and the median of the per-tile ``[T_lead + T_RS − T_cover]₊`` (``slot_pred_ns``) — against the median
+    measured slot stall (``slot_meas_ns``) with the per-tile median and mean |predicted − measured|; the
+    measured stall (§12: slot wait plus compute span beyond the control's; median, p99, its compute part)
+    and the calibrated forward prediction (``forward_stall_ns``, NaN without a calibration); the counts of
+    stalled, backpressured, inflated and judgeable tiles. Timing scope: probe clock64 converted to ns per SM."""
     return table3_from_parts(lambda: (tiles,), sys.maxsize)
 
 
 def table3_from_parts(parts: Callable[[], Iterable[pd.DataFrame]], cap: int) -> pd.DataFrame:
     """``table3_from_tiles`` of the tiles that ``parts()`` yields part by part (anew on every call), in memory
-    bounded by ``cap`` values per sample: each part's ``table3_samples``, the medians by
+    bounded by ``cap`` values per sample: each part's ``table3_samples``, the order statistics by
     ``selection.order_statistics`` (from the whole samples while they hold at most ``cap`` values, so the
     rows are those of one table of all the parts; past it from passes over the parts), the ``err`` means from
     the whole samples or, past the cap, from the parts' sums (then not bit-identical to one numpy sum)."""
-    from xstage_trace.analysis.selection import median_of, median_ranks, order_statistics
+    from xstage_trace.analysis.selection import linear_quantile_of, median_of, median_ranks, order_statistics, quantile_ranks
 
     counts: dict[tuple, int | float] = {}
     sums: dict[tuple, float] = {}
@@ -92,21 +92,32 @@ def table3_from_parts(parts: Callable[[], Iterable[pd.DataFrame]], cap: int) -> 
                 for k, v in c.items():
                     counts[k] = counts.get(k, 0) + v
                 for k, v in samples.items():
-                    if k[1].startswith("err_"):
+                    if k[1] == "err":
                         sums[k] = sums.get(k, 0.0) + float(v.sum())
             yield samples
 
-    n, whole, found = order_statistics(chunks, lambda name, m: median_ranks(m), cap)
+    def ranks_of(name, m: int) -> list[int]:
+        return median_ranks(m) + quantile_ranks(m, 0.99) if name[1] == "stall" else median_ranks(m)
+
+    n, whole, found = order_statistics(chunks, ranks_of, cap)
     medians = {k: median_of(found[k], n[k]) for k in n}
-    means = {k: _mean(whole[k]) if k in whole else sums[k] / n[k] for k in n if k[1].startswith("err_")}
-    return table3_rows(counts, medians, means)
+    p99 = {k: linear_quantile_of(found[k], n[k], 0.99) for k in n if k[1] == "stall"}
+    means = {k: _mean(whole[k]) if k in whole else sums[k] / n[k] for k in n if k[1] == "err"}
+    return table3_rows(counts, medians, p99, means)
+
+
+TABLE3_KEYS = ["dest", "shape", "variant", "schedule"]
+_MEDIANS = {"compute": "mainloop_ns", "cover": "cover_ns", "store_span": "rs_span_ns", "slot_pred": "predicted_stall_ns",
+            "slot_meas": "measured_stall_ns", "stall": "stall_ns", "compute_stall": "compute_stall_ns",
+            "control_compute": "control_compute_ns", "forward_stall": "forward_stall_ns"}
 
 
 def table3_samples(tiles: pd.DataFrame | Mapping[str, pd.Series]) -> tuple[dict[tuple, np.ndarray], dict[tuple, int | float]]:
-    """What Table 3 (``table3_from_tiles``) takes of ``tiles``, per configuration (dest, shape, variant):
-    the samples whose medians it reports, NaN dropped, as {(configuration, name): values}, and the counts
-    and sums it adds up, as {(configuration, name): number}. The samples and counts of disjoint sets of
-    tiles combine (values joined, numbers added) into those of their union."""
+    """What Table 3 (``table3_from_tiles``) takes of ``tiles``, per configuration (dest, shape, variant,
+    schedule): the samples whose order statistics it reports, NaN dropped, as {(configuration, name): values},
+    and the counts it adds up, as {(configuration, name): number}. The samples and counts of disjoint sets of
+    tiles combine (values joined, numbers added) into those of their union. A missing shape, variant or
+    schedule is a key of its own ("-"); tiles without a destination are left out."""
     from xstage_trace.analysis.tiles import mainloop_inflated
 
     samples: dict[tuple, np.ndarray] = {}
@@ -114,55 +125,55 @@ def table3_samples(tiles: pd.DataFrame | Mapping[str, pd.Series]) -> tuple[dict[
     n = len(tiles["mainloop_ns"])
     if not n:
         return samples, counts
-    ok = (tiles["schedule"].notna() & tiles["dest"].notna() & tiles["shape"].notna()).to_numpy()  # as groupby drops missing keys
-    dest, dest_names = _filled_codes(tiles["dest"], "")
-    shape, shape_names = _filled_codes(tiles["shape"], "")
-    variant, variant_names = _filled_codes(tiles["variant"], "-")
-    sched, sched_names = _filled_codes(tiles["schedule"], "")
-    kind, kind_names = _filled_codes(tiles["tile_kind"], "")
-    config = (dest * len(shape_names) + shape) * len(variant_names) + variant
-    of_kind = {k: ok & (kind == kind_names.index(k)) if k in kind_names else np.zeros(n, bool) for k in ("linear1", "linear2")}
-    l2 = of_kind["linear2"]
-    num = {c: tiles[c].to_numpy(np.float64) for c in ("mainloop_ns", "rs_span_ns", "predicted_stall_ns", "measured_stall_ns", "control_mainloop_ns")}
-    backpressured, inflated = tiles["backpressured"].to_numpy(bool), mainloop_inflated(tiles)
-    per_dest = len(shape_names) * len(variant_names)
-    for c in np.unique(config[l2]):  # the configurations with Linear-2 tiles
-        key = (dest_names[c // per_dest], shape_names[(c // len(variant_names)) % len(shape_names)], variant_names[c % len(variant_names)])
+    ok = tiles["dest"].notna().to_numpy()
+    codes = [_filled_codes(tiles[k], "-") for k in TABLE3_KEYS]
+    config = np.zeros(n, np.int64)
+    for c, names in codes:
+        config = config * len(names) + c
+    num = {c: np.asarray(tiles[c], np.float64) if c in tiles else np.full(n, np.nan) for c in {*_MEDIANS.values(), "noise_ns"}}
+    stores = ok & ~np.isnan(num["rs_span_ns"])
+    others = ok & np.isnan(num["rs_span_ns"])
+    backpressured, inflated = np.asarray(tiles["backpressured"], bool), mainloop_inflated(tiles)
+    stalled = num["stall_ns"] > num["noise_ns"]
+    for c in np.unique(config[stores]):  # the configurations with remote-store tiles
+        key, rest = [], int(c)
+        for _, names in reversed(codes):
+            rest, i = divmod(rest, len(names))
+            key.append(names[i])
+        key = tuple(reversed(key))
         same = config == c
-        for k in ("linear1", "linear2"):
-            samples[key, f"mainloop_{k}"] = _finite(num["mainloop_ns"][same & of_kind[k]])
-        for name in SCHEDULES:
-            w = same & l2 & (sched == (sched_names.index(name) if name in sched_names else -1))
-            pred, meas = num["predicted_stall_ns"][w], num["measured_stall_ns"][w]
-            samples[key, f"span_{name}"] = _finite(num["rs_span_ns"][w])
-            samples[key, f"pred_{name}"], samples[key, f"meas_{name}"] = _finite(pred), _finite(meas)
-            samples[key, f"err_{name}"] = _finite(np.abs(pred - meas))
-            counts.update({(key, f"backpressured_{name}"): int(backpressured[w].sum()), (key, f"inflated_{name}"): int(inflated[w].sum()),
-                           (key, f"inflation_judged_{name}"): int((~np.isnan(num["control_mainloop_ns"][w])).sum()), (key, f"tiles_{name}"): int(w.sum())})
+        w = same & stores
+        for name, col in _MEDIANS.items():
+            samples[key, name] = _finite(num[col][w])
+        samples[key, "other_compute"] = _finite(num["mainloop_ns"][same & others])
+        samples[key, "err"] = _finite(np.abs(num["predicted_stall_ns"][w] - num["measured_stall_ns"][w]))
+        samples[key, "noise"] = _finite(num["noise_ns"][w])
+        counts.update({(key, "tiles"): int(w.sum()), (key, "stalled_tiles"): int((w & stalled).sum()),
+                       (key, "measured_tiles"): int((w & ~np.isnan(num["stall_ns"])).sum()),
+                       (key, "backpressured_tiles"): int((w & backpressured).sum()), (key, "inflated_tiles"): int((w & inflated).sum()),
+                       (key, "inflation_judged_tiles"): int((w & ~np.isnan(np.asarray(tiles["control_mainloop_ns"], np.float64))).sum())})
     return samples, counts
 
 
-def table3_rows(counts: Mapping[tuple, int | float], medians: Mapping[tuple, float], err_means: Mapping[tuple, float]) -> pd.DataFrame:
-    """Table 3's rows (``table3_from_tiles``) from the medians of ``table3_samples``' samples, the means
-    of its ``err_*`` samples and its counts, one row per configuration in key order."""
+def table3_rows(counts: Mapping[tuple, int | float], medians: Mapping[tuple, float], p99: Mapping[tuple, float],
+                err_means: Mapping[tuple, float]) -> pd.DataFrame:
+    """Table 3's rows (``table3_from_tiles``, schema ``base.schema.TABLE3``) from the order statistics of
+    ``table3_samples``' samples, the means of its ``err`` samples and its counts, one row per configuration in key order."""
+    from xstage_trace.base.schema import TABLE3
+
     rows = []
     for key in sorted({k for k, _ in counts}):
-        ml = {k: medians[key, f"mainloop_{k}"] for k in ("linear1", "linear2")}
-        row = {"dest": key[0], "shape": key[1], "variant": key[2], "mainloop_l2_us": _us(ml["linear2"]), "mainloop_l1_us": _us(ml["linear1"]), "tiles_l2": 0}
-        for name, cover_kind in SCHEDULES.items():
-            span = medians[key, f"span_{name}"]
-            row.update({
-                f"span_{name}_us": _us(span),
-                f"stall_{name}_pred_medians_us": _us(predicted_stall_ns(span, ml[cover_kind])),
-                f"stall_{name}_pred_tiles_us": _us(medians[key, f"pred_{name}"]),
-                f"stall_{name}_meas_us": _us(medians[key, f"meas_{name}"]),
-                f"err_{name}_median_us": _us(medians[key, f"err_{name}"]),
-                f"err_{name}_mean_us": _us(err_means[key, f"err_{name}"]),
-                **{f"{c}_{name}": int(counts[key, f"{c}_{name}"]) for c in ("backpressured", "inflated", "inflation_judged")},
-            })
-            row["tiles_l2"] = max(row["tiles_l2"], int(counts[key, f"tiles_{name}"]))
+        row = dict(zip(TABLE3_KEYS, key))
+        row.update({f"{name}_ns": medians[key, name] for name in (*_MEDIANS, "other_compute")})
+        row["slot_pred_medians_ns"] = float(predicted_stall_ns(medians[key, "store_span"], medians[key, "cover"]))
+        row["slot_err_median_ns"], row["slot_err_mean_ns"] = medians[key, "err"], err_means[key, "err"]
+        row["stall_p99_ns"] = p99[key, "stall"]
+        row["noise_ns"] = medians[key, "noise"]
+        row.update({c: int(counts[key, c]) for c in ("tiles", "measured_tiles", "stalled_tiles", "backpressured_tiles", "inflated_tiles",
+                                                     "inflation_judged_tiles")})
         rows.append(row)
-    return pd.DataFrame(rows)
+    frame = pd.DataFrame(rows, columns=[f.name for f in TABLE3 if f.name not in ("kernel_ns", "trials", "ranks")])
+    return frame
 
 
 def kernel_trials(kernels: pd.DataFrame, dumps: pd.DataFrame, warmup_launches: int = 0) -> pd.DataFrame:
@@ -191,29 +202,29 @@ def kernel_trials(kernels: pd.DataFrame, dumps: pd.DataFrame, warmup_launches: i
 
 
 def attach_kernel_times(table3: pd.DataFrame, trials: pd.DataFrame) -> pd.DataFrame:
-    """Add per schedule the kernel time (docs/model.md §10: per trial the slowest rank, then the median over
-    trials; warm-ups already excluded by ``kernel_trials``), the trials and the ranks counted."""
+    """Add to each Table 3 row its kernel time in ns (docs/model.md §10: per trial the slowest rank, then
+    the median over trials; warm-ups already excluded by ``kernel_trials``), the trials and the ranks
+    counted (NaN where the run has no nsys report for the configuration)."""
     from xstage_trace.analysis.timing import max_across_ranks_median
 
     out = table3.copy()
+    out["kernel_ns"], out["trials"], out["ranks"] = np.nan, np.nan, np.nan
     if out.empty or trials.empty:
         return out
-    med = max_across_ranks_median(trials, CONFIG + ["schedule"])
-    idx = pd.MultiIndex.from_frame(out[CONFIG])
-    for sched in SCHEDULES:
-        m = med[med["schedule"] == sched].set_index(CONFIG)
-        out[f"kernel_ms_{sched}"] = m["kernel_ms_max_rank_median"].reindex(idx).to_numpy()
-        out[f"trials_{sched}"] = m["trials"].reindex(idx).to_numpy()
-        out[f"ranks_{sched}"] = m["ranks"].reindex(idx).to_numpy()
+    med = max_across_ranks_median(trials.assign(schedule=trials["schedule"].fillna("-")), CONFIG + ["schedule"]).set_index(TABLE3_KEYS)
+    idx = pd.MultiIndex.from_frame(out[TABLE3_KEYS])
+    out["kernel_ns"] = med["kernel_ms_max_rank_median"].reindex(idx).to_numpy() * 1e6
+    out["trials"] = med["trials"].reindex(idx).to_numpy()
+    out["ranks"] = med["ranks"].reindex(idx).to_numpy()
     return out
 
 
-def store_stall_predictions(bursts: pd.DataFrame, gap_ns: float, model: PlatformModel) -> tuple[np.ndarray, float]:
+def store_stall_predictions(bursts: pd.DataFrame, gap_ns: float | np.ndarray, model: PlatformModel) -> tuple[np.ndarray, float]:
     """Predicted issue stall per burst of one launch (rows in burst order), beyond the floor, and the
     drain rate R used (R(K, B) of the full round): with a calibrated capacity the docs/model.md §4 stalled
     trajectory (T_iss,n − T_iss,n^0, issue stretched to respect Q), else Eq. 1's
     ΔT_iss = [V/R − G − T_iss^0]₊. ``gap_ns`` is the offered compute between bursts (the
-    uncontended mainloop); the last burst's gap is unbounded."""
+    uncontended mainloop; one value, or one per burst); the last burst's gap is unbounded."""
     from xstage_trace.analysis.burst_gap import issue_overhead_ns
     from xstage_trace.analysis.calibration_fit import rates_of
     from xstage_trace.analysis.recurrence import stalled_trajectory
@@ -222,7 +233,7 @@ def store_stall_predictions(bursts: pd.DataFrame, gap_ns: float, model: Platform
     v = bursts["volume_bytes"].to_numpy(np.float64)
     b = v / np.maximum(k, 1)
     floor = model.floor_ns(k, b)
-    gap = np.full(len(v), float(gap_ns))
+    gap = np.broadcast_to(np.asarray(gap_ns, np.float64), v.shape).copy()
     gap[-1:] = np.inf
     top = int(np.argmax(k))
     rate = float(rates_of(model, k[top:top + 1], b[top:top + 1])[0])  # the full round's R(K, B)
@@ -230,6 +241,71 @@ def store_stall_predictions(bursts: pd.DataFrame, gap_ns: float, model: Platform
     if cap is None:
         return issue_overhead_ns(gap, v, rate, floor), rate
     return stalled_trajectory(v, gap, floor, rate, float(cap[0]), model.loop_overhead_ns)["issue_overhead_ns"].to_numpy(), rate
+
+
+def forward_stall_ns(tiles: pd.DataFrame, models: Mapping[str, PlatformModel]) -> np.ndarray:
+    """docs/model.md §4, §5, §12: per tile the stall the calibrated store path predicts from the launch's
+    burst sequence and offered compute alone, never from the tile's measured store span.
+
+    Per launch (rank, dump) whose destination has a calibrated model (``models``: dest → model), the
+    store tiles (those with a store span) of each CTA in order form the issue rounds (round n = every
+    CTA's n-th store, ``analysis.bursts``): V_n = Σ their bytes, K_n = their CTAs. The offered compute
+    after a store tile is the control's median compute span (``control_compute_ns``) of the tiles up to
+    the CTA's next store tile; the round's gap G_n is its median over the round's CTAs. The recurrence
+    (``store_stall_predictions``: the §4 stalled trajectory with the calibrated capacity, else Eq. 1)
+    gives round n's issue time T_iss,n = T_iss^0(K_n, B_n) + ΔT_iss,n, and the tile's predicted stall is
+    [T_iss,n − T_cover^0]₊, T_cover^0 being the offered compute of the ``cover_tiles`` tiles after it (the
+    §5 rule with the predicted store span). Where no control of a tile's shape was traced its own compute
+    span stands in for the offered compute. NaN where no model applies."""
+    from xstage_trace.analysis.columnar import cumcount, run_ids, shift_back
+
+    n = len(tiles)
+    out = np.full(n, np.nan)
+    if not n or not models:
+        return out
+    order = np.lexsort((tiles["position"].to_numpy(), tiles["cta"].to_numpy(), text_codes(tiles["dump"])[0], tiles["rank"].to_numpy()))
+    t = tiles.iloc[order]
+    ids = run_ids(t["rank"].to_numpy(), text_codes(t["dump"])[0], t["cta"].to_numpy())
+    # the offered compute: the control's, else (no control of the tile's shape) the tile's own compute span
+    offered = t["control_compute_ns"].fillna(t["mainloop_ns"]).to_numpy(np.float64)
+    k_cover = t["cover_tiles"].to_numpy(np.int64) if "cover_tiles" in t else np.ones(n, np.int64)
+    cover0 = np.zeros(n)
+    for j in range(1, int(k_cover.max(initial=0)) + 1):
+        cover0 += np.where(k_cover >= j, shift_back(offered, ids, j), 0.0)
+    store = ~np.isnan(t["rs_span_ns"].to_numpy(np.float64))
+    # offered compute after each store tile, up to and including the CTA's next store tile
+    seg = np.cumsum(store) - store  # store tiles so far, before this tile: the segment a tile's compute belongs to
+    launch, _ = text_codes(t["dump"])
+    dests = t["dest"].astype(str).to_numpy()
+    for code in np.unique(launch):
+        rows = np.flatnonzero(launch == code)
+        model = models.get(dests[rows[0]])
+        if model is None:
+            continue
+        srows = rows[store[rows]]
+        if not len(srows):
+            continue
+        rnd = cumcount(ids[srows])
+        # per CTA, the offered compute of the tiles whose segment index is the store tile's + 1
+        key = ids[rows].astype(np.int64) * (n + 1) + seg[rows]
+        uniq, inv = np.unique(key, return_inverse=True)
+        seg_sum = np.bincount(inv, weights=np.nan_to_num(offered[rows]), minlength=len(uniq))
+        want = ids[srows].astype(np.int64) * (n + 1) + seg[srows] + 1
+        at = np.searchsorted(uniq, want)
+        found = (at < len(uniq)) & (uniq[np.minimum(at, len(uniq) - 1)] == want)
+        gap_tile = np.where(found, seg_sum[np.minimum(at, len(uniq) - 1)], np.nan)
+        rounds = int(rnd.max()) + 1
+        vol = np.bincount(rnd, weights=t["rs_bytes"].to_numpy(np.float64)[srows] if "rs_bytes" in t else np.zeros(len(srows)), minlength=rounds)
+        producers = np.bincount(rnd, minlength=rounds)
+        gap = np.array([np.nanmedian(gap_tile[rnd == r]) if np.isfinite(gap_tile[rnd == r]).any() else np.nan for r in range(rounds)])
+        if np.isnan(gap[:-1]).any() or not np.isfinite(offered[srows]).any():
+            continue
+        bursts = pd.DataFrame({"producers": producers, "volume_bytes": vol})
+        overhead, _ = store_stall_predictions(bursts, gap, model)
+        floor = model.floor_ns(producers.astype(np.float64), vol / np.maximum(producers, 1))
+        issue = floor + overhead
+        out[order[srows]] = np.maximum(issue[rnd] - cover0[srows], 0.0)
+    return out
 
 
 STORE_CASE = ["dest", "shape"]

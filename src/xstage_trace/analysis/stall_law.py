@@ -8,7 +8,7 @@ from xstage_trace.analysis.burst_gap import pos
 
 
 def predicted_stall_ns(span_ns, cover_ns, lead_ns=0.0):
-    """Spec §5: Δt = [T_RS − T_cover^mma]₊ per tile, with our extension T_lead (default 0, the
+    """docs/model.md §5: Δt = [T_RS − T_cover^mma]₊ per tile, with our extension T_lead (default 0, the
     spec's assumption): Δt = [T_lead + T_RS − T_cover]₊, where T_lead is how much later the tile's
     store starts than the mainloop that covers it. The slot is freed at (cover start + T_lead + T_RS)
     and needed at (cover start + T_cover), so the lead adds to the store span one for one."""
@@ -16,7 +16,7 @@ def predicted_stall_ns(span_ns, cover_ns, lead_ns=0.0):
 
 
 def table3_row(span_wave_ns: float, span_interleaved_ns: float, mainloop_l2_ns: float, mainloop_l1_ns: float) -> dict:
-    """Spec §5 Table 3 predictions from medians: wave covers with the Linear-2 mainloop,
+    """docs/model.md §5 Table 3 predictions from medians: wave covers with the Linear-2 mainloop,
     interleaved with the Linear-1 mainloop that now follows each Linear-2 tile."""
     return {
         "span_wave_ns": span_wave_ns,

@@ -1,6 +1,6 @@
 """Where the per-tile stall error comes from (docs/model.md §5; docs/tile-error.md).
 
-Spec §5 predicts tile i's MMA stall as Δt = [T_RS(i) − T_cover(i)]₊ and measures it on the MMA side:
+docs/model.md §5 predicts tile i's MMA stall as Δt = [T_RS(i) − T_cover(i)]₊ and measures it on the MMA side:
 the wait for tile i's slot before tile j = i + S reuses it. This module lays every tile's slot cycle
 out on one time line and splits the error into terms that add up exactly.
 

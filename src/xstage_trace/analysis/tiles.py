@@ -1,33 +1,32 @@
-"""Per-tile stall prediction vs measurement (docs/model.md §5) from the probe records of a fused kernel.
-
-Event conventions (instrument/examples/fused_moe.cu and the upstream recipes use them):
-- role "mma" (slice role 0): ``slot_wait`` begin/end before a tile's mainloop (tile = the tile about
-  to run), ``mainloop`` begin/end, ``tile_info`` mark (payload = kind | expert << 1 | wave << 16,
-  kind 1 = Linear-2 with a remote-store epilogue, 0 = Linear-1).
-- role "epi" (slice role 1): ``rs`` begin/end around a tile's remote stores (sender-visible span,
-  end payload = bytes), ``ls`` begin/end around a local-store epilogue.
+"""Per-tile stall prediction vs measurement (docs/model.md §5, §12) from the probe records of any
+instrumented kernel, read through its tile lifecycle (``base.lifecycle.TileLifecycle``: which events
+are the compute span, the store span, the staging-buffer wait and the tile's info).
 
 With S staging slots, tile i's slot is reused by the tile S positions later on the same CTA; the
-mainloops in between cover the epilogue of tile i. With S = 2 that is the successor's mainloop:
-T_cover(i) = mainloop(i+1), predicted Δt(i) = [T_lead(i) + T_RS(i) − T_cover(i)]₊ (T_lead: how much
-later tile i's store starts than the mainloop covering it; the spec takes 0), measured Δt(i) = the slot
-wait before tile i+2, less the wait's own instrumented cost (the control run's median wait).
+compute spans in between cover the epilogue of tile i. With S = 2 (the reference fused kernel) that is
+the successor's mainloop: T_cover(i) = mainloop(i+1), predicted Δt(i) = [T_lead(i) + T_RS(i) −
+T_cover(i)]₊ (T_lead: how much later tile i's store starts than the mainloop covering it; the model
+takes 0), measured Δt(i) = the slot wait before tile i+2, less the wait's own instrumented cost (the
+control run's median wait). With one staging buffer whose wait comes after the next tile's mainloop
+(DeepGEMM sm_90) S = 1 and T_cover(i) = mainloop(i+1) again; tile i's measured wait is the one
+recorded on tile i+1. A lifecycle whose store span holds the wait (FlashAttention: the O store is issued
+and waited inside the epilogue) measures it as the store span beyond the control's median store span.
 
-DeepGEMM's sm_90 GEMMs (recipe ``deepgemm-sm90``: the math role records the tile spans) have another layout
-(``DEEPGEMM_SM90``): one staging buffer (shared-memory D) per CTA, and the wait for it
-(``store_wait``: ``tma_store_wait<0>`` on the previous tile's TMA store) comes *after* the next
-tile's mainloop, just before that tile's epilogue writes D. So S = 1, T_cover(i) = mainloop(i+1)
-again, and tile i's measured wait is the ``store_wait`` recorded on tile i+1. ``epilogue`` (STSM and
-the TMA store issued; end payload = the tile's bytes) is the tile's store span, ``schedule`` (the
-TMA-load warp's mark, payload = group index) names the tile's group (``expert``; 0 for a plain GEMM).
-The layout is told by the wait event the dump holds.
+Measured stall (docs/model.md §12): a tile's ``stall_ns`` counts its slot wait beyond the control's floor
+(``measured_stall_ns``, the paper's measured Δt; for a wait inside the store span, that span beyond the control's) and its compute span beyond the control's
+(``compute_stall_ns``: the mainloop minus the control's median mainloop of the same shape, tile kind and
+operand path, counted where the mainloop is inflated: beyond the control's p99 by more than the noise
+and more than INFLATION_FRACTION), so a mainloop stretched by pending remote stores is a stall too. The
+control is the run's local-store (HBM) launch of the same configuration (``RunConfig.is_control``);
+without one the compute part is not judged (NaN), and without any control in the run the slot-wait
+floor is unknown and the measured stall is NaN, never 0.
 
-Diagnosis per tile (beyond the paper; the slot model cannot see every stall):
+Diagnosis per tile:
 - ``slot_backpressure``: the measured slot wait exceeds its floor by more than the noise;
-- ``mainloop_inflation``: the tile's mainloop exceeds the control run's mainloops of the same shape,
-  tile kind and operand path (their p99) by more than the noise and more than INFLATION_FRACTION — remote stores slowing the
-  Tensor Core pipeline directly (e.g. ``st.global`` epilogues whose stalled stores block the SM's
-  memory instructions), which leaves the slot wait at its floor;
+- ``mainloop_inflation``: the tile's compute span is inflated against the control's (above) —
+  remote stores slowing the Tensor Core pipeline directly (an ``st.global`` epilogue's stalled stores
+  block the SM's memory instructions; pending host writes hold up the next tile's operand loads,
+  docs/model.md §11), which leaves the slot wait at its floor;
 - ``none`` otherwise (also when no control of that shape was traced: inflation is then not judged).
 """
 
@@ -45,6 +44,8 @@ from xstage_trace.analysis.selection import (linear_quantile_of, median_of, medi
 from xstage_trace.analysis.columnar import as_text, cumcount, run_ids, shift_back, sort_codes, text_codes
 from xstage_trace.analysis.spans import join_rows, key_codes, take_matched
 from xstage_trace.analysis.stall_law import predicted_stall_ns
+from xstage_trace.analysis.platform import PlatformModel
+from xstage_trace.base.lifecycle import TileLifecycle
 
 STAGING_SLOTS = 2
 MIN_NOISE_NS = 200.0
@@ -54,58 +55,7 @@ INFLATION_FRACTION = 0.05  # a mainloop is inflated beyond 5 % (or the noise) ov
 TILE_KEYS = ["rank", "dump", "cta", "tile"]
 
 
-@dataclass(frozen=True)
-class StagingLayout:
-    """Which probe events of a kernel hold the staging-slot wait, the store spans and the tile's info,
-    and where the wait sits (docs/model.md §5): tile i's slot is reused by tile i + ``slots``; its measured
-    wait is that tile's, and T_cover(i) sums the mainloops of tiles i+1 … i+slots−1, plus tile
-    i+slots's own when the wait comes after that tile's mainloop (``wait_after_mainloop``)."""
-
-    name: str
-    wait_event: str
-    remote_store_event: str
-    local_store_event: str | None
-    info_event: str
-    slots: int
-    wait_after_mainloop: bool
-    tile_kind: str | None  # None: from the info payload (bit 0: Linear-2); else every tile's kind
-
-    @property
-    def events(self) -> list[str]:
-        """The probe events the tile table reads under this layout."""
-        return [e for e in ("mainloop", self.wait_event, self.remote_store_event, self.local_store_event, self.info_event) if e]
-
-
-FUSED = StagingLayout("fused", "slot_wait", "rs", "ls", "tile_info", STAGING_SLOTS, False, None)
-DEEPGEMM_SM90 = StagingLayout("deepgemm-sm90", "store_wait", "epilogue", None, "schedule", 1, True, "gemm")
-LAYOUTS = (FUSED, DEEPGEMM_SM90)
-
-
-def staging_layout(probes: pd.DataFrame) -> StagingLayout:
-    """The layout whose wait event the records hold (FUSED when they hold none of them)."""
-    present = set(pd.unique(probes["event"]).astype(str))  # the distinct events only, not every row, as text
-    return next((lay for lay in LAYOUTS if lay.wait_event in present), FUSED)
-
-
-def dump_layouts(probes: pd.DataFrame) -> dict[str, str]:
-    """Per dump (name as text) the name of ``staging_layout`` of its own records, for dumps whose records
-    hold a layout's wait event; a dump missing here holds none of them (FUSED)."""
-    codes, names = text_codes(probes["dump"])
-    out: dict[str, str] = {}
-    for lay in reversed(LAYOUTS):  # the first layout in LAYOUTS whose wait event a dump holds wins
-        held = np.bincount(codes[(probes["event"] == lay.wait_event).to_numpy()], minlength=len(names)) > 0
-        out.update({names[i]: lay.name for i in np.flatnonzero(held)})
-    return out
-
-
-def store_events(probes: pd.DataFrame) -> tuple[str, ...]:
-    """The remote-store span events of the records' layout beyond the burst events every kernel may use
-    (DeepGEMM: ``epilogue``, the tile's TMA store)."""
-    lay = staging_layout(probes)
-    return () if lay is FUSED else (lay.remote_store_event,)
-
-
-def tile_spans(probes: pd.DataFrame, slots: int | None = None, layout: StagingLayout | None = None) -> pd.DataFrame:
+def tile_spans(probes: pd.DataFrame, lifecycle: TileLifecycle, slots: int | None = None) -> pd.DataFrame:
     """The part of the tile table that one dump's records decide on their own: per tile its mainloop,
     slot wait, epilogue span, T_cover, the epilogue lead T_lead and predicted Δt = [T_lead + T_RS −
     T_cover]₊ (docs/model.md §5 plus the measured lead: ``analysis.stall.predicted_stall_ns``).
@@ -119,7 +69,7 @@ def tile_spans(probes: pd.DataFrame, slots: int | None = None, layout: StagingLa
     of ``analysis.tile_error``; ``finish_tiles`` does not keep them."""
     if probes.empty or not (probes["event"] == "mainloop").any():
         return pd.DataFrame()
-    lay = layout or staging_layout(probes)
+    lay = lifecycle
     slots = lay.slots if slots is None else slots
     cover_tiles = slots - 1 + int(lay.wait_after_mainloop)
     rows = np.flatnonzero(probes["event"].isin(lay.events).to_numpy())
@@ -136,19 +86,19 @@ def tile_spans(probes: pd.DataFrame, slots: int | None = None, layout: StagingLa
         return b[li], e[ri]
 
     mb, me = spans("mainloop")
-    info = np.flatnonzero((event == lay.info_event).to_numpy())
+    info = np.flatnonzero((event == lay.info_event).to_numpy()) if lay.info_event else np.zeros(0, np.intp)
     li, ri = join_rows(code[mb], code[info], how="left")
     mb, me = mb[li], me[li]
     payload = take_matched(p["payload"].to_numpy()[info], ri, 0).astype(np.int64)
     cols = {"payload": payload}
-    for name, value in ((lay.wait_event, "wait_ns"), (lay.remote_store_event, "rs_ns"), (lay.local_store_event, "ls_ns")):
+    for name, value in ((lay.wait_event, "wait_ns"), (lay.store_event, "rs_ns"), (lay.local_store_event, "ls_ns")):
         b, e = spans(name) if name else (np.zeros(0, np.intp), np.zeros(0, np.intp))
         li, ri = join_rows(code[mb], code[b], how="left")
         mb, me = mb[li], me[li]
         cols = {c: v[li] for c, v in cols.items()}
         cols[value] = take_matched(t[e] - t[b], ri)
         cols[value.replace("_ns", "_start_ns")] = take_matched(t[b], ri)
-        if name == lay.remote_store_event:
+        if name == lay.store_event:
             cols["rs_bytes"] = take_matched(p["payload"].to_numpy()[e].astype(np.float64), ri)
     start = t[mb]
     rank, dump, cta = (sort_codes(p[c]) for c in ("rank", "dump", "cta"))
@@ -177,17 +127,21 @@ def tile_spans(probes: pd.DataFrame, slots: int | None = None, layout: StagingLa
         "slot_wait_ns": shift_back(wait, ids, slots), "epilogue_span_ns": epilogue,
         "epilogue_lead_ns": lead, "predicted_stall_ns": predicted_stall_ns(epilogue, cover, np.nan_to_num(lead, nan=0.0)),
         "wait_start_ns": wait_start, "epilogue_start_ns": epilogue_start, "rs_bytes": cols["rs_bytes"][order],
+        "cover_tiles": np.full(len(rows), cover_tiles, np.int8), "wait_in_store": np.full(len(rows), lay.wait_in_store_span),
     })
     if lay.tile_kind is not None:
         out["tile_kind"] = lay.tile_kind
     return out
 
 
-def finish_tiles(t: pd.DataFrame, dumps: pd.DataFrame, noise_ns: float | None = None, control: ControlStats | None = None) -> pd.DataFrame:
-    """What needs every dump of the run: configuration columns, the slot-wait floor and noise of the
-    control runs, measured stall, the backpressured flag and the diagnosis. ``control``: the run's
-    control statistics when ``t`` is only part of the run's tiles (a streaming analyze finishes them
-    dump by dump); by default they are taken from ``t``."""
+def finish_tiles(t: pd.DataFrame, dumps: pd.DataFrame, noise_ns: float | None = None, control: ControlStats | None = None,
+                 models: Mapping[str, PlatformModel] | None = None) -> pd.DataFrame:
+    """What needs every dump of the run (docs/model.md §5, §12): configuration columns, the slot-wait floor
+    and noise of the control runs, measured stall (slot wait and compute span beyond the control's), the
+    backpressured flag, the diagnosis and, for the destinations ``models`` calibrates, the forward
+    prediction (``analysis.stall.forward_stall_ns``). ``control``: the run's control statistics when ``t``
+    is only part of the run's tiles (a streaming analyze finishes them dump by dump); by default they are
+    taken from ``t``."""
     if t.empty:
         return pd.DataFrame()
     t = with_dump_config(t, dumps)
@@ -197,20 +151,37 @@ def finish_tiles(t: pd.DataFrame, dumps: pd.DataFrame, noise_ns: float | None = 
     floor_ns = control.floor_ns
     noise_ns = control.noise_ns if noise_ns is None else noise_ns
     # The wait as instrumented costs a fixed time even when the slot is free (begin probe, one
-    # flag read, end probe): the control's median. The stall is what exceeds it.
-    t["wait_floor_ns"] = floor_ns
+    # flag read, end probe): the control's median. The stall is what exceeds it. Without any control
+    # wait the floor is unknown: no measured slot stall (NaN), never the raw wait.
+    t["wait_floor_ns"] = floor_ns if control.waits else np.nan
     # rounded to whole picoseconds: a wait and the floor converted on different SMs' clocks (ppm-level
     # factors) differ by ~1e-7 ns where the cycle counts are equal; that is not a stall
-    t["measured_stall_ns"] = np.maximum(np.round(t["slot_wait_ns"] - floor_ns, 3), 0.0)
+    t["measured_stall_ns"] = np.maximum(np.round(t["slot_wait_ns"] - floor_ns, 3), 0.0) if control.waits else np.nan
+    ctrl = t[CONTROL_KEYS].merge(control.mainloop_p99, on=CONTROL_KEYS, how="left")
+    if "wait_in_store" in t and t["wait_in_store"].any():  # the wait is inside the store span: its excess over the control's
+        in_store = t["wait_in_store"].to_numpy(bool)
+        excess = np.maximum(np.round(t["rs_ns"].to_numpy(np.float64) - ctrl["ctrl_store_median"].to_numpy(), 3), 0.0)
+        t["measured_stall_ns"] = np.where(in_store, excess, t["measured_stall_ns"])
     t["noise_ns"] = noise_ns
     t["backpressured"] = (t["predicted_stall_ns"] > noise_ns) | (t["measured_stall_ns"].fillna(0) > noise_ns)
-    t["control_mainloop_ns"] = t[CONTROL_KEYS].merge(control.mainloop_p99, on=CONTROL_KEYS, how="left")["ctrl"].set_axis(t.index)
+    t["control_mainloop_ns"] = ctrl["ctrl"].to_numpy()
+    t["control_compute_ns"] = ctrl["ctrl_median"].to_numpy()
+    inflated = mainloop_inflated(t)
+    t["compute_stall_ns"] = compute_stall_ns(t["mainloop_ns"].to_numpy(np.float64), t["control_compute_ns"].to_numpy(np.float64), inflated)
+    # a tile of a launch that records slot waits but whose own wait was not recorded (no successor) has no measured stall
+    launch = text_codes(t["dump"])[0]
+    waits = t["slot_wait_ns"].notna().to_numpy()
+    unmeasured = ~waits & (np.bincount(launch[waits], minlength=launch.max(initial=-1) + 1) > 0)[launch]
+    t["stall_ns"] = np.where(unmeasured, np.nan, total_stall_ns(t["measured_stall_ns"].to_numpy(np.float64), t["compute_stall_ns"].to_numpy(np.float64)))
     slot = t["measured_stall_ns"].fillna(0) > noise_ns
-    t["diagnosis"] = np.select([slot, mainloop_inflated(t)], ["slot_backpressure", "mainloop_inflation"], "none")
+    t["diagnosis"] = np.select([slot, inflated], ["slot_backpressure", "mainloop_inflation"], "none")
+    from xstage_trace.analysis.stall import forward_stall_ns
+
+    t["forward_stall_ns"] = forward_stall_ns(t.rename(columns={"rs_ns": "rs_span_ns"}), models or {})
     t = t.rename(columns={"rs_ns": "rs_span_ns"})
     return t[["rank", "dump", "dest", "shape", "schedule", "variant", "cta", "position", "tile", "tile_kind", "expert", "wave", "mainloop_ns", "rs_span_ns",
               "epilogue_span_ns", "cover_ns", "epilogue_lead_ns", "predicted_stall_ns", "slot_wait_ns", "wait_floor_ns", "measured_stall_ns",
-              "noise_ns", "backpressured", "control_mainloop_ns", "diagnosis"]]
+              "noise_ns", "backpressured", "control_mainloop_ns", "control_compute_ns", "compute_stall_ns", "stall_ns", "forward_stall_ns", "diagnosis"]]
 
 
 CONTROL_KEYS = ["shape", "tile_kind", "operands"]
@@ -218,11 +189,14 @@ CONTROL_KEYS = ["shape", "tile_kind", "operands"]
 
 @dataclass(frozen=True)
 class ControlStats:
-    """What the control runs decide for every tile: slot-wait floor and noise, p99 mainloop per CONTROL_KEYS (column ``ctrl``)."""
+    """What the control runs decide for every tile: slot-wait floor and noise (and how many control waits
+    decided them: 0 leaves the floor unknown), per CONTROL_KEYS the mainloop p99 (column ``ctrl``) and median
+    (``ctrl_median``) and the median remote-store span (``ctrl_store_median``)."""
 
     floor_ns: float
     noise_ns: float
     mainloop_p99: pd.DataFrame
+    waits: int = 0
 
 
 def with_dump_config(t: pd.DataFrame, dumps: pd.DataFrame) -> pd.DataFrame:
@@ -239,12 +213,13 @@ def with_dump_config(t: pd.DataFrame, dumps: pd.DataFrame) -> pd.DataFrame:
 @dataclass
 class ControlSample:
     """What the control statistics are taken of, from some control tiles: their slot waits (NaN dropped)
-    and, per (shape, tile kind, operand path) — None where a key is missing — their mainloops (NaN
-    dropped; a group whose mainloops are all missing holds none). The statistics of the samples of
-    disjoint sets of tiles are those of their union (``control_stats_from_samples``)."""
+    and, per (shape, tile kind, operand path) — None where a key is missing — their mainloops and their
+    remote-store spans (NaN dropped; a group whose values are all missing holds none). The statistics of
+    the samples of disjoint sets of tiles are those of their union (``control_stats_from_samples``)."""
 
     waits_ns: np.ndarray
     mainloops_ns: dict[tuple, np.ndarray]
+    stores_ns: dict[tuple, np.ndarray]
 
 
 def control_sample(tiles: pd.DataFrame | Mapping[str, pd.Series]) -> ControlSample:
@@ -253,40 +228,46 @@ def control_sample(tiles: pd.DataFrame | Mapping[str, pd.Series]) -> ControlSamp
     waits = tiles["slot_wait_ns"].to_numpy(np.float64)[ctrl]
     keys = [(codes[ctrl], names) for codes, names in (text_codes(tiles[k]) for k in CONTROL_KEYS)]  # -1: missing
     mainloop = tiles["mainloop_ns"].to_numpy(np.float64)[ctrl]
+    store_col = next((c for c in ("rs_ns", "rs_span_ns") if c in tiles), None)
+    store = (tiles[store_col].to_numpy(np.float64) if store_col else np.full(len(ctrl), np.nan))[ctrl]
     group = np.zeros(len(mainloop), np.int64)
     for codes, names in keys:
         group = group * (len(names) + 1) + codes + 1  # code -1 (missing) → 0
-    groups = {}
+    groups, stores = {}, {}
     for g in np.unique(group):  # a few: shapes × kinds × operand paths
-        v = mainloop[group == g]
+        v, s = mainloop[group == g], store[group == g]
         key, rest = [], int(g)
         for codes, names in reversed(keys):
             rest, c = divmod(rest, len(names) + 1)
             key.append(names[c - 1] if c else None)
         groups[tuple(reversed(key))] = v[~np.isnan(v)]
-    return ControlSample(waits[~np.isnan(waits)], groups)
+        stores[tuple(reversed(key))] = s[~np.isnan(s)]
+    return ControlSample(waits[~np.isnan(waits)], groups, stores)
 
 
 def control_stats_from_samples(samples: Callable[[], Iterable[ControlSample]], cap: int) -> ControlStats:
-    """Spec §5's control statistics of the control tiles whose samples ``samples()`` yields (anew on every
+    """docs/model.md §5's control statistics of the control tiles whose samples ``samples()`` yields (anew on every
     call), holding at most ``cap`` values of a sample at once (``selection.order_statistics``): the slot-wait
     floor and noise (``_wait_stats``) and the mainloop p99 per (shape, tile kind, operand path), pandas'
     linear-interpolation quantile (NaN for a group with no mainloop). The same numbers as for one sample of
     all the tiles, whatever the cap."""
     def chunks() -> Iterator[dict]:
         for s in samples():
-            yield {"waits": s.waits_ns, **{("mainloop", k): v for k, v in s.mainloops_ns.items()}}
+            yield {"waits": s.waits_ns, **{("mainloop", k): v for k, v in s.mainloops_ns.items()},
+                   **{("store", k): v for k, v in s.stores_ns.items()}}
 
     def ranks_of(name, n: int) -> list[int]:
-        return median_ranks(n) + quantile_ranks(n, 0.99) if name == "waits" else quantile_ranks(n, 0.99)
+        return median_ranks(n) + quantile_ranks(n, 0.99)
 
     n, _, found = order_statistics(chunks, ranks_of, cap)
     floor_ns, noise_ns = _wait_stats(found.get("waits", {}), n.get("waits", 0))
-    groups = [k for k in n if k != "waits"]
+    groups = [k for k in n if k != "waits" and k[0] == "mainloop"]
     order = sorted(groups, key=lambda k: tuple((x is not None, x or "") for x in k[1]))  # missing keys first
-    rows = [[*k[1], linear_quantile_of(found[k], n[k], 0.99)] for k in order]
-    p99 = pd.DataFrame(rows, columns=[*CONTROL_KEYS, "ctrl"]).astype({"ctrl": float, **{k: "str" for k in CONTROL_KEYS}})  # text, NaN where missing
-    return ControlStats(floor_ns, noise_ns, p99)
+    rows = [[*k[1], linear_quantile_of(found[k], n[k], 0.99), median_of(found.get(k, {}), n[k]),
+             median_of(found.get(("store", k[1]), {}), n.get(("store", k[1]), 0))] for k in order]
+    p99 = pd.DataFrame(rows, columns=[*CONTROL_KEYS, "ctrl", "ctrl_median", "ctrl_store_median"]).astype(
+        {"ctrl": float, "ctrl_median": float, "ctrl_store_median": float, **{k: "str" for k in CONTROL_KEYS}})  # text, NaN where missing
+    return ControlStats(floor_ns, noise_ns, p99, int(n.get("waits", 0)))
 
 
 def control_stats(tiles: pd.DataFrame | Mapping[str, pd.Series]) -> ControlStats:
@@ -303,6 +284,20 @@ def mainloop_inflated(tiles: pd.DataFrame) -> np.ndarray:
     ctrl = tiles["control_mainloop_ns"].to_numpy(np.float64)
     excess = tiles["mainloop_ns"].to_numpy(np.float64) - ctrl
     return excess > np.maximum(tiles["noise_ns"].to_numpy(np.float64), INFLATION_FRACTION * ctrl)
+
+
+def compute_stall_ns(mainloop_ns: np.ndarray, control_compute_ns: np.ndarray, inflated: np.ndarray) -> np.ndarray:
+    """docs/model.md §12: the compute part of a tile's measured stall, its mainloop beyond the control's
+    median mainloop where the mainloop is inflated (``mainloop_inflated``), 0 where it is not, NaN where
+    no control of the tile's shape, kind and operand path was traced."""
+    return np.where(np.isnan(control_compute_ns), np.nan, np.where(inflated, mainloop_ns - control_compute_ns, 0.0))
+
+
+def total_stall_ns(wait_stall_ns: np.ndarray, compute_stall_ns: np.ndarray) -> np.ndarray:
+    """docs/model.md §12: a tile's measured stall, its slot wait beyond the floor plus its compute span
+    beyond the control's; NaN only where neither part was measured."""
+    neither = np.isnan(wait_stall_ns) & np.isnan(compute_stall_ns)
+    return np.where(neither, np.nan, np.nan_to_num(wait_stall_ns) + np.nan_to_num(compute_stall_ns))
 
 
 def _wait_stats(stats: Mapping[int, float], n: int) -> tuple[float, float]:

@@ -6,7 +6,7 @@ import pandas as pd
 
 
 def max_across_ranks_median(trials: pd.DataFrame, by: list[str], value: str = "kernel_ms") -> pd.DataFrame:
-    """Spec §10: for multi-rank runs, the max across ranks per trial, then the median over trials.
+    """docs/model.md §10: for multi-rank runs, the max across ranks per trial, then the median over trials.
 
     ``trials`` has one row per (rank, trial, *by) with ``value``; returns one row per ``by`` group
     with the median of the per-trial maxima, the ranks and trials counted, and the per-rank medians.

@@ -1,134 +1,84 @@
-"""Verdict per configuration and schedule (docs/model.md §5): is the compute stalled by the remote-store
-epilogue, and does the model's prediction agree with the measurement?
+"""Verdict per configuration and schedule (docs/model.md §5, §12): is the compute stalled by the remote
+stores, why, and does the model's prediction agree with the measurement?
 
-The rule (one place, for the dashboard and the reports, ``stall_verdict``): over the Linear-2 tiles
-that can be backpressured (those with a remote-store span), a configuration × schedule **stalls**
-when the median measured stall exceeds the noise floor, or when the median predicted stall
-Δt = [T_RS − T_cover]₊ does (docs/model.md §5: "backpressured when its predicted or measured stall is
-positive beyond noise"); "no stall" when both medians are at or below it; "unknown" when neither
-exists. The noise floor is the tiles' own ``noise_ns`` (derived from the control run by
-``analysis.tiles``). The model agrees when prediction and measurement fall on the same side of it.
-``configuration_verdicts`` applies it to a tile table, ``config_verdicts`` to Table 3's medians.
-
-Beyond the paper, the slot model cannot see every stall: remote stores can slow the mainloop itself
-(an ``st.global`` epilogue's stalled stores block the SM's memory instructions) while the slot wait
-stays at its floor. ``configuration_diagnosis`` therefore names the cause per configuration ×
-schedule: ``slot_backpressure`` where the rule above says stall, otherwise ``mainloop_inflation``
-where more than half of the Linear-2 tiles (the median tile) have a mainloop inflated against the
-local control's of the same shape (``analysis.tiles.mainloop_inflated``), otherwise ``none``. Either
-cause makes the configuration stall-bound.
+The rule (one place, for the CLI, the dashboard, the reports and the gate: ``config_verdicts`` over
+Table 3): over a configuration's tiles whose epilogue stores remotely,
+- measured (the run has a control, so the measured stall exists): **stall-bound** when the median
+  measured stall (slot wait beyond the control's floor plus compute span beyond the control's, §12)
+  exceeds the noise floor, or when more than STALLED_SHARE of the tiles with a measured stall stall beyond it (a stall that
+  hits a large minority of the tiles stretches the kernel even with a median of 0), **covered** otherwise;
+- not measured (no control of the configuration's shape and no slot wait): **stall-bound** when the
+  prediction (the calibrated forward prediction where there is one, else the §5 slot model's median
+  per-tile Δt) exceeds the noise floor, **unknown** otherwise — a verdict never says "covered" for a stall
+  it could not measure.
+The diagnosis names the cause of a stall-bound configuration: ``slot_backpressure`` where the median
+slot stall exceeds the noise (the store still holds the slot when the next tile needs it: the paper's
+backpressure), else ``mainloop_inflation`` where the median compute part does (remote stores slow the
+compute span itself: an ``st.global`` epilogue's stalled stores, operand loads queued behind pending host
+writes, §11), else the cause of the larger share of stalled tiles; ``none`` for covered and unknown
+configurations. The noise floor is the tiles' own (derived from the control run by ``analysis.tiles``).
 """
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import pandas as pd
 
-from xstage_trace.analysis.tiles import MIN_NOISE_NS, mainloop_inflated
+from xstage_trace.analysis.tiles import MIN_NOISE_NS
 
-KEY_COLUMNS = ("dest", "shape", "variant", "kernel")
-_STALL = re.compile(r"^stall_(?P<schedule>.+?)_(?P<which>pred_tiles|meas)_us$")
-
-
-def table3_schedules(table3: pd.DataFrame) -> list[str]:
-    """Schedules present in a Table-3 frame, from its ``stall_<schedule>_pred_tiles|meas_us`` columns
-    (in column order: wave before interleaved for the reference kernel)."""
-    seen: list[str] = []
-    for c in table3.columns:
-        m = _STALL.match(str(c))
-        if m and m["schedule"] not in seen:
-            seen.append(m["schedule"])
-    return seen
-
-
-def config_verdicts(table3: pd.DataFrame, noise_ns: float | None) -> pd.DataFrame:
-    """Spec §5 verdict per (configuration, schedule) of Table 3: key columns, predicted and measured
-    median stall (µs, probe clock per SM; predicted = the median of per-tile Δt), backpressured tiles,
-    kernel time (ms, nsys), ``diagnosis`` (:func:`configuration_diagnosis`, from the median rule and the
-    share ``inflated_share`` = Table 3's ``inflated_<schedule>`` / ``inflation_judged_<schedule>``: NaN
-    where no tile could be judged; absent for a Table 3 written before the diagnosis), ``verdict``
-    (stall-bound where the diagnosis names a cause, covered otherwise) and ``model_agrees`` (about the
-    slot stall); a schedule with neither stall is left out.
-    ``noise_ns`` None → MIN_NOISE_NS."""
-    noise_us = (MIN_NOISE_NS if noise_ns is None else float(noise_ns)) / 1e3
-    keys = [c for c in KEY_COLUMNS if c in table3.columns]
-    parts = []
-    for sched in table3_schedules(table3):
-        pred = table3.get(f"stall_{sched}_pred_tiles_us", pd.Series(np.nan, index=table3.index)).astype(float)
-        meas = table3.get(f"stall_{sched}_meas_us", pd.Series(np.nan, index=table3.index)).astype(float)
-        part = table3[keys].copy()
-        part["schedule"] = sched
-        part["predicted_stall_us"] = pred.to_numpy()
-        part["measured_stall_us"] = meas.to_numpy()
-        part["backpressured_tiles"] = table3.get(f"backpressured_{sched}", pd.Series(np.nan, index=table3.index)).to_numpy()
-        part["kernel_ms"] = table3.get(f"kernel_ms_{sched}", pd.Series(np.nan, index=table3.index)).astype(float).to_numpy()
-        pred_over, meas_over = pred.to_numpy() > noise_us, meas.to_numpy() > noise_us
-        judged = table3.get(f"inflation_judged_{sched}", pd.Series(0, index=table3.index)).astype(float)
-        share = table3.get(f"inflated_{sched}", pd.Series(0, index=table3.index)).astype(float) / judged.where(judged > 0)
-        part["inflated_share"] = share.to_numpy()
-        part["diagnosis"] = configuration_diagnosis(stall_verdict(meas.to_numpy(), pred.to_numpy(), noise_us), share.to_numpy())
-        part["verdict"] = np.where(part["diagnosis"] != "none", "stall-bound", "covered")
-        part["model_agrees"] = np.where(meas.isna().to_numpy(), None, pred_over == meas_over)
-        part["noise_us"] = noise_us
-        parts.append(part[pred.notna().to_numpy() | meas.notna().to_numpy()])  # a schedule this configuration did not run
-    has_judged = any(str(c).startswith("inflation_judged_") for c in table3.columns)  # none in a Table 3 before the diagnosis
-    cols = keys + ["schedule", "predicted_stall_us", "measured_stall_us", "backpressured_tiles", "kernel_ms", "verdict", "diagnosis",
-                   *(["inflated_share"] if has_judged else []), "model_agrees", "noise_us"]
-    if not parts:
-        return pd.DataFrame(columns=cols)
-    return pd.concat(parts, ignore_index=True)[cols]
-
-
-CONFIG_KEYS = ("dest", "shape", "schedule")
-INFLATED_MAJORITY = 0.5  # more than half of the Linear-2 tiles: the median tile is inflated
-
-
-def configuration_diagnosis(slot_verdict, inflated_share):
-    """Vectorized: "slot_backpressure" where ``slot_verdict`` (of :func:`stall_verdict`) is "stall",
-    else "mainloop_inflation" where the share of Linear-2 tiles with an inflated mainloop exceeds
-    INFLATED_MAJORITY, else "none" (a NaN share: no control of that shape, not judged)."""
-    slot = np.asarray(slot_verdict) == "stall"
-    inflated = np.nan_to_num(np.asarray(inflated_share, dtype=np.float64), nan=0.0) > INFLATED_MAJORITY
-    return np.where(slot, "slot_backpressure", np.where(inflated, "mainloop_inflation", "none"))
+KEY_COLUMNS = ("dest", "shape", "variant", "schedule")
+STALLED_SHARE = 0.25
+VERDICT_COLUMNS = [*KEY_COLUMNS, "verdict", "diagnosis", "basis", "tiles", "stalled_tiles", "measured_stall_ns", "measured_stall_p99_ns",
+                   "slot_stall_ns", "compute_stall_ns", "slot_model_stall_ns", "predicted_stall_ns", "kernel_ns", "noise_ns", "model_agrees"]
 
 
 def stall_verdict(measured_stall_ns, predicted_stall_ns, noise_ns):
-    """The rule, vectorized: "stall" when the measured or the predicted (median) stall exceeds the
-    noise floor, "no stall" when a median exists and none does, "unknown" when both are NaN."""
+    """docs/model.md §5 rule, vectorized: "stall" when the measured (median) stall exceeds the noise floor,
+    or, where no stall was measured, when the predicted one does; "no stall" when the measured stall is at
+    or below it; "unknown" when it was not measured and the prediction does not exceed it."""
     meas = np.asarray(measured_stall_ns, dtype=np.float64)
     pred = np.asarray(predicted_stall_ns, dtype=np.float64)
     noise = np.asarray(noise_ns, dtype=np.float64)
-    stall = (np.nan_to_num(meas, nan=-np.inf) > noise) | (np.nan_to_num(pred, nan=-np.inf) > noise)
-    unknown = np.isnan(meas) & np.isnan(pred)
-    return np.where(stall, "stall", np.where(unknown, "unknown", "no stall"))
+    measured = ~np.isnan(meas)
+    stall = np.where(measured, np.nan_to_num(meas, nan=-np.inf) > noise, np.nan_to_num(pred, nan=-np.inf) > noise)
+    return np.where(stall, "stall", np.where(measured, "no stall", "unknown"))
 
 
-def configuration_verdicts(tiles: pd.DataFrame) -> pd.DataFrame:
-    """One row per configuration (dest, shape, schedule, variant): Linear-2 tiles with a remote
-    store, their median predicted and measured stall, the noise floor, backpressured tiles, tiles with
-    an inflated mainloop, the :func:`configuration_diagnosis` and the verdict (:func:`stall_verdict`,
-    or "stall" where the diagnosis is mainloop inflation). Empty when there are no tiles."""
-    cols = [*CONFIG_KEYS, "variant", "l2_tiles", "predicted_stall_med_ns", "measured_stall_med_ns",
-            "noise_ns", "backpressured_tiles", "inflated_tiles", "diagnosis", "verdict"]
-    if tiles.empty or "tile_kind" not in tiles:
-        return pd.DataFrame(columns=cols)
-    cfg = tiles[[*CONFIG_KEYS, "variant"]].astype("category")
-    capable = (tiles["tile_kind"].astype(str) == "linear2") & tiles["rs_span_ns"].notna()
-    inflated = pd.Series(mainloop_inflated(tiles), index=tiles.index, name="inflated") if "control_mainloop_ns" in tiles \
-        else pd.Series(False, index=tiles.index, name="inflated")
-    t = pd.concat([cfg, tiles[["predicted_stall_ns", "measured_stall_ns", "noise_ns", "backpressured"]], inflated], axis=1)[capable]
-    keys = [*CONFIG_KEYS, "variant"]
-    if t.empty:
-        return pd.DataFrame(columns=cols)
-    g = t.groupby(keys, dropna=False, sort=True)
-    out = g.agg(l2_tiles=("predicted_stall_ns", "size"), predicted_stall_med_ns=("predicted_stall_ns", "median"),
-                measured_stall_med_ns=("measured_stall_ns", "median"), noise_ns=("noise_ns", "max"),
-                backpressured_tiles=("backpressured", "sum"), inflated_tiles=("inflated", "sum")).reset_index()
-    out["backpressured_tiles"] = out["backpressured_tiles"].astype(int)
-    out["inflated_tiles"] = out["inflated_tiles"].astype(int)
-    slot = stall_verdict(out["measured_stall_med_ns"], out["predicted_stall_med_ns"], out["noise_ns"])
-    out["diagnosis"] = configuration_diagnosis(slot, out["inflated_tiles"] / out["l2_tiles"])
-    out["verdict"] = np.where(out["diagnosis"] == "mainloop_inflation", "stall", slot)
-    return out[cols]
+def config_verdicts(table3: pd.DataFrame) -> pd.DataFrame:
+    """docs/model.md §5, §12: one verdict row per Table 3 row (dest, shape, variant, schedule):
+    ``verdict`` (stall-bound | covered | unknown), ``diagnosis``, ``basis`` (measured | predicted | none),
+    the tiles and stalled tiles, the median and p99 measured stall and its slot and compute parts, the slot
+    model's median Δt, the calibrated forward prediction (``predicted_stall_ns``, NaN without a
+    calibration), the kernel time and the noise floor (ns), and ``model_agrees`` (the prediction on the
+    same side of the noise floor as the measurement; None where either is missing)."""
+    if table3.empty:
+        return pd.DataFrame(columns=VERDICT_COLUMNS)
+
+    def col(name: str) -> np.ndarray:
+        return table3[name].to_numpy(np.float64) if name in table3 else np.full(len(table3), np.nan)
+
+    noise = np.nan_to_num(col("noise_ns"), nan=MIN_NOISE_NS)
+    meas, slot, comp = col("stall_ns"), col("slot_meas_ns"), col("compute_stall_ns")
+    forward, slot_model = col("forward_stall_ns"), col("slot_pred_ns")
+    pred = np.where(np.isnan(forward), slot_model, forward)
+    rule = stall_verdict(meas, pred, noise)
+    measured_tiles = table3["measured_tiles"] if "measured_tiles" in table3 else table3["tiles"]
+    share = table3["stalled_tiles"].to_numpy(np.float64) / np.maximum(measured_tiles.to_numpy(np.float64), 1)
+    rule = np.where((rule == "no stall") & (share > STALLED_SHARE), "stall", rule)
+    verdict = np.select([rule == "stall", rule == "no stall"], ["stall-bound", "covered"], "unknown")
+    backpressured, inflated = col("backpressured_tiles"), col("inflated_tiles")
+    cause = np.select([np.nan_to_num(slot) > noise, np.nan_to_num(comp) > noise, inflated > backpressured],
+                      ["slot_backpressure", "mainloop_inflation", "mainloop_inflation"], "slot_backpressure")
+    out = table3[list(KEY_COLUMNS)].copy()
+    out["verdict"] = verdict
+    out["diagnosis"] = np.where(verdict == "stall-bound", cause, "none")
+    out["basis"] = np.where(~np.isnan(meas), "measured", np.where(~np.isnan(pred), "predicted", "none"))
+    out["tiles"] = table3["tiles"].to_numpy()
+    out["stalled_tiles"] = table3["stalled_tiles"].to_numpy()
+    out["measured_stall_ns"], out["measured_stall_p99_ns"] = meas, col("stall_p99_ns")
+    out["slot_stall_ns"], out["compute_stall_ns"] = slot, comp
+    out["slot_model_stall_ns"], out["predicted_stall_ns"] = slot_model, forward
+    out["kernel_ns"], out["noise_ns"] = col("kernel_ns"), noise
+    agree = (np.nan_to_num(pred, nan=-np.inf) > noise) == (np.nan_to_num(meas, nan=-np.inf) > noise)
+    out["model_agrees"] = np.where(np.isnan(meas) | np.isnan(pred), None, agree)
+    return out[VERDICT_COLUMNS].reset_index(drop=True)

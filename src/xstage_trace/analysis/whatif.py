@@ -12,7 +12,7 @@ from xstage_trace.analysis.burst_gap import isolated_excess_bytes, pos, recovery
 def interleave(volume_bytes: float, mainloop_l1_ns: float, mainloop_l2_ns: float, n1: int, n2: int,
                issue_floor_ns: float, rate_gbps: float, n_tile_width: int | None = None,
                num_sms: int | None = None, expert_intermediate: int | None = None) -> dict:
-    """Spec §6: wave vs interleaved gap and issue overhead, full-recovery test, anti-starvation knee.
+    """docs/model.md §6: wave vs interleaved gap and issue overhead, full-recovery test, anti-starvation knee.
 
     G_wave ≈ T_L2; ΔT_wave = [V/R − G_wave − T0]₊; G_int ≈ T_L2 + (n1/n2)·T_L1;
     ΔT_int = [ΔT_wave − (n1/n2)·T_L1]₊; recovery iff n2·V / (n2·(T0 + T_L2) + n1·T_L1) ≤ R;
@@ -38,7 +38,7 @@ def interleave(volume_bytes: float, mainloop_l1_ns: float, mainloop_l2_ns: float
 
 def qloop_audit(tile_m: int, head_dim: int, elem_bytes: int, kv_tile: int, sigma_ns: float, producers: int,
                 rate_gbps: float, issue_floor_ns: float, capacity_bytes: float | None, seq_lens) -> dict:
-    """Spec §7: B_t = b_m·d·s_out, V = K·B_t, G* = [V/R − T0]₊, G_Qloop(M) ≥ σ·⌈M/b_n⌉,
+    """docs/model.md §7: B_t = b_m·d·s_out, V = K·B_t, G* = [V/R − T0]₊, G_Qloop(M) ≥ σ·⌈M/b_n⌉,
     M_ub* = b_n·⌈G*/σ⌉; per M: piggyback when the Q-loop gap covers G* and b^iso ≤ Q."""
     b_t = tile_m * head_dim * elem_bytes
     volume = producers * b_t
@@ -59,5 +59,5 @@ def qloop_audit(tile_m: int, head_dim: int, elem_bytes: int, kv_tile: int, sigma
 
 
 def completion_coupled_excess_ns(volume_bytes: float, rate_gbps: float, latency_ns: float, cover_ns) -> np.ndarray:
-    """Spec §7 counterfactual per aligned burst: Δt^cc = [V/R + T_lat − T_cover]₊."""
+    """docs/model.md §7 counterfactual per aligned burst: Δt^cc = [V/R + T_lat − T_cover]₊."""
     return pos(volume_bytes / rate_gbps + latency_ns - np.asarray(cover_ns, dtype=np.float64))

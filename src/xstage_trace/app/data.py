@@ -62,13 +62,14 @@ def tiles_with_config(path: str) -> pd.DataFrame:
 
 @st.cache_resource(show_spinner=False, max_entries=16)
 def _verdicts(path: str, stamp: float) -> pd.DataFrame:
-    from xstage_trace.analysis.verdict import configuration_verdicts
+    from xstage_trace.reports.verdict_text import verdict_table, with_sentences
 
-    return configuration_verdicts(_frame(path, stamp, "tiles"))
+    return with_sentences(verdict_table(_run(path, stamp)))
 
 
 def verdicts(path: str) -> pd.DataFrame:
-    """analysis.verdict.configuration_verdicts over the run's tiles."""
+    """The run's verdict per configuration and schedule (Run.verdicts(), µs / ms columns added) with
+    its sentence (reports/verdict_text), stall-bound first."""
     return _verdicts(path, stamp(path))
 
 

@@ -18,6 +18,8 @@ COLORS = {
     "NVTX": "#b07aa1",
 }
 LAYOUT = dict(template="plotly_white", margin=dict(l=60, r=20, t=40, b=40), legend=dict(orientation="h", y=-0.12))
+# figures with an x-axis title and many traces: the legend beside the plot, clear of the axis title
+SIDE_LEGEND = dict(LAYOUT, legend=dict(orientation="v", x=1.02, y=1.0, xanchor="left", yanchor="top", font=dict(size=11)))
 
 
 def _bars(df: pd.DataFrame, y, name: str, color: str, origin_ns: float, text=None, width=0.6) -> go.Bar:
@@ -133,7 +135,7 @@ def calibration_vs_gap(pred: pd.DataFrame, k: int, measured: str, eq1: str, rec:
         fig.add_trace(go.Scatter(x=x, y=gb[eq1] / 1e3, mode="lines", name=f"B={b // 1024} KiB Eq. 1", line=dict(color=col, dash="dash")))
         if rec and rec in gb:
             fig.add_trace(go.Scatter(x=x, y=gb[rec] / 1e3, mode="lines", name=f"B={b // 1024} KiB recurrence", line=dict(color=col)))
-    fig.update_layout(title=title, xaxis_title="gap G (µs)", yaxis_title=y_label, yaxis_type="log", height=420, **LAYOUT)
+    fig.update_layout(title=title, xaxis_title="gap G (µs)", yaxis_title=y_label, yaxis_type="log", height=420, **SIDE_LEGEND)
     return fig
 
 
@@ -149,7 +151,7 @@ def isolated_issue(iso: pd.DataFrame, floor_ns: np.ndarray, law_ns: np.ndarray |
     if law_ns is not None:
         fig.add_trace(go.Scatter(x=v, y=law_ns / 1e3, mode="lines", name="capacity law T_iss^iso (docs/model.md §3)"))
     fig.update_layout(title=f"isolated burst issue vs volume, K = {k}", xaxis_title="volume V (MiB)", yaxis_title="issue time (µs)",
-                      xaxis_type="log", yaxis_type="log", height=420, **LAYOUT)
+                      xaxis_type="log", yaxis_type="log", height=420, **SIDE_LEGEND)
     return fig
 
 
@@ -161,7 +163,7 @@ def residuals(pred: pd.DataFrame, columns: dict[str, str]) -> go.Figure:
             fig.add_trace(go.Scatter(x=pred["gap_ns"] / 1e3, y=pred[col], mode="markers", name=label,
                                      hovertext="K=" + pred["K"].astype(str) + " B=" + pred["B"].astype(str)))
     fig.update_layout(title="period error |predicted − measured| / measured", xaxis_title="gap G (µs)", yaxis_title="error (%)",
-                      height=380, **LAYOUT)
+                      height=380, **SIDE_LEGEND)
     return fig
 
 

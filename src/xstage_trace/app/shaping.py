@@ -6,6 +6,8 @@ Times: ``*_ns`` on the run's time base (docs/run-dataset.md); figures show µs o
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 from scipy import stats
@@ -181,6 +183,17 @@ def group_quantiles(tiles: pd.DataFrame, by: str, value: str) -> pd.DataFrame:
     return out.reset_index()
 
 
+def quantiles_in_us(q: pd.DataFrame) -> pd.DataFrame:
+    """group_quantiles of an ``*_ns`` value for display: the statistics in µs, the unit in each
+    header ("median (µs)"), rounded to 3 decimals (1 ns)."""
+    stats_cols = ["min", "p25", "median", "p75", "max", "mean"]
+    out = q.copy()
+    for c in stats_cols:
+        if c in out:
+            out[c] = (out[c].astype(float) / 1e3).round(3)
+    return out.rename(columns={c: f"{c} (µs)" for c in stats_cols})
+
+
 def backpressured_tiles(tiles: pd.DataFrame, limit: int = 5000) -> pd.DataFrame:
     """Backpressured tiles, the largest measured stall first (then predicted), at most ``limit``,
     with the times in µs."""
@@ -219,40 +232,81 @@ def guard_onset(seq: pd.DataFrame) -> int | None:
 
 # ---------------------------------------------------------------- compare
 
-CONFIG_COLUMNS = ("dest", "shape", "variant")
+def compare_verdicts(a: pd.DataFrame, b: pd.DataFrame, keys=("dest", "shape", "variant", "schedule")) -> pd.DataFrame:
+    """Two runs' verdict tables (reports.verdict_text.verdict_table) side by side, matched on ``keys``
+    (those both tables have; the gate's keys on the Compare page), outer join; ``in both`` marks the
+    configurations both runs hold, and ``changed`` is True only there (a configuration in one run alone
+    has no verdict to change). Rows of one run that share the keys (variants, when the keys leave
+    variant out) keep the most severe verdict and the largest stalls (µs)."""
+    keys = [k for k in keys if k in a and k in b]
+    cols = ["measured_stall_us", "slot_model_stall_us", "stalled_tiles", "verdict"]
+    if not keys:
+        return pd.DataFrame(columns=["in both", "changed"])
+
+    def per_key(v: pd.DataFrame) -> pd.DataFrame:
+        v = v.assign(_sev=v["verdict"].astype(str).map({"stall-bound": 2, "covered": 1}).fillna(0))
+        g = v.sort_values("_sev", ascending=False).groupby(keys, sort=True, observed=True, dropna=False)
+        return g.agg(measured_stall_us=("measured_stall_us", "max"), slot_model_stall_us=("slot_model_stall_us", "max"),
+                     stalled_tiles=("stalled_tiles", "sum"), verdict=("verdict", "first")).reset_index()
+
+    m = per_key(a).merge(per_key(b), on=keys, how="outer", suffixes=(" A", " B"), indicator=True)
+    m["in both"] = m.pop("_merge") == "both"
+    m["changed"] = m["in both"] & (m["verdict A"] != m["verdict B"])
+    m = m[keys + [f"{c} {r}" for c in cols for r in ("A", "B")] + ["in both", "changed"]]
+    return m.rename(columns={f"{c}_us {r}": f"{c.replace('_', ' ')} (µs) {r}" for c in ("measured_stall", "slot_model_stall") for r in ("A", "B")})
 
 
-def schedule_speedup(table3: pd.DataFrame) -> pd.DataFrame:
-    """Within one run: wave / interleaved median kernel time per configuration (kernel time scope)."""
-    keys = [c for c in CONFIG_COLUMNS if c in table3]
-    if table3.empty or "kernel_ms_wave" not in table3 or "kernel_ms_interleaved" not in table3:
-        return pd.DataFrame(columns=[*keys, "kernel_ms_wave", "kernel_ms_interleaved", "speedup"])
-    out = table3[[*keys, "kernel_ms_wave", "kernel_ms_interleaved"]].copy()
-    out["speedup"] = out["kernel_ms_wave"] / out["kernel_ms_interleaved"]
+def gate_headline(table: pd.DataFrame) -> dict:
+    """The Compare page's first line from reports.compare.compare_runs' table: configurations in
+    both runs, the median kernel-time change over them (%), and the largest slow-down and speed-up
+    (configuration label, %)."""
+    both = table.dropna(subset=["change_pct"])
+    out = {"in_both": int(len(both)), "median_change_pct": float(both["change_pct"].median()) if len(both) else np.nan,
+           "worst": None, "best": None}
+    keys = [c for c in ("dest", "shape", "schedule", "kernel") if c in table]
+    if len(both):
+        label = lambda r: " ".join(str(r[k]) for k in keys)  # noqa: E731
+        hi, lo = both.loc[both["change_pct"].idxmax()], both.loc[both["change_pct"].idxmin()]
+        out["worst"] = (label(hi), float(hi["change_pct"]))
+        out["best"] = (label(lo), float(lo["change_pct"]))
     return out
 
 
-def compare_table3(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
-    """Two runs' Table 3 joined on the configuration columns they share: every numeric column of
-    both as ``<col> A`` / ``<col> B`` and ``<col> Δ`` = B − A (outer join: a configuration only in
-    one run keeps NaN for the other)."""
-    keys = [c for c in CONFIG_COLUMNS if c in a and c in b]
-    if not keys:
-        return pd.DataFrame()
-    num = [c for c in a.columns if c in b.columns and c not in keys
-           and pd.api.types.is_numeric_dtype(a[c]) and pd.api.types.is_numeric_dtype(b[c])]
-    m = a[[*keys, *num]].merge(b[[*keys, *num]], on=keys, how="outer", suffixes=(" A", " B"))
-    cols = list(keys)
-    for c in num:
-        m[f"{c} Δ"] = m[f"{c} B"] - m[f"{c} A"]
-        cols += [f"{c} A", f"{c} B", f"{c} Δ"]
-    return m[cols]
+# ---------------------------------------------------------------- what-if
 
-
-def compare_verdicts(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
-    """Two runs' configuration verdicts side by side (outer join on dest, shape, schedule, variant)."""
-    keys = ["dest", "shape", "schedule", "variant"]
-    cols = ["measured_stall_med_ns", "predicted_stall_med_ns", "backpressured_tiles", "verdict"]
-    m = a[keys + cols].merge(b[keys + cols], on=keys, how="outer", suffixes=(" A", " B"))
-    m["changed"] = m["verdict A"].fillna("—") != m["verdict B"].fillna("—")
-    return m
+def measured_start(tiles: pd.DataFrame, bursts: pd.DataFrame) -> dict:
+    """The What-if's starting point from one configuration's own measurements (dest × shape × variant,
+    both schedules): per schedule the median Linear-2 remote-store span T_RS, cover T_cover, lead
+    T_lead and measured stall (µs, probe clock per SM), the median Linear-2 / Linear-1 mainloops
+    (µs), the tile counts n1 / n2, and from its wave bursts the producers K and bytes per producer B
+    (medians). Missing pieces are NaN (or None for counts)."""
+    out = {"l2_us": np.nan, "l1_us": np.nan, "producers": None, "bytes_per_producer": np.nan, "n1": None, "n2": None,
+           "noise_ns": np.nan, "schedules": {}}
+    if tiles.empty:
+        return out
+    kind = tiles["tile_kind"].astype(str)
+    l2, l1 = tiles[kind == "linear2"], tiles[kind == "linear1"]
+    out["l2_us"] = float(l2["mainloop_ns"].median()) / 1e3 if len(l2) else np.nan
+    out["l1_us"] = float(l1["mainloop_ns"].median()) / 1e3 if len(l1) else np.nan
+    out["noise_ns"] = float(tiles["noise_ns"].max())
+    if len(l1) and len(l2):
+        per_sched = tiles.groupby([tiles["schedule"].astype(str), kind], observed=True).size()
+        sched = str(l2["schedule"].astype(str).mode().iloc[0])
+        c1, c2 = int(per_sched.get((sched, "linear1"), 0)), int(per_sched.get((sched, "linear2"), 0))
+        if c1 and c2:
+            g = math.gcd(c1, c2)
+            out["n1"], out["n2"] = c1 // g, c2 // g
+    for sched, g in l2.groupby(l2["schedule"].astype(str), sort=True):
+        rs = g.dropna(subset=["rs_span_ns"])
+        out["schedules"][sched] = {
+            "span_us": float(rs["rs_span_ns"].median()) / 1e3 if len(rs) else np.nan,
+            "cover_us": float(rs["cover_ns"].median()) / 1e3 if len(rs) else np.nan,
+            "lead_us": float(rs["epilogue_lead_ns"].fillna(0).median()) / 1e3 if len(rs) and "epilogue_lead_ns" in rs else 0.0,
+            "measured_stall_us": float(rs["measured_stall_ns"].median()) / 1e3 if len(rs) else np.nan,
+        }
+    b = bursts[bursts["schedule"].astype(str) == "wave"] if len(bursts) and "schedule" in bursts else bursts
+    b = b if len(b) else bursts
+    if len(b):
+        out["producers"] = int(b["producers"].median())
+        out["bytes_per_producer"] = float((b["volume_bytes"] / b["producers"].clip(lower=1)).median())
+    return out

@@ -50,3 +50,16 @@ def user_cache_dir() -> Path:
     base = os.environ.get("XDG_CACHE_HOME", "")
     root = Path(base) if base and os.path.isabs(base) else Path.home() / ".cache"
     return root / "xstage-trace"
+
+
+def shown_path(path: str | Path, base: str | Path | None = None) -> str:
+    """How an output (a report, a PR comment) names a file or run folder: relative to ``base`` (the
+    working folder by default) when it lies inside it, otherwise its name alone; never an absolute
+    path, which would leak the user's home and machine layout into what they share."""
+    p = Path(os.path.abspath(path))
+    root = Path(os.path.abspath(base if base is not None else os.getcwd()))
+    try:
+        rel = p.relative_to(root)
+    except ValueError:
+        return display_name(p.name)
+    return display_name(str(rel)) if str(rel) != "." else display_name(p.name)

@@ -185,7 +185,51 @@ TILES = pa.schema(
         ("noise_ns", pa.float64()),
         ("backpressured", pa.bool_()),
         ("control_mainloop_ns", pa.float64()),
+        ("control_compute_ns", pa.float64()),
+        ("compute_stall_ns", pa.float64()),
+        ("stall_ns", pa.float64()),
+        ("forward_stall_ns", pa.float64()),
         ("diagnosis", pa.string()),
+    ]
+)
+
+
+def _field(name: str, type_: pa.DataType, label: str) -> pa.Field:
+    """A column with its display label (``label`` in the field metadata; the unit follows from the name)."""
+    return pa.field(name, type_, metadata={"label": label})
+
+
+# Table 3 (docs/model.md §5, §12): one row per configuration and schedule, times in ns like every other table.
+TABLE3 = pa.schema(
+    [
+        _field("dest", pa.string(), "destination"),
+        _field("shape", pa.string(), "shape"),
+        _field("variant", pa.string(), "kernel variant"),
+        _field("schedule", pa.string(), "schedule"),
+        _field("tiles", pa.int64(), "remote-store tiles"),
+        _field("measured_tiles", pa.int64(), "tiles with a measured stall"),
+        _field("stalled_tiles", pa.int64(), "stalled tiles"),
+        _field("backpressured_tiles", pa.int64(), "backpressured tiles"),
+        _field("inflated_tiles", pa.int64(), "inflated mainloops"),
+        _field("inflation_judged_tiles", pa.int64(), "tiles with a control"),
+        _field("compute_ns", pa.float64(), "compute span (median)"),
+        _field("other_compute_ns", pa.float64(), "local-store tiles' compute span (median)"),
+        _field("control_compute_ns", pa.float64(), "control compute span (median)"),
+        _field("cover_ns", pa.float64(), "T_cover (median)"),
+        _field("store_span_ns", pa.float64(), "store span T_RS (median)"),
+        _field("slot_pred_medians_ns", pa.float64(), "slot stall predicted from medians"),
+        _field("slot_pred_ns", pa.float64(), "slot stall predicted per tile (median)"),
+        _field("slot_meas_ns", pa.float64(), "slot stall measured (median)"),
+        _field("slot_err_median_ns", pa.float64(), "slot |pred − meas| (median)"),
+        _field("slot_err_mean_ns", pa.float64(), "slot |pred − meas| (mean)"),
+        _field("stall_ns", pa.float64(), "measured stall (median)"),
+        _field("stall_p99_ns", pa.float64(), "measured stall (p99)"),
+        _field("compute_stall_ns", pa.float64(), "compute part of the stall (median)"),
+        _field("forward_stall_ns", pa.float64(), "calibrated forward prediction (median)"),
+        _field("noise_ns", pa.float64(), "noise floor"),
+        _field("kernel_ns", pa.float64(), "kernel time (median of trials, slowest rank)"),
+        _field("trials", pa.float64(), "trials"),
+        _field("ranks", pa.float64(), "ranks"),
     ]
 )
 
@@ -199,6 +243,32 @@ TABLES: dict[str, pa.Schema] = {
     "bursts": BURSTS,
     "tiles": TILES,
 }
+# The verdict per configuration and schedule (docs/model.md §5, §12; analysis/verdict.py).
+VERDICTS = pa.schema(
+    [
+        _field("dest", pa.string(), "destination"),
+        _field("shape", pa.string(), "shape"),
+        _field("variant", pa.string(), "kernel variant"),
+        _field("schedule", pa.string(), "schedule"),
+        _field("verdict", pa.string(), "verdict"),
+        _field("diagnosis", pa.string(), "cause"),
+        _field("basis", pa.string(), "basis"),
+        _field("tiles", pa.int64(), "remote-store tiles"),
+        _field("stalled_tiles", pa.int64(), "stalled tiles"),
+        _field("measured_stall_ns", pa.float64(), "measured stall (median)"),
+        _field("measured_stall_p99_ns", pa.float64(), "measured stall (p99)"),
+        _field("slot_stall_ns", pa.float64(), "slot part (median)"),
+        _field("compute_stall_ns", pa.float64(), "compute part (median)"),
+        _field("slot_model_stall_ns", pa.float64(), "slot model Δt (median)"),
+        _field("predicted_stall_ns", pa.float64(), "calibrated prediction (median)"),
+        _field("kernel_ns", pa.float64(), "kernel time"),
+        _field("noise_ns", pa.float64(), "noise floor"),
+        _field("model_agrees", pa.bool_(), "model agrees"),
+    ]
+)
+
+# The run's result tables, written as NAME.parquet beside the tables (docs/run-dataset.md).
+RESULTS: dict[str, pa.Schema] = {"table3": TABLE3, "verdicts": VERDICTS}
 
 
 def empty_table(name: str) -> pa.Table:
@@ -207,8 +277,8 @@ def empty_table(name: str) -> pa.Table:
 
 
 def conform(name: str, table: pa.Table) -> pa.Table:
-    """Cast ``table`` to the schema of ``name`` (column order and types), filling absent columns with nulls."""
-    schema = TABLES[name]
+    """Cast ``table`` to the schema of ``name`` (a table or a result; column order and types), filling absent columns with nulls."""
+    schema = TABLES[name] if name in TABLES else RESULTS[name]
     cols = []
     for field in schema:
         if field.name in table.column_names:

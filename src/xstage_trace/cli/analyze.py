@@ -11,20 +11,27 @@ from xstage_trace.cli import app, emit, err, out, warn
 from xstage_trace.base.errors import printable
 
 def _progress(enabled: bool):
-    """A rich progress factory for long steps (silent under --json)."""
+    """A rich progress display for the steps that take over a second (silent under --json and in
+    pipes): reading the inputs (spinner), the probe dumps (a bar), writing the run folder (spinner)."""
     if not enabled:
         return None, None
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-    prog = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(), console=err.console, transient=True)
+    prog = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                    TimeElapsedColumn(), console=err.console, transient=True)
+    reading = prog.add_task("reading inputs (nsys export, probe dump headers)", total=None)
 
     def start(desc: str, total: int):
+        prog.update(reading, total=1, completed=1, visible=False)
         task = prog.add_task(desc, total=total)
-        return lambda: prog.advance(task)
+
+        def tick():
+            prog.advance(task)
+            if prog.tasks[task].finished:
+                prog.add_task("writing the run folder", total=None)
+        return tick
 
     return prog, start
-
-
 
 
 @app.command()
@@ -40,6 +47,7 @@ def analyze(
     scheduler: Optional[str] = typer.Option(None, "--scheduler", help="run the per-dump work on Dask: local:N (N worker processes) or a scheduler address (docs/scale.md)"),
     force: bool = typer.Option(False, "--force", help="replace RUN_DIR when it is an earlier xstage-trace run folder (never anything else)"),
     nvtx: Optional[str] = typer.Option(None, "--nvtx", help="keep only the kernels launched under NVTX ranges of this name (or glob, e.g. '*schedule=wave*'), in any domain unless --nvtx-domain names one"),
+    wide: bool = typer.Option(False, "--wide", help="print every Table 3 column (the default fits 120 columns)"),
     nvtx_domain: Optional[str] = typer.Option(None, "--nvtx-domain", help="only NVTX ranges of this domain (name or glob, e.g. xstage) count for --nvtx; alone: kernels under any range of the domain"),
 ):
     """Collect, align and analyze; write the run dataset and print a summary."""
@@ -59,19 +67,85 @@ def analyze(
         if prog:
             prog.stop()
     if as_json:
-        emit(summary)
+        emit(with_verdicts(summary))
         return
+    print_summary(summary, wide)
+
+
+def with_verdicts(summary: dict) -> dict:
+    """The summary with ``verdicts`` (one record per configuration × schedule) and
+    ``verdict_sentences`` (reports/verdict_text), the same answer the printed summary leads with."""
+    from xstage_trace import open_run
+    from xstage_trace.reports.verdict_text import verdict_table, with_sentences
+
+    v = with_sentences(verdict_table(open_run(summary["run_dir"])))
+    doc = dict(summary)
+    doc.setdefault("verdicts", v.drop(columns=["sentence"]).to_dict("records"))
+    doc["verdict_sentences"] = v["sentence"].tolist()
+    return doc
+
+
+TABLE3_KEYS = {"dest": "dest", "shape": "shape", "variant": "variant", "schedule": "schedule"}
+TABLE3_SHORT = {"stalled_pct": "stalled\n%", "stall_ns": "stall\nµs", "compute_stall_ns": "compute\npart µs",
+                "slot_pred_ns": "slot\npred µs", "forward_stall_ns": "fwd\npred µs", "kernel_ns": "kernel\nms", "speedup": "W/I"}
+TABLE3_WIDE = {"tiles": "tiles", "stalled_tiles": "stalled", "backpressured_tiles": "bp", "inflated_tiles": "infl",
+               "slot_meas_ns": "slot\nmeas µs", "stall_p99_ns": "stall\np99 µs", "store_span_ns": "T_RS\nµs", "cover_ns": "T_cover\nµs",
+               "compute_ns": "compute\nµs", "control_compute_ns": "control\nµs", "noise_ns": "noise\nµs", "trials": "trials"}
+
+
+def print_summary(summary: dict, wide: bool = False) -> None:
+    """The answer first: the verdict per configuration, then Table 3 (key columns and the numbers the
+    verdict rests on, 120 columns; every column with ``wide``), the run's inventory, warnings, and
+    where the run was written with the next commands."""
     from rich.table import Table
+    from rich.text import Text
 
+    from xstage_trace import open_run
+    from xstage_trace.base.paths import shown_path
     from xstage_trace.collectors.nsys_names import METRIC_PATTERNS
+    from xstage_trace.reports.verdict_text import headline, verdict_table, with_sentences
 
-    t = Table(title=f"xstage-trace run: {printable(summary['run_dir'])}", show_header=False)
+    run_dir = summary["run_dir"]
+    name = shown_path(run_dir)
+    run = open_run(run_dir)
+    v = with_sentences(verdict_table(run))
+    if not out.is_terminal:  # piped or logged: 120 columns (the terminal's own width otherwise)
+        out.console.width = 200 if wide else 120
+    out.print(Text(f"Verdict ({name}; docs/model.md §5, stalls per Linear-2 tile on the probe clock, kernel time from nsys)", style="bold"))
+    out.print(headline(v), highlight=False)
+    for line in v["sentence"]:
+        out.print(Text.assemble(("• ", "bold"), (line, "red" if ": stall-bound" in line else "")), highlight=False)
+    table3 = run.table3()
+    if len(table3):
+        cols = dict(TABLE3_KEYS, **(dict(TABLE3_SHORT, **TABLE3_WIDE) if wide else TABLE3_SHORT))
+        from xstage_trace.reports.verdict_text import schedule_speedups
+
+        sp = schedule_speedups(v).set_index(["dest", "shape", "variant"])["speedup"]
+        rows = table3.astype(object).where(table3.notna(), None).to_dict("records")
+        for r in rows:  # on the wave row: the schedule speedup, wave / interleaved kernel time (nsys)
+            key = (r["dest"], r["shape"], r["variant"])
+            r["speedup"] = float(sp[key]) if r.get("schedule") == "wave" and key in sp.index and sp[key] == sp[key] else None
+            r["stalled_pct"] = 100.0 * r["stalled_tiles"] / r["tiles"] if r.get("tiles") else None
+        cols = {c: h for c, h in cols.items() if c in rows[0]}
+        t3 = Table(title="Table 3 (remote-store tiles, medians; stalls on the probe clock per SM, kernel time nsys)", title_justify="left")
+        for c, head in cols.items():
+            key = c in TABLE3_KEYS
+            t3.add_column(head, no_wrap=key, justify="left" if key else "right", overflow="fold")
+        for r in rows:
+            t3.add_row(*[_cell(r.get(c), c) for c in cols])
+        t3.caption = ("stall = measured: slot wait + compute span beyond the control's (median); slot pred = the slot model's per-tile "
+                      "[T_lead + T_RS − T_cover]₊; fwd pred = the calibrated forward prediction; kernel = per trial the slowest rank, median "
+                      "over trials, warm-ups excluded; W/I = wave / interleaved kernel time" + ("" if wide else "; every column with --wide"))
+        t3.caption_justify = "left"
+        out.print(t3)
+    t = Table(title=f"run: {name}", show_header=False, title_justify="left")
     for k in ("gpus", "kernels", "nvtx_ranges", "probes", "bursts", "backpressured_tiles", "time_base"):
-        t.add_row(k, str(summary.get(k)))
-    known = {name for name, _ in METRIC_PATTERNS}
-    shown = {k: v for k, v in summary["gpu_metrics"].items() if k in known}
+        val = summary.get(k)
+        t.add_row(k.replace("_", " "), ", ".join(val) if isinstance(val, list) else (f"{val:,}" if isinstance(val, int) else str(val)))
+    known = {n for n, _ in METRIC_PATTERNS}
+    shown = {k: v_ for k, v_ in summary["gpu_metrics"].items() if k in known}
     others = len(summary["gpu_metrics"]) - len(shown)
-    t.add_row("gpu_metrics", (", ".join(f"{k}: {v}" for k, v in sorted(shown.items())) or "none") + (f" (+{others} more)" if others else ""))
+    t.add_row("gpu metrics", (f"{len(shown)} known metrics ({', '.join(sorted(shown))})" if shown else "none") + (f" (+{others} more)" if others else ""))
     for r, a in summary.get("alignment", {}).items():
         drift = (f"drift {a['drift_ppm']:.2f} ± {a['drift_uncertainty_ppm']:.2f} ppm" if a["drift_ppm"] is not None
                  else "drift not identified" + (f" (feasible {a['drift_range_ppm'][0]:.1f} … {a['drift_range_ppm'][1]:.1f} ppm)" if a["drift_range_ppm"] else ""))
@@ -79,22 +153,39 @@ def analyze(
     if summary.get("calibration_points"):
         t.add_row("calibration points", str(summary["calibration_points"]))
     out.print(t)
-    if summary.get("table3"):
-        t3 = Table(title="Table 3 (Linear-2 tiles, medians, µs; timing scope: probe clock per SM)")
-        cols = {"dest": "dest", "shape": "shape", "variant": "variant", "span_wave_us": "span W", "span_interleaved_us": "span I",
-                "mainloop_l2_us": "T L2", "mainloop_l1_us": "T L1", "stall_wave_pred_medians_us": "Δt W pred",
-                "stall_wave_pred_tiles_us": "Δt W pred/tile", "stall_wave_meas_us": "Δt W meas",
-                "err_wave_mean_us": "|err| W mean", "stall_interleaved_pred_medians_us": "Δt I pred",
-                "stall_interleaved_meas_us": "Δt I meas", "backpressured_wave": "bp W", "backpressured_interleaved": "bp I",
-                "inflated_wave": "infl W", "inflated_interleaved": "infl I", "kernel_ms_wave": "ms W", "kernel_ms_interleaved": "ms I"}
-        cols = {c: h for c, h in cols.items() if c in summary["table3"][0]}
-        for head in cols.values():
-            t3.add_column(head)
-        t3.caption = ("W = expert-wave, I = interleaved; Δt pred = [median span − median T^mma]₊ (paper), pred/tile = median of per-tile "
-                      "[T_lead + T_RS − T_cover]₊; |err| = mean per-tile |pred − meas|; bp = backpressured tiles; infl = mainloop-inflated tiles; "
-                      "ms = kernel time (nsys), per trial the slowest rank, median over trials, warm-ups excluded")
-        for row in summary["table3"]:  # one row per configuration
-            t3.add_row(*[f"{row[c]:.3g}" if isinstance(row[c], float) else str(row[c]) for c in cols])
-        out.print(t3)
     for w in summary["warnings"]:
         warn(w)
+    n_tables, size = _run_size(run_dir)
+    out.print(Text(f"wrote {name} ({n_tables} tables, {size / 1e6:.1f} MB)", style="bold"), highlight=False)
+    out.print(f"next: xstage-trace report {name}   ·   xstage-trace dashboard {name}   ·   xstage-trace compare BASE_RUN {name}",
+              highlight=False, soft_wrap=True)
+
+
+def _cell(value, column: str) -> str:
+    """A Table 3 cell: counts with thousands separators, times to 3 significant digits, n/a for none."""
+    if value is None or (isinstance(value, float) and value != value):
+        return "n/a"
+    if isinstance(value, bool):
+        return str(value)
+    if column in ("tiles", "stalled_tiles", "backpressured_tiles", "inflated_tiles", "trials"):
+        return f"{int(value):,}"
+    if isinstance(value, float):
+        if column == "speedup":
+            return f"{value:.2f}×"
+        if column == "stalled_pct":
+            return f"{value:.0f}"
+        value = value / 1e6 if column == "kernel_ns" else value / 1e3 if column.endswith("_ns") else value
+        return "0" if value == 0 else f"{value:.3g}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+def _run_size(run_dir: str) -> tuple[int, int]:
+    """(tables, bytes on disk) of a written run folder: its Parquet tables (a file or a folder of parts each)."""
+    from pathlib import Path as _P
+
+    root = _P(run_dir)
+    tables = {p.relative_to(root).parts[0] for p in root.rglob("*.parquet")}
+    size = sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
+    return len(tables), size

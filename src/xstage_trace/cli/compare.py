@@ -24,19 +24,21 @@ def compare(
     """Per configuration: kernel-time change with a noise floor, stalls and backpressured tiles; exit 0 pass, 1 regression or inconclusive, 2 bad input."""
     from xstage_trace import open_run
     from xstage_trace.base.output import check_output, starts_with, write_output
-    from xstage_trace.reports.compare import MARKDOWN_MARK, GateConfig, check_gate, compare_markdown, compare_runs, gate_outcome
+    from xstage_trace.reports.compare import MARKDOWN_MARK, GateConfig, check_gate, compare_markdown, compare_runs, compare_tiles, gate_outcome
 
     check_gate(gate, accept)
     if output is not None:
         check_output(output, inputs=[base_run, new_run], force=force, ours=starts_with(MARKDOWN_MARK), example="compare.md")
     cfg = GateConfig(gate_pct=gate, keys=tuple(k.strip() for k in by.split(",") if k.strip()))
-    table = compare_runs(open_run(base_run), open_run(new_run), cfg)
-    code, outcome = gate_outcome(table, accept)
+    base, new = open_run(base_run), open_run(new_run)
+    table, tiles = compare_runs(base, new, cfg), compare_tiles(base, new, cfg)
+    code, outcome = gate_outcome(table, accept, tiles)
     if output is not None:
-        write_output(output, compare_markdown(table, outcome, base_run, new_run, cfg, accept))
+        write_output(output, compare_markdown(table, outcome, base_run, new_run, cfg, accept, tiles))
     if as_json:
         emit({"outcome": outcome, "exit_code": code, "accepted": accept, "gate_pct": gate, "keys": list(cfg.keys),
-              "compare_md": str(output) if output else None, "configurations": table.astype(object).where(table.notna(), None).to_dict("records")})  # NaN → null: strict JSON
+              "compare_md": str(output) if output else None, "configurations": table.astype(object).where(table.notna(), None).to_dict("records"),  # NaN → null: strict JSON
+              "tile_metrics": tiles.astype(object).where(tiles.notna(), None).to_dict("records")})
     else:
         out.print(outcome)
         if output is not None:

@@ -39,6 +39,12 @@ def export(
     check_output(output, inputs=[run_dir], force=force, ours=ours, example="run.pftrace" if fmt == "perfetto" else "run.json")
     run = open_run(run_dir)
     metrics = None if metric and "all" in metric else (list(metric) if metric else [n for n, _ in METRIC_PATTERNS])
+    if metric and metrics:
+        present = sorted(set(run.gpu_metrics()["metric"].astype(str)))
+        unknown = [m for m in metrics if m not in present]
+        if unknown:
+            raise InputError(run_dir, f"--metric {', '.join(map(repr, unknown))}: no such GPU metric in the run",
+                             f"use 'all' or one of: {', '.join(present)}" if present else "the run has no GPU metrics (capture with nsys profile --gpu-metrics-devices=all)")
     tl = build_timeline(run, dump_pattern=dump, metrics=metrics)
     if tl.spans.empty and tl.counters.empty:
         raise InputError(run_dir, "nothing to export (no kernels, NVTX ranges, probes or metrics" + (f" for --dump {dump!r}" if dump else "") + ")",

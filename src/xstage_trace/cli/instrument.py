@@ -46,7 +46,9 @@ def instrument_list():
     from xstage_trace.instrument.recipes import RECIPES
 
     for r in RECIPES.values():
-        out.print(f"[bold]{r.name}[/bold]  {r.title}", highlight=False, soft_wrap=True)
+        from rich.text import Text
+
+        out.print(Text.assemble((r.name, "bold"), f"  {r.title}"), highlight=False, soft_wrap=True)
         out.print(f"  architectures: {', '.join(r.architectures)}", highlight=False)
         for u in r.upstream:
             out.print(f"  verified: {u.repo} {u.commit} ({u.date})", highlight=False)

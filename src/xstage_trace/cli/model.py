@@ -120,15 +120,80 @@ def model_sequence(
     _show(sequence_doc(bursts, calibration, rate_gbps, issue_floor_us, capacity_mib), as_json, "sequence")
 
 
+UNITS = (("_us", "µs"), ("_ns", "ns"), ("_ms", "ms"), ("_gbps", "GB/s"), ("_mib", "MiB"), ("_bytes", "bytes"),
+         ("_pct", "%"), ("_tokens", "tokens"), ("_rows", "rows"))
+PER_ITEM = {"per_burst": "bursts", "predicted_stall_us": "tiles"}  # one value per burst / tile: --json only
+SUMMARY_FIRST = ("summary", "configurations", "verdicts", "candidates")  # the grouped answer, printed before the scalars' table
+
+
+def _label(key: str) -> tuple[str, str]:
+    """A key's words and its unit from the name's suffix ("drain_time_us" → "drain time", "µs")."""
+    for suffix, unit in UNITS:
+        if key.endswith(suffix):
+            return key[: -len(suffix)].replace("_", " "), unit
+    return key.replace("_", " "), ""
+
+
+def _value(v, unit: str = "") -> str:
+    """A number rounded to 4 significant digits (bytes also in MiB), with its unit; None → —."""
+    if v is None or (isinstance(v, float) and v != v):
+        return "—"
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return str(v)
+    if unit == "bytes":
+        return f"{v:,.0f} bytes ({v / (1 << 20):.3g} MiB)" if abs(v) >= 1 << 20 else f"{v:,.0f} bytes"
+    text = f"{v:,}" if isinstance(v, int) else f"{v:,.4g}"
+    return f"{text} {unit}".strip()
+
+
+def _rows_table(title: str, rows: list[dict]):
+    """A list of records as a table: units in the headers (ns shown as µs, bytes as MiB), cells
+    rounded; the dump column left out where dest, shape and schedule name the configuration."""
+    from rich.table import Table
+
+    t = Table(title=title)
+    keys = [k for k in rows[0] if not (k == "dump" and {"dest", "shape", "schedule"} <= set(rows[0]))]
+    shown = []
+    for k in keys:
+        words, unit = _label(k)
+        scale = {"ns": ("µs", 1e-3), "bytes": ("MiB", 1.0 / (1 << 20))}.get(unit, (unit, 1.0))
+        shown.append((k, scale[1]))
+        numeric = any(isinstance(r.get(k), (int, float)) and not isinstance(r.get(k), bool) for r in rows)
+        t.add_column(f"{words} ({scale[0]})" if scale[0] else words, justify="right" if numeric else "left")
+    for r in rows:
+        cells = []
+        for k, scale in shown:
+            v = r.get(k)
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and scale != 1.0:
+                v = float(v) * scale
+            cells.append(_value(v))
+        t.add_row(*cells)
+    return t
+
+
 def _show(doc: dict, as_json: bool, title: str) -> None:
+    """The model's answer for a person: the grouped rows first (one per configuration or group), then
+    the scalars with units, 4 significant digits; per-burst and per-tile values only under --json."""
     if as_json:
         emit(doc)
         return
     from rich.table import Table
 
+    for key in SUMMARY_FIRST:
+        rows = doc.get(key)
+        if isinstance(rows, list) and rows and isinstance(rows[0], dict):
+            out.print(_rows_table(f"model {title}: {key.replace('_', ' ')}", rows))
     t = Table(title=f"model {title}", show_header=False)
     for k, v in doc.items():
-        if isinstance(v, list) and v and isinstance(v[0], dict):
-            v = f"{len(v)} rows (use --json)"
-        t.add_row(k, dumps(v) if isinstance(v, (dict, list)) else str(v))
+        if k in SUMMARY_FIRST and isinstance(v, list):
+            continue
+        words, unit = _label(k)
+        if k in PER_ITEM and isinstance(v, list):
+            t.add_row(words, f"{len(v):,} {PER_ITEM[k]}: per-{PER_ITEM[k][:-1]} values with --json")
+        elif k.startswith("onset") and v is None and doc.get("sequences", 1) > 1:
+            t.add_row(words, "per sequence: see the table above")
+        elif isinstance(v, (dict, list)):
+            t.add_row(words, dumps(v))
+        else:
+            t.add_row(words, _value(v, unit))
     out.print(t)

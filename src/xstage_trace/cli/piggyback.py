@@ -32,8 +32,10 @@ def piggyback_markdown(summary, run_dir: Path, inputs: list[str], calibrations: 
     """piggyback.md: the table with every number's unit and timing scope named (``inputs``: the folders of the run's dumps)."""
     from xstage_trace.reports.markdown import md_table
 
-    lines = ["# xstage-trace piggyback (docs/model.md §7)", "", f"- run: `{run_dir}`", *[f"- dumps: `{d}`" for d in inputs],
-             *[f"- calibration: `{p}`" for p in calibrations], "",
+    from xstage_trace.base.paths import shown_path
+
+    lines = ["# xstage-trace piggyback (docs/model.md §7)", "", f"- run: `{shown_path(run_dir)}`", *[f"- dumps: `{shown_path(d)}`" for d in inputs],
+             *[f"- calibration: `{shown_path(p)}`" for p in calibrations], "",
              "_Timing scope: per-tile spans, probe clock per SM (µs); rates in GB/s. G*, σ (median Q-loop per K/V block), "
              "gap (the next tile's Q-loop) and covered (share of bursts whose gap ≥ G*) come from the local control's "
              "tiles; the verdict is docs/model.md §7's at the run's sequence length M. Q-loop pred = max(G, V/R − T_iss^0) after a "
@@ -54,7 +56,7 @@ def piggyback(
     as_json: bool = typer.Option(False, "--json", help="print one JSON object (the per-shape-and-path rows)"),
     force: bool = typer.Option(False, "--force", help="replace -o/--csv/--tiles-csv files that are earlier xstage-trace output (never anything else)"),
 ):
-    """Spec §7 per shape and store path: G*, M_ub*, verdict, covered bursts; Q-loop predicted vs measured."""
+    """docs/model.md §7 per shape and store path: G*, M_ub*, verdict, covered bursts; Q-loop predicted vs measured."""
     from xstage_trace import open_run
     from xstage_trace.analysis.piggyback import piggyback_audit, qloop_tiles
     from xstage_trace.base.errors import InputError

@@ -31,8 +31,10 @@ def store_wait_markdown(summary, run_dir: Path, calibrations: list[Path]) -> str
     """store_wait.md: the table with every number's unit and timing scope named."""
     from xstage_trace.reports.markdown import md_table
 
-    lines = ["# xstage-trace store-wait", "", f"- run: `{run_dir}`",
-             *[f"- calibration: `{p}`" for p in calibrations], "",
+    from xstage_trace.base.paths import shown_path
+
+    lines = ["# xstage-trace store-wait", "", f"- run: `{shown_path(run_dir)}`",
+             *[f"- calibration: `{shown_path(p)}`" for p in calibrations], "",
              "_Timing scope: per-tile spans, probe clock per SM (µs); rates in GB/s. pred = the model's stall of the tile's "
              "store round (docs/model.md §4 stalled trajectory, gap = the control's median mainloop of the shape); wait = measured "
              "staging-buffer wait beyond the control's floor; excess = the next tile's mainloop beyond the control's median; "

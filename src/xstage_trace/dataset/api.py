@@ -88,11 +88,19 @@ class Run:
         return self._frame("tiles")
 
     def table3(self) -> pd.DataFrame:
-        """Spec §5 Table 3: one row per configuration, medians per schedule, kernel times."""
+        """docs/model.md §5 Table 3 (``base.schema.TABLE3``, ns): one row per configuration and schedule."""
+        return self._result("table3")
+
+    def verdicts(self) -> pd.DataFrame:
+        """docs/model.md §5, §12: the verdict, cause and stall per configuration and schedule (``base.schema.VERDICTS``, ns)."""
+        return self._result("verdicts")
+
+    def _result(self, name: str) -> pd.DataFrame:
+        from xstage_trace.base.schema import RESULTS
         from xstage_trace.dataset.run_folder import check_listed_file
 
-        f = check_listed_file(self.path, self.manifest, "table3.parquet")  # only the bytes the manifest hashed
-        return _read_result(f, pd.read_parquet) if f else pd.DataFrame()
+        f = check_listed_file(self.path, self.manifest, f"{name}.parquet")  # only the bytes the manifest hashed
+        return _read_result(f, pd.read_parquet) if f else RESULTS[name].empty_table().to_pandas()
 
     def probe_spans(self, dump: str, events=("mainloop", "slot_wait", "rs"), start_ns: float | None = None,
                     end_ns: float | None = None) -> pd.DataFrame:

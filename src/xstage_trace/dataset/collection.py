@@ -338,7 +338,7 @@ class Collection:
         return self._sql("SELECT * FROM runs ORDER BY captured_utc, run")
 
     def table3(self) -> pd.DataFrame:
-        """Spec §5 Table 3 of every run (one row per run and configuration), oldest capture first."""
+        """docs/model.md §5 Table 3 of every run (one row per run and configuration), oldest capture first."""
         self._ensure("table3")
         order = ["r.captured_utc", "t.run"] + [f"t.{c}" for c in ("dest", "shape") if c in self._columns("table3")]
         return self._sql(f"SELECT r.captured_utc, t.* FROM table3 t JOIN runs r USING (run) ORDER BY {', '.join(order)}")
@@ -420,6 +420,7 @@ def _computed_table3(run: Path) -> pd.DataFrame:
         raise InputError(run, f"run tables not readable ({exc.__class__.__name__}: {str(exc).splitlines()[0]})", "re-run xstage-trace analyze for this run") from None
 
 
-def open_collection(roots: Iterable[str | Path]) -> Collection:
-    """Open every run folder under ``roots`` as one DuckDB-backed dataset (``Collection``)."""
-    return Collection(roots)
+def open_collection(roots: str | Path | Iterable[str | Path]) -> Collection:
+    """Open every run folder under ``roots`` (one folder, or a list of them) as one DuckDB-backed
+    dataset (``Collection``)."""
+    return Collection([roots] if isinstance(roots, (str, Path)) else roots)

@@ -27,7 +27,7 @@ from xstage_trace.base.atomic import atomic_dir
 from xstage_trace.base.errors import InputError, printable
 from xstage_trace.base.hashing import hash_all, sha256_of
 from xstage_trace.base.jsonable import dumps, loads
-from xstage_trace.base.schema import SCHEMA_VERSION, TABLES, conform, empty_table
+from xstage_trace.base.schema import RESULTS, SCHEMA_VERSION, TABLES, conform, empty_table
 
 MANIFEST = "manifest.json"
 TOOL = "xstage-trace"
@@ -131,7 +131,8 @@ class RunStage:
 
     def write_result(self, name: str, frame) -> None:
         """A result DataFrame as NAME.parquet (e.g. table3)."""
-        pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), self.folder / f"{name}.parquet", compression="zstd")
+        table = pa.Table.from_pandas(frame, preserve_index=False)
+        pq.write_table(conform(name, table) if name in RESULTS else table, self.folder / f"{name}.parquet", compression="zstd")
 
     def write_text(self, name: str, text: str) -> None:
         """An extra text file (e.g. calibration_points.csv)."""

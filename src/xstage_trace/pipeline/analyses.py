@@ -23,6 +23,7 @@ import pandas as pd
 
 from xstage_trace.analysis.columnar import text_codes
 from xstage_trace.analysis.platform import PlatformModel
+from xstage_trace.base.lifecycle import TileLifecycle, lifecycle_of
 from xstage_trace.base.schema import CONFIG_COLUMNS
 
 
@@ -66,11 +67,20 @@ def _calibration_points(probes: pd.DataFrame, slices: pd.DataFrame, dump: pd.Dat
 
 def _bursts(probes: pd.DataFrame, slices: pd.DataFrame, dump: pd.DataFrame, ctx: AnalysisContext, done: dict) -> pd.DataFrame:
     from xstage_trace.analysis.bursts import REMOTE_STORE_EVENTS, audit_bursts, reconstruct_bursts, remote_store_spans
-    from xstage_trace.analysis.tiles import store_events
 
-    spans = remote_store_spans(probes, REMOTE_STORE_EVENTS + store_events(probes))
+    lc = group_lifecycle(probes, dump)
+    store = lc.store_event
+    spans = remote_store_spans(probes, REMOTE_STORE_EVENTS + ((store,) if store not in REMOTE_STORE_EVENTS else ()))
+    spans["bytes"] = _label_bytes(lc, dump, spans["dump"], spans["bytes"])
     bursts = reconstruct_bursts(spans, done.get("tile_spans"))
     return _with_config(audit_bursts(bursts, ctx.model if _calibrated_for(ctx.model, dump) else None), dump)
+
+
+def calibrated_models(model: PlatformModel | None, dumps: pd.DataFrame) -> dict[str, PlatformModel]:
+    """The calibrated platform per destination of ``dumps`` that the run's calibration covers (``_calibrated_for``)."""
+    if model is None or dumps.empty:
+        return {}
+    return {str(d): model for d in pd.unique(dumps["dest"].dropna()) if _calibrated_for(model, dumps[dumps["dest"] == d])}
 
 
 def _calibrated_for(model: PlatformModel | None, dump: pd.DataFrame) -> bool:
@@ -85,13 +95,54 @@ def _calibrated_for(model: PlatformModel | None, dump: pd.DataFrame) -> bool:
 def _tile_spans(probes: pd.DataFrame, slices: pd.DataFrame, dump: pd.DataFrame, ctx: AnalysisContext, done: dict) -> pd.DataFrame:
     from xstage_trace.analysis.tiles import tile_spans
 
-    return tile_spans(probes)
+    lc = group_lifecycle(probes, dump)
+    spans = tile_spans(probes, lc)
+    if len(spans):
+        spans["rs_bytes"] = _label_bytes(lc, dump, spans["dump"], spans["rs_bytes"]).where(spans["rs_ns"].notna())
+    return spans
+
+
+def _label_bytes(lc: TileLifecycle, dumps: pd.DataFrame, names: pd.Series, payload_bytes: pd.Series) -> pd.Series:
+    """Store bytes per row: the lifecycle's bytes from each dump's label where it takes them from there
+    (``TileLifecycle.bytes_from_label``), else the payload's."""
+    if not lc.bytes_from_label or dumps.empty:
+        return payload_bytes
+    per = {str(d): lc.tile_bytes(e) for d, e in zip(dumps["dump"], dumps["extra"] if "extra" in dumps else [None] * len(dumps))}
+    label = pd.Series(names.astype(str).map(per).to_numpy(), index=payload_bytes.index, dtype=np.float64)
+    return label.fillna(payload_bytes.astype(np.float64))
+
+
+def dump_lifecycles(probes: pd.DataFrame, dumps: pd.DataFrame) -> dict[str, TileLifecycle]:
+    """Per dump of ``probes`` (name as text) its tile lifecycle (docs/model.md §12): from its ``kernel=``
+    label, else from the wait or store events its records hold (``base.lifecycle.lifecycle_of`` over the
+    registry ``instrument.lifecycle.LIFECYCLES``)."""
+    from xstage_trace.instrument.lifecycle import LIFECYCLES
+
+    codes, names = text_codes(probes["dump"])
+    ecodes, enames = text_codes(probes["event"])
+    held = np.bincount(codes.astype(np.int64) * (len(enames) + 1) + ecodes + 1, minlength=len(names) * (len(enames) + 1))
+    events: dict[int, set[str]] = {}
+    for pair in np.flatnonzero(held):  # a few per dump: its distinct events (code -1, a missing event, lands on slot 0)
+        d, e = divmod(int(pair), len(enames) + 1)
+        events.setdefault(d, set()).update(enames[e - 1:e] if e else [])
+    kernel = dumps.astype({"dump": str}).drop_duplicates("dump").set_index("dump")["kernel"] if "kernel" in dumps else pd.Series(dtype=object)
+    return {names[d]: lifecycle_of(kernel.get(names[d]), ev, LIFECYCLES) for d, ev in events.items()}
+
+
+def group_lifecycle(probes: pd.DataFrame, dumps: pd.DataFrame) -> TileLifecycle:
+    """The one lifecycle of a group of dumps analysed together (``dump_groups`` groups them so)."""
+    found = set(dump_lifecycles(probes, dumps).values())
+    if len(found) > 1:
+        raise ValueError(f"dumps of several tile lifecycles analysed together: {sorted(lc.name for lc in found)}")
+    from xstage_trace.instrument.lifecycle import REFERENCE
+
+    return found.pop() if found else REFERENCE
 
 
 def _tiles(parts: dict[str, pd.DataFrame], tables: dict[str, pd.DataFrame], ctx: AnalysisContext) -> pd.DataFrame:
     from xstage_trace.analysis.tiles import finish_tiles
 
-    return finish_tiles(parts["tile_spans"], tables["dumps"], ctx.noise_ns)
+    return finish_tiles(parts["tile_spans"], tables["dumps"], ctx.noise_ns, models=calibrated_models(ctx.model, tables["dumps"]))
 
 
 def _table3(parts: dict[str, pd.DataFrame], tables: dict[str, pd.DataFrame], ctx: AnalysisContext) -> pd.DataFrame:
@@ -141,13 +192,11 @@ def analyze_dumps(probes: pd.DataFrame, slices: pd.DataFrame, dumps: pd.DataFram
 
 
 def dump_groups(probes: pd.DataFrame, dumps: pd.DataFrame) -> list[tuple[list[str], np.ndarray]]:
-    """The dumps of ``probes`` grouped by (staging layout, destination), each group as (its dump names,
+    """The dumps of ``probes`` grouped by (tile lifecycle, destination), each group as (its dump names,
     the mask of its records), in the order of the dump names."""
-    from xstage_trace.analysis.tiles import dump_layouts
-
     codes, names = text_codes(probes["dump"])
     held = np.flatnonzero(np.bincount(codes, minlength=len(names)))
-    layout = dump_layouts(probes)
+    layout = {name: lc.name for name, lc in dump_lifecycles(probes, dumps).items()}
     dest = dumps.astype({"dump": str}).drop_duplicates("dump").set_index("dump")["dest"]
     by_key: dict[tuple, list[int]] = {}
     for i in held:

@@ -31,7 +31,7 @@ def _number(flag: str, value, *, zero_ok: bool = False, integer: bool = False, h
 
 
 def burst_doc(rate_gbps, issue_floor_us, producers, bytes_per_producer, gap_us, capacity_mib) -> dict:
-    """Spec §2–§4 for one recurring burst."""
+    """docs/model.md §2–§4 for one recurring burst."""
     from xstage_trace.analysis import burst_gap as bg
 
     _number("--rate-gbps", rate_gbps), _number("--issue-floor-us", issue_floor_us), _number("--producers", producers, integer=True)
@@ -58,7 +58,7 @@ def burst_doc(rate_gbps, issue_floor_us, producers, bytes_per_producer, gap_us, 
 
 
 def stall_doc(span_us, cover_us, tiles: Path | None, by: str | None) -> dict:
-    """Spec §5: Δt = [T_RS − T_cover]₊ for one tile or a table of tiles (+ Table-3 style summary); a
+    """docs/model.md §5: Δt = [T_RS − T_cover]₊ for one tile or a table of tiles (+ Table-3 style summary); a
     table with ``epilogue_lead_ns`` (a run's tile table) gets our lead term, [T_lead + T_RS − T_cover]₊."""
     from xstage_trace.analysis.stall_law import predicted_stall_ns
 
@@ -97,7 +97,7 @@ def stall_doc(span_us, cover_us, tiles: Path | None, by: str | None) -> dict:
 
 
 def qloop_doc(tile_m, head_dim, elem_bytes, kv_tile, sigma_us, producers, rate_gbps, issue_floor_us, capacity_mib, seq_len) -> dict:
-    """Spec §7 audit."""
+    """docs/model.md §7 audit."""
     from xstage_trace.analysis.whatif import qloop_audit
 
     for flag, v in (("--tile-m", tile_m), ("--head-dim", head_dim), ("--elem-bytes", elem_bytes), ("--kv-tile", kv_tile), ("--producers", producers)):
@@ -116,7 +116,7 @@ def qloop_doc(tile_m, head_dim, elem_bytes, kv_tile, sigma_us, producers, rate_g
 
 
 def interleave_doc(volume_bytes, l1_us, l2_us, n1, n2, issue_floor_us, rate_gbps, n_tile_width, num_sms, h_inter) -> dict:
-    """Spec §6."""
+    """docs/model.md §6."""
     from xstage_trace.analysis.whatif import interleave
 
     _number("--volume-bytes", volume_bytes), _number("--mainloop-l1-us", l1_us), _number("--mainloop-l2-us", l2_us)
@@ -132,7 +132,7 @@ def interleave_doc(volume_bytes, l1_us, l2_us, n1, n2, issue_floor_us, rate_gbps
 
 
 def partition_doc(tokens_per_expert: str, tokens, hidden, reduction, splits, ranks, tile_m, tile_n, num_sms, rho) -> dict:
-    """Spec §9."""
+    """docs/model.md §9."""
     from xstage_trace.analysis.partition import PartitionProblem, choose_comm_ctas, completion_columns, scaled_rho
 
     try:
@@ -158,7 +158,11 @@ def partition_doc(tokens_per_expert: str, tokens, hidden, reduction, splits, ran
 
 
 def sequence_doc(bursts: Path, calibration: Path | None, rate_gbps, issue_floor_us, capacity_mib) -> dict:
-    """Spec §4 over a burst sequence from a table or a run folder."""
+    """docs/model.md §4 over the burst sequences of a table or a run folder: one audit per launch (the rows
+    sharing rank, dump, dest, shape, schedule and variant, where the table has those columns), since
+    the backlog q_n restarts with every launch; ``configurations`` holds each one's onset."""
+    import pandas as pd
+
     from xstage_trace.analysis.recurrence import audit_sequence
     from xstage_trace.collectors.calibration_io import load_platform
 
@@ -203,8 +207,27 @@ def sequence_doc(bursts: Path, calibration: Path | None, rate_gbps, issue_floor_
         q = model.capacity(df["producers"].to_numpy()) if "producers" in df else np.full(len(df), model.capacity_bytes)
     else:
         q = None
-    a = audit_sequence(df["volume_bytes"].to_numpy(), df["gap_ns"].fillna(np.inf).to_numpy(), t0, rate, q)
-    rows = a.table.assign(rate_gbps=rate, capacity_bytes=q).replace([np.inf], None)
-    return {"bursts": int(len(df)), "rate_gbps": float(np.median(rate)), "capacity_bytes": None if q is None else float(np.median(q)), "onset_burst": a.onset,
-            "onset_excess_bytes": a.onset_excess_bytes, "max_rho": float(a.table["rho"].max()) if len(df) else None,
-            "max_q_bytes": float(a.table["q_bytes"].max()) if len(df) else None, "per_burst": rows.to_dict("records")}
+    keys = [c for c in SEQUENCE_KEYS if c in df]
+    groups = df.groupby(keys, sort=True, dropna=False).indices if keys else {(): np.arange(len(df))}
+    rows, configs = [], []
+    for key, idx in groups.items():  # one launch (rank, dump) is one burst sequence: q restarts at 0 in each
+        idx = np.sort(idx)
+        if "burst" in df:
+            idx = idx[np.argsort(df["burst"].to_numpy()[idx], kind="stable")]
+        a = audit_sequence(df["volume_bytes"].to_numpy()[idx], df["gap_ns"].fillna(np.inf).to_numpy()[idx], t0[idx], rate[idx],
+                           None if q is None else q[idx])
+        label = dict(zip(keys, key if isinstance(key, tuple) else (key,)))
+        rows.append(a.table.assign(**label, rate_gbps=rate[idx], capacity_bytes=None if q is None else q[idx]))
+        configs.append({**label, "bursts": int(len(idx)), "onset_burst": a.onset, "onset_excess_bytes": a.onset_excess_bytes,
+                        "max_rho": float(a.table["rho"].max()), "max_q_bytes": float(a.table["q_bytes"].max()),
+                        "rate_gbps": float(np.median(rate[idx])), "capacity_bytes": None if q is None else float(np.median(q[idx]))})
+    per_burst = pd.concat(rows, ignore_index=True).replace([np.inf], None)
+    one = configs[0] if len(configs) == 1 else None  # several sequences: an onset of their concatenation would mean nothing
+    return {"bursts": int(len(df)), "sequences": len(configs), "rate_gbps": float(np.median(rate)),
+            "capacity_bytes": None if q is None else float(np.median(q)),
+            "onset_burst": one["onset_burst"] if one else None, "onset_excess_bytes": one["onset_excess_bytes"] if one else None,
+            "max_rho": float(per_burst["rho"].max()), "max_q_bytes": float(per_burst["q_bytes"].max()),
+            "configurations": configs, "per_burst": per_burst.to_dict("records")}
+
+
+SEQUENCE_KEYS = ("rank", "dump", "dest", "shape", "schedule", "variant")  # the columns that tell one burst sequence from another

@@ -33,6 +33,7 @@ def analyze_inputs(inputs: list[Path], output: Path | None, nsys=None, calibrati
 
     The output folder is checked before any input is read: it must be new, or an earlier run folder
     with ``force``, and it must neither be, lie inside, nor hold an input."""
+    from xstage_trace.analysis.verdict import config_verdicts
     from xstage_trace.pipeline.analyses import AnalysisContext
     from xstage_trace.base.malloc import keep_freed_memory
     from xstage_trace.collectors.calibration_io import load_platform
@@ -63,6 +64,7 @@ def analyze_inputs(inputs: list[Path], output: Path | None, nsys=None, calibrati
                 stage.write_table(name, table)
         if len(result.table3):
             stage.write_result("table3", result.table3)
+            stage.write_result("verdicts", config_verdicts(result.table3))
         if len(points):
             stage.write_text("calibration_points.csv", points.to_csv(index=False))
         if calibration:
@@ -88,11 +90,24 @@ def analyze_inputs(inputs: list[Path], output: Path | None, nsys=None, calibrati
         "backpressured_tiles": result.backpressured,
         "tiles": written["tiles"],
         "calibration_points": int(len(points)),
-        "table3": table3.round(3).to_dict("records"),
+        "table3": table3.round(3).astype(object).where(table3.notna(), None).to_dict("records"),  # NaN → null
+        "verdicts": verdict_records(config_verdicts(table3)),
         "alignment": plan.manifest["alignment"],
         "time_base": plan.manifest["time_base"],
         "warnings": warnings,
     }
+
+
+def verdict_records(verdicts: pd.DataFrame) -> list[dict]:
+    """The verdict rows for JSON (``analyze --json``'s ``verdicts``): times in µs, rounded to 0.001 µs, the
+    prediction null without a calibration; the schedule null where the kernel has none."""
+    out = []
+    for row in verdicts.to_dict("records"):
+        rec = {k: (None if v == "-" else v) for k, v in row.items() if not k.endswith("_ns")}
+        rec.update({f"{k[:-3]}_us": (None if pd.isna(v) else round(float(v) / 1e3, 3)) for k, v in row.items() if k.endswith("_ns")})
+        rec["model_agrees"] = None if row["model_agrees"] is None or pd.isna(row["model_agrees"]) else bool(row["model_agrees"])
+        out.append(rec)
+    return out
 
 
 POINT_COLUMNS = ("dest", "mode", "K", "B", "V", "gap_ns", "tiss_med_ns", "tiss_p90_ns", "period_med_ns")

@@ -47,14 +47,15 @@ import pyarrow as pa
 import pyarrow.feather as feather
 
 from xstage_trace.base.malloc import keep_freed_memory, release_freed_memory
-from xstage_trace.pipeline.analyses import SLICE_COLUMNS, AnalysisContext, analyze_dumps
+from xstage_trace.pipeline.analyses import SLICE_COLUMNS, AnalysisContext, analyze_dumps, calibrated_models
 from xstage_trace.analysis.tiles import ControlStats, control_sample, control_stats_from_samples, finish_tiles, with_dump_config
 from xstage_trace.collectors.collect import DumpTask, load_records, rows_by_dump
 from xstage_trace.dataset.run_folder import table_part_path, write_table_part
 
 PARALLEL_MIN_RECORDS = 2_000_000  # below this, starting worker processes costs more than it saves
-TABLE3_COLUMNS = ["dest", "shape", "variant", "schedule", "tile_kind", "mainloop_ns", "rs_span_ns", "predicted_stall_ns",
-                  "measured_stall_ns", "backpressured", "noise_ns", "control_mainloop_ns", "diagnosis"]  # what table3_from_tiles reads
+TABLE3_COLUMNS = ["dest", "shape", "variant", "schedule", "mainloop_ns", "cover_ns", "rs_span_ns", "predicted_stall_ns", "measured_stall_ns",
+                  "backpressured", "noise_ns", "control_mainloop_ns", "control_compute_ns", "compute_stall_ns", "stall_ns",
+                  "forward_stall_ns"]  # what table3_from_tiles reads
 CONTROL_CAP_VALUES = 1 << 22  # values of one control sample (the slot waits, a group's mainloops) held at once in the main process
 TABLE3_CAP_VALUES = 1 << 22  # values of one Table 3 sample held at once (32 MiB); past it its medians come from passes over the parts
 
@@ -162,7 +163,7 @@ def _analyze_and_write(batch: DumpBatch, folder: Path, slices: pa.Table, dump: p
 def _finish_and_write(batch: DumpBatch, folder: Path, spans: pd.DataFrame, dump: pd.DataFrame, ctx: AnalysisContext,
                       control: ControlStats) -> pd.DataFrame:
     """A batch's tile spans finished with ``control`` → tiles part (not written when empty)."""
-    tiles = finish_tiles(spans, dump, ctx.noise_ns, control) if len(spans) else pd.DataFrame()
+    tiles = finish_tiles(spans, dump, ctx.noise_ns, control, calibrated_models(ctx.model, dump)) if len(spans) else pd.DataFrame()
     if len(tiles):
         write_table_part(folder, "tiles", batch.rank, batch.index, pa.Table.from_pandas(tiles, preserve_index=False))
     return tiles
@@ -368,7 +369,7 @@ def analyze_streaming(tasks: list[DumpTask], folder: Path, tables: dict[str, pa.
 
 
 class Table3ByConfiguration:
-    """Spec §5 Table 3 (``table3_from_tiles`` + kernel times), each configuration's rows from the tile
+    """docs/model.md §5 Table 3 (``table3_from_tiles`` + kernel times), each configuration's rows from the tile
     parts of that configuration's batches only (a batch holds one configuration): a row reads every tile
     of its configuration and none of another's, so the rows equal those of the whole tile table. A
     configuration's rows are computed (``table3_task``, submitted to the workers) as soon as the last of
@@ -400,13 +401,13 @@ class Table3ByConfiguration:
 
     def table(self, dumps: pd.DataFrame, kernels: pd.DataFrame, ctx: AnalysisContext) -> pd.DataFrame:
         """Every configuration's rows, in configuration order, with the kernel times (``kernels``, ``dumps``)."""
-        from xstage_trace.analysis.stall import CONFIG, attach_kernel_times, kernel_trials
+        from xstage_trace.analysis.stall import TABLE3_KEYS, attach_kernel_times, kernel_trials
 
         self._collect()
         rows = [r for _, r in sorted(self.rows.items()) if len(r)]
         if not rows:
             return pd.DataFrame()
-        table3 = pd.concat(rows, ignore_index=True).sort_values(CONFIG, kind="stable").reset_index(drop=True)
+        table3 = pd.concat(rows, ignore_index=True).sort_values(TABLE3_KEYS, kind="stable").reset_index(drop=True)
         return attach_kernel_times(table3, kernel_trials(kernels, dumps, ctx.warmup_launches))
 
 

@@ -16,6 +16,16 @@ Verdict rule (per configuration, kernel time; timing scope: nsys kernel time):
 - **inconclusive**: the change exceeds the threshold but the interval contains 0, either run has
   fewer than ``min_trials`` trials, or the configuration is missing from the new run.
 A configuration only in the new run is neutral (nothing to compare against).
+
+Intra-kernel rule (``compare_tiles``, per configuration and schedule, timing scope: probe clock per SM;
+docs/model.md §12), so that runs with probe dumps but no nsys report can be gated too: the samples are the
+configuration's remote-store tiles (pooled over its launches) and the quantities the median and p99 of the
+tiles' measured stall, the share of stalled tiles, the median exposed remote-store time (the store span not
+covered by compute, [T_RS − T_cover]₊) and the probe records dropped. The same rule as for kernel time on
+the absolute change, with the threshold max(gate % of the base value, the quantity's noise floor: the
+runs' tile noise floor for times, ``gate`` percentage points for the share, 0 records for drops) and the
+bootstrap interval of the change resampling both runs' tiles; drops are counts (no interval): any more
+than the base run's is a regression.
 """
 
 from __future__ import annotations
@@ -92,7 +102,7 @@ def kernel_verdict(base_ns: np.ndarray | None, new_ns: np.ndarray | None, cfg: G
 
 
 def _stall_stats(run, keys: list[str]) -> pd.DataFrame:
-    """Median measured stall (µs, probe clock per SM) and backpressured count of the Linear-2 tiles
+    """Median measured stall (µs, probe clock per SM) and backpressured count of the remote-store tiles
     per configuration (as in Table 3) (tile labels; ``kernel`` is not a tile key: tiles carry the label's kernel name)."""
     tiles = run.tiles()
     tkeys = [k for k in keys if k != "kernel"]
@@ -100,10 +110,102 @@ def _stall_stats(run, keys: list[str]) -> pd.DataFrame:
     if tiles.empty or not tkeys:
         return pd.DataFrame(columns=cols)
     t = tile_configs(tiles)
-    l2 = t[t["tile_kind"] == "linear2"]
-    s = l2.groupby(tkeys, sort=True)["measured_stall_ns"].median().div(1e3).rename("stall_meas_us")
+    l2 = t[t["rs_span_ns"].notna()]
+    s = l2.groupby(tkeys, sort=True)["stall_ns" if "stall_ns" in l2 else "measured_stall_ns"].median().div(1e3).rename("stall_meas_us")
     bp = l2.groupby(tkeys, sort=True)["backpressured"].sum().rename("backpressured_tiles")
     return pd.concat([s, bp], axis=1).reset_index()[cols]
+
+
+TILE_SAMPLE_CAP = 2000  # tiles per run and configuration the interval resamples (a fixed-seed subsample beyond)
+TILE_METRICS = ("stall_median_us", "stall_p99_us", "stalled_share_pct", "exposed_store_us")
+
+
+def _tile_samples(run) -> dict[tuple, dict[str, np.ndarray]]:
+    """Per (dest, shape, variant, schedule): the remote-store tiles' measured stall, stalled flag and exposed
+    store time (µs), and the noise floor (µs)."""
+    t = run.tiles()
+    if t.empty or "stall_ns" not in t:
+        return {}
+    t = t[t["rs_span_ns"].notna()]
+    keys = ["dest", "shape", "variant", "schedule"]
+    out = {}
+    for key, g in t.assign(**{k: t[k].astype(object).fillna("-") for k in keys}).groupby(keys, sort=True):  # a few configurations
+        stall = g["stall_ns"].to_numpy(np.float64)
+        ok = ~np.isnan(stall)
+        exposed = np.maximum(g["rs_span_ns"].to_numpy(np.float64) - g["cover_ns"].to_numpy(np.float64), 0.0) / 1e3
+        out[key] = {"stall": stall[ok] / 1e3, "stalled": (stall[ok] > g["noise_ns"].to_numpy()[ok]).astype(np.float64) * 100,
+                    "exposed": exposed[~np.isnan(exposed)],
+                    "noise_us": float(np.nanmedian(g["noise_ns"])) / 1e3}
+    return out
+
+
+def _drops(run) -> dict[str, int]:
+    """Probe records dropped per (dest, shape, variant, schedule) (the slices' records_dropped)."""
+    sl, d = run.probe_slices(), run.dumps()
+    if sl.empty or "records_dropped" not in sl or d.empty:
+        return {}
+    per = sl.groupby("dump")["records_dropped"].sum()
+    cfg = d.drop_duplicates("dump").set_index("dump")[["dest", "shape", "variant", "schedule"]].astype(object).fillna("-")
+    return {tuple(cfg.loc[k]): int(v) + 0 for k, v in per.items() if k in cfg.index}
+
+
+def metric_verdict(base: np.ndarray, new: np.ndarray, stat, floor_abs: float, cfg: GateConfig) -> dict:
+    """The intra-kernel rule (module docstring) for one quantity ``stat`` (a function of a sample) of two
+    runs' tile samples: base, new, change, its bootstrap interval, the threshold, verdict and reason."""
+    row = {"base": float(stat(base)) if len(base) else np.nan, "new": float(stat(new)) if len(new) else np.nan,
+           "change": np.nan, "ci_low": np.nan, "ci_high": np.nan, "threshold": np.nan}
+    if not len(base):
+        return dict(row, verdict="neutral", reason="new configuration (no baseline)")
+    if not len(new):
+        return dict(row, verdict="inconclusive", reason="missing from the new run")
+    thr = max(cfg.gate_pct / 100 * abs(row["base"]), floor_abs)
+    change = row["new"] - row["base"]
+    row.update(change=change, threshold=thr)
+    if min(len(base), len(new)) < cfg.min_trials:
+        return dict(row, verdict="inconclusive", reason=f"fewer than {cfg.min_trials} tiles")
+    rng = np.random.default_rng(cfg.seed)
+    b, n = (x if len(x) <= TILE_SAMPLE_CAP else rng.choice(x, TILE_SAMPLE_CAP, replace=False) for x in (base, new))
+    resamples = max(cfg.resamples // 8, 200)
+    diff = (np.apply_along_axis(stat, 1, rng.choice(n, size=(resamples, len(n))))
+            - np.apply_along_axis(stat, 1, rng.choice(b, size=(resamples, len(b)))))
+    a = (1 - cfg.confidence) / 2
+    lo, hi = (float(v) for v in np.quantile(diff, [a, 1 - a]))
+    row.update(ci_low=lo, ci_high=hi)
+    if abs(change) <= thr:
+        return dict(row, verdict="neutral", reason=f"|change| ≤ {thr:.3g}")
+    if change > 0 and lo > 0:
+        return dict(row, verdict="regression", reason=f"up by more than {thr:.3g}, interval above 0")
+    if change < 0 and hi < 0:
+        return dict(row, verdict="improvement", reason=f"down by more than {thr:.3g}, interval below 0")
+    return dict(row, verdict="inconclusive", reason="change beyond the threshold but the interval contains 0")
+
+
+def compare_tiles(base, new, cfg: GateConfig = GateConfig()) -> pd.DataFrame:
+    """The intra-kernel gate (module docstring): one row per (dest, shape, variant, schedule) of either run
+    and quantity (``metric``: TILE_METRICS and ``probe_drops``) with base, new, change, interval, threshold,
+    verdict and reason; empty when neither run has tiles."""
+    sb, sn = _tile_samples(base), _tile_samples(new)
+    db, dn = _drops(base), _drops(new)
+    empty = np.zeros(0)
+    stats = {"stall_median_us": ("stall", np.median), "stall_p99_us": ("stall", lambda x: np.percentile(x, 99)),
+             "stalled_share_pct": ("stalled", np.mean), "exposed_store_us": ("exposed", np.median)}
+    rows = []
+    for key in sorted(set(sb) | set(sn)):
+        b, n = sb.get(key, {}), sn.get(key, {})
+        noise = max(b.get("noise_us", 0.0), n.get("noise_us", 0.0))
+        for metric, (col, stat) in stats.items():
+            floor = cfg.gate_pct if col == "stalled" else noise
+            rows.append({**dict(zip(["dest", "shape", "variant", "schedule"], key)), "metric": metric,
+                         **metric_verdict(b.get(col, empty), n.get(col, empty), stat, floor, cfg)})
+        if key in db or key in dn:
+            d0, d1 = db.get(key), dn.get(key)
+            verdict = ("neutral", "new configuration (no baseline)") if d0 is None else ("inconclusive", "missing from the new run") if d1 is None \
+                else ("regression", "more probe records dropped") if d1 > d0 else ("improvement", "fewer probe records dropped") if d1 < d0 else ("neutral", "same drops")
+            rows.append({**dict(zip(["dest", "shape", "variant", "schedule"], key)), "metric": "probe_drops", "base": d0, "new": d1,
+                         "change": None if d0 is None or d1 is None else d1 - d0, "ci_low": np.nan, "ci_high": np.nan, "threshold": 0.0,
+                         "verdict": verdict[0], "reason": verdict[1]})
+    return pd.DataFrame(rows, columns=["dest", "shape", "variant", "schedule", "metric", "base", "new", "change", "ci_low", "ci_high",
+                                       "threshold", "verdict", "reason"])
 
 
 def compare_runs(base, new, cfg: GateConfig = GateConfig()) -> pd.DataFrame:
@@ -114,6 +216,8 @@ def compare_runs(base, new, cfg: GateConfig = GateConfig()) -> pd.DataFrame:
     if unknown:
         raise InputError(None, f"unknown configuration keys {unknown}", f"choose among {', '.join(CONFIG_KEYS)}")
     tb, tn = slowest_rank_trials(run_trials(base)), slowest_rank_trials(run_trials(new))
+    if tb.empty and tn.empty and not (base.tiles().empty or new.tiles().empty):
+        return pd.DataFrame()  # probe dumps without nsys reports: only the intra-kernel gate (compare_tiles) applies
     if tb.empty or tn.empty:
         raise InputError(base.path if tb.empty else new.path, "run has no kernel trials (no launch under a probe dump's configuration, after warm-ups)",
                          "analyze an nsys report (-t cuda,nvtx) together with its probe dumps, with fewer --warmup-launches than launches")
@@ -148,10 +252,11 @@ def check_gate(gate_pct: float, accept: str | None) -> None:
         raise InputError(None, f"--accept {accept!r} gives no reason (blank or not one line)", "write why the regression is accepted, e.g. --accept 'larger tiles, see PR 123'")
 
 
-def gate_outcome(table: pd.DataFrame, accept: str | None) -> tuple[int, str]:
-    """(exit code, one-line outcome): 1 when any configuration is a regression or inconclusive,
-    unless ``accept`` gives the reason a known regression is accepted; else 0."""
-    counts = {v: int((table["verdict"] == v).sum()) for v in VERDICTS}
+def gate_outcome(table: pd.DataFrame, accept: str | None, tiles: pd.DataFrame | None = None) -> tuple[int, str]:
+    """(exit code, one-line outcome): 1 when any configuration (kernel time, or a tile quantity of ``tiles``)
+    is a regression or inconclusive, unless ``accept`` gives the reason a known regression is accepted; else 0."""
+    verdicts = pd.concat([table.get("verdict", pd.Series(dtype=object)), *([tiles["verdict"]] if tiles is not None and len(tiles) else [])])
+    counts = {v: int((verdicts == v).sum()) for v in VERDICTS}
     summary = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
     failing = counts["regression"] + counts["inconclusive"]
     if not failing:
@@ -161,8 +266,10 @@ def gate_outcome(table: pd.DataFrame, accept: str | None) -> tuple[int, str]:
     return 1, f"FAIL: {summary}"
 
 
-def compare_markdown(table: pd.DataFrame, outcome: str, base_path, new_path, cfg: GateConfig, accept: str | None) -> str:
+def compare_markdown(table: pd.DataFrame, outcome: str, base_path, new_path, cfg: GateConfig, accept: str | None,
+                     tiles: pd.DataFrame | None = None) -> str:
     """compare.md: outcome first, then one row per configuration (report style, every number's scope named)."""
+    from xstage_trace.base.paths import shown_path
     from xstage_trace.reports.markdown import md_table
 
     keys = [k for k in cfg.keys if k in table]
@@ -171,13 +278,23 @@ def compare_markdown(table: pd.DataFrame, outcome: str, base_path, new_path, cfg
             "base_trials": "trials base", "new_trials": "trials new",
             "stall_meas_us_base": "Δt meas base (µs, probe)", "stall_meas_us_new": "Δt meas new (µs, probe)",
             "backpressured_tiles_base": "bp L2 tiles base", "backpressured_tiles_new": "bp L2 tiles new", "reason": "reason"}
-    order = table.assign(_o=table["verdict"].map({v: i for i, v in enumerate(VERDICTS)})).sort_values(["_o"] + keys, kind="stable")
     lines = ["# xstage-trace compare", "", f"**{outcome}**", "",
-             f"- base: `{base_path}`", f"- new: `{new_path}`",
+             f"- base: `{shown_path(base_path)}`", f"- new: `{shown_path(new_path)}`",
              f"- gate: {cfg.gate_pct:g} % on the median kernel time per configuration ({', '.join(cfg.keys)}); noise floor = the larger IQR/median of the two runs; "
              f"{100 * cfg.confidence:.0f} % bootstrap interval of the change ({cfg.resamples} resamples)"]
     if accept:
         lines.append(f"- accepted: {accept}")
-    lines += ["", "_Timing scope: kernel time = nsys kernel rows (per trial the slowest rank, median over trials, warm-ups excluded); Δt meas = median measured MMA stall per Linear-2 tile, probe clock per SM._", "",
-              md_table(order[[c for c in cols if c in order]].rename(columns=cols)), ""]
+    if len(table):
+        order = table.assign(_o=table["verdict"].map({v: i for i, v in enumerate(VERDICTS)})).sort_values(["_o"] + keys, kind="stable")
+        lines += ["", "_Timing scope: kernel time = nsys kernel rows (per trial the slowest rank, median over trials, warm-ups excluded); "
+                  "Δt meas = median measured stall per remote-store tile, probe clock per SM._", "",
+                  md_table(order[[c for c in cols if c in order]].rename(columns=cols)), ""]
+    else:
+        lines += ["", "No kernel trials in either run (no nsys report): gated on the tiles alone."]
+    if tiles is not None and len(tiles):
+        o = tiles.assign(_o=tiles["verdict"].map({v: i for i, v in enumerate(VERDICTS)})).sort_values(["_o", "dest", "shape", "variant", "schedule"], kind="stable")
+        lines += ["", "## Tiles", "", "_Per configuration and schedule over its remote-store tiles (probe clock per SM): median and p99 measured "
+                  "stall (µs), share of stalled tiles (%), median exposed store time [T_RS − T_cover]₊ (µs), probe records dropped; "
+                  "threshold = max(gate % of the base, the noise floor); 95 % bootstrap interval of the change over the tiles._", "",
+                  md_table(o.drop(columns=["_o"])), ""]
     return "\n".join(lines)

@@ -37,7 +37,7 @@ def run_trials(run) -> pd.DataFrame:
 
 
 def slowest_rank_trials(trials: pd.DataFrame) -> pd.DataFrame:
-    """Spec §10 per trial: one row per (configuration, kernel, trial) with the slowest rank's
+    """docs/model.md §10 per trial: one row per (configuration, kernel, trial) with the slowest rank's
     ``kernel_ms`` and the ranks counted."""
     by = ["dest", "shape", "variant", "schedule", "kernel", "trial"]
     return trials.groupby(by, sort=True, dropna=False).agg(kernel_ms=("kernel_ms", "max"), ranks=("rank", "nunique")).reset_index()

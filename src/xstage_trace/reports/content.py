@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from xstage_trace.analysis.verdict import config_verdicts, table3_schedules
 from xstage_trace.reports.configs import config_names, run_trials, slowest_rank_trials, tile_configs
 
 WORST_TILES = 40
@@ -32,6 +31,12 @@ SCOPE_KERNEL = "kernel time: nsys kernel rows (ms), per trial the slowest rank, 
 SCOPE_SENDER = "sender-visible: the issuing role's probe clock, converted per SM (ns)"
 
 
+def _bold_name(sentence: str) -> str:
+    """``- **host S1 … wave**: stall-bound …``: a verdict sentence as a Markdown bullet, its configuration in bold."""
+    name, _, rest = sentence.partition(": ")
+    return f"- **{name}**: {rest}"
+
+
 def run_noise_ns(tiles: pd.DataFrame) -> float | None:
     """The backpressure threshold the run's tile analysis used (tiles.noise_ns), if any."""
     if tiles.empty or "noise_ns" not in tiles:
@@ -47,59 +52,36 @@ def kernel_time_table(trials: pd.DataFrame) -> pd.DataFrame:
                  iqr_pct=lambda x: 100 * (x.quantile(0.75) - x.quantile(0.25)) / x.median()).reset_index()
 
 
-def headline(verdicts: pd.DataFrame, trials: pd.DataFrame) -> list[str]:
-    """The verdict lines: stall-bound configurations and the fastest schedule per configuration."""
-    if verdicts.empty:
-        return ["No fused-kernel tiles in this run (no Table 3, no stall verdict)" + (f"; {len(trials)} kernel trials are summarized below." if len(trials) else ".")]
-    bound = verdicts[verdicts["verdict"] == "stall-bound"]
-    agree = verdicts["model_agrees"].dropna()
-    lines = [f"**{len(bound)} of {len(verdicts)}** configuration × schedule pairs are **stall-bound** (median predicted or "
-             f"measured MMA stall per Linear-2 tile above the {verdicts['noise_us'].iloc[0] * 1e3:.0f} ns noise floor, or by mainloop inflation: "
-             f"most Linear-2 mainloops slower than the local control's while the slot wait stays at its floor; probe clock per SM); "
-             f"prediction and measurement agree on {int(agree.sum())} of {len(agree)}."]
-    keys = [c for c in ("dest", "shape", "variant", "kernel") if c in verdicts]
-    for key, g in verdicts.groupby(keys, sort=True):  # one line per configuration
-        key = key if isinstance(key, tuple) else (key,)
-        parts = [f"{r.schedule} {r.verdict}{_cause(r)} (Δt pred {r.predicted_stall_us:.2f} / meas {r.measured_stall_us:.2f} µs per tile, probe clock)"
-                 for r in g.itertuples()]
-        line = f"- `{' '.join(map(str, key))}`: " + "; ".join(parts)
-        ms = g.dropna(subset=["kernel_ms"])
-        if len(ms) >= 2:
-            best, worst = ms.loc[ms["kernel_ms"].idxmin()], ms.loc[ms["kernel_ms"].idxmax()]
-            line += (f". Kernel time (nsys, median): {best.schedule} {best.kernel_ms:.3f} ms vs {worst.schedule} "
-                     f"{worst.kernel_ms:.3f} ms ({100 * (best.kernel_ms / worst.kernel_ms - 1):+.1f} %)")
-        lines.append(line)
-    if "inflated_share" in verdicts:  # absent for a Table 3 written before the diagnosis
-        blind = verdicts[verdicts["inflated_share"].isna() & verdicts["measured_stall_us"].notna()]
-        names = sorted({" ".join(map(str, k)) for k in blind[keys].itertuples(index=False, name=None)})
-        if names:
-            lines.append(f"- mainloop inflation not judged for {', '.join(f'`{n}`' for n in names)}: no local-store control of the same "
-                         "shape and operand path in this run (analyze the control dumps together with these to see stalls the slot model cannot)")
-    return lines
-
-
-def _cause(row) -> str:
-    """The headline's note on a stall the slot model does not see (``analysis.verdict.configuration_diagnosis``)."""
-    if getattr(row, "diagnosis", "none") == "mainloop_inflation":
-        return " by mainloop inflation"
-    return ""
+TABLE3_SHOWN = ("dest", "shape", "variant", "schedule", "tiles", "stalled_tiles", "store_span_ns", "cover_ns", "slot_pred_ns", "slot_meas_ns",
+                "compute_stall_ns", "stall_ns", "forward_stall_ns", "kernel_ns")  # the rest: Run.table3()
 
 
 def table3_display(table3: pd.DataFrame) -> pd.DataFrame:
-    """Table 3 with headers that carry units and timing scope."""
-    names = {"span_{s}_us": "T_RS {s} (µs, probe)", "stall_{s}_pred_medians_us": "Δt {s} pred, medians (µs, probe)",
-             "stall_{s}_pred_tiles_us": "Δt {s} pred, per tile (µs, probe)",
-             "stall_{s}_meas_us": "Δt {s} meas (µs, probe)", "backpressured_{s}": "bp tiles {s}",
-             "inflated_{s}": "mainloop-inflated tiles {s}", "kernel_ms_{s}": "kernel {s} (ms, nsys)"}
-    rename = {"mainloop_l2_us": "T_mma L2 (µs, probe)", "mainloop_l1_us": "T_mma L1 (µs, probe)", "tiles_l2": "L2 tiles"}
-    for s in table3_schedules(table3):
-        rename.update({k.format(s=s): v.format(s=s) for k, v in names.items()})
-    keep = [c for c in table3.columns if c in rename or c in ("dest", "shape", "variant", "kernel")]
-    return table3[keep].rename(columns=rename)
+    """Table 3's TABLE3_SHOWN columns with headers that carry the schema's label and the unit (times in
+    µs, kernel time in ms)."""
+    from xstage_trace.base.schema import TABLE3
+
+    labels = {f.name: (f.metadata or {}).get(b"label", f.name.encode()).decode() for f in TABLE3}
+    out = pd.DataFrame(index=table3.index)
+    for c in [c for c in TABLE3_SHOWN if c in table3.columns]:
+        label = labels.get(c, c)
+        if c == "kernel_ns":
+            out[f"{label} (ms, nsys)"] = table3[c] / 1e6
+        elif c.endswith("_ns"):
+            out[f"{label} (µs, probe)"] = table3[c] / 1e3
+        else:
+            out[label] = table3[c]
+    return out
+
+
+def verdict_display(v: pd.DataFrame) -> pd.DataFrame:
+    """The verdict table (verdict_text.in_display_units) with its µs / ms columns only, labelled."""
+    keep = [c for c in v.columns if not c.endswith("_ns")]
+    return v[keep].rename(columns={c: c[:-3].replace("_", " ") + " (µs, probe)" for c in keep if c.endswith("_us")} | {"kernel_ms": "kernel (ms, nsys)"})
 
 
 def burst_audit_table(bursts: pd.DataFrame, labels: pd.Series) -> pd.DataFrame:
-    """Spec §4 audit per burst sequence (one dump): bursts, volume, median issue time, max ρ,
+    """docs/model.md §4 audit per burst sequence (one dump): bursts, volume, median issue time, max ρ,
     max backlog q, capacity-guard failures and the first failing burst."""
     if bursts.empty:
         return pd.DataFrame()
@@ -156,26 +138,30 @@ def worst_tiles(tiles: pd.DataFrame, n: int = WORST_TILES) -> pd.DataFrame:
 
 def build_sections(run, worst_n: int = WORST_TILES) -> list[Section]:
     """The report's sections for one run (verdict first)."""
+    from xstage_trace.reports.verdict_text import headline, verdict_table, with_sentences
+
     tiles, table3 = run.tiles(), run.table3()
     trials = slowest_rank_trials(run_trials(run))
-    verdicts = config_verdicts(table3, run_noise_ns(tiles)) if len(table3) else config_verdicts(pd.DataFrame(), None)
+    verdicts = with_sentences(verdict_table(run))
     man = run.manifest
     points = run.calibration()
     cal = calibration_residuals(points) if len(points) else pd.DataFrame()
     cal_lines = [f"- calibration {r.dest}: {r.points} periodic points, R = {r.R_gbps:.1f} GB/s, median period error {r.period_err_median_pct:+.2f} %, "
                  f"p90 |error| {r.period_abs_err_p90_pct:.2f} % (sender-visible)" for r in cal.itertuples()]
     scope = f"stalls: {SCOPE_PROBE}; {SCOPE_KERNEL}" if len(verdicts) else (SCOPE_SENDER if len(cal) else SCOPE_KERNEL)
-    secs = [Section("Verdict", scope, headline(verdicts, trials) + (cal_lines if verdicts.empty else []) + [f"> warning: {w}" for w in run.warnings()],
+    answer = [headline(verdicts)] + [_bold_name(t) for t in verdicts["sentence"]] if len(verdicts) else \
+        ["No fused-kernel tiles in this run (no Table 3, no stall verdict)" + (f"; {len(trials)} kernel trials are summarized below." if len(trials) else ".")]
+    secs = [Section("Verdict", scope, answer + (cal_lines if verdicts.empty else []) + [f"> warning: {w}" for w in run.warnings()],
                     figures=["stall"] if len(verdicts) else [])]
     if len(table3):
         secs.append(Section("Table 3 (docs/model.md §5)", f"{SCOPE_PROBE}; kernel columns: {SCOPE_KERNEL}",
-                            ["Medians over the Linear-2 tiles of each dump; T_mma L1 is the Linear-1 mainloop that covers a Linear-2 tile after interleaving. "
-                             "Mainloop-inflated tiles: Linear-2 mainloops slower than the local control's of the same shape (p99, beyond noise and 5 %), "
-                             "a stall the slot model cannot see; more than half of them make the schedule stall-bound by mainloop inflation."],
+                            ["One row per configuration and schedule, medians over its remote-store tiles. The measured stall is the slot wait "
+                             "beyond the control's floor plus the compute span beyond the control's (a stall the slot model cannot see); the slot "
+                             "model's Δt = [T_lead + T_RS − T_cover]₊ per tile; the calibrated prediction needs --calibration. Every column: "
+                             "`open_run(RUN).table3()`."],
                             table3_display(table3)))
-        shown = verdicts.rename(columns={"predicted_stall_us": "Δt pred (µs, probe)", "measured_stall_us": "Δt meas (µs, probe)",
-                                         "backpressured_tiles": "bp tiles", "kernel_ms": "kernel (ms, nsys)", "noise_us": "noise (µs, probe)"})
-        secs.append(Section("Verdict per configuration and schedule", f"{SCOPE_PROBE}; {SCOPE_KERNEL}", [], shown, details=True))
+        secs.append(Section("Verdict per configuration and schedule", f"{SCOPE_PROBE}; {SCOPE_KERNEL}", [],
+                            verdict_display(verdicts.drop(columns=["sentence"])), details=True))
     if len(trials):
         secs.append(Section("Kernel time", SCOPE_KERNEL, [f"{len(trials)} trials (launches under a probe dump's configuration, warm-ups excluded)."], kernel_time_table(trials), details=True, figures=["kernel_time"]))
     bursts = run.bursts()
@@ -190,7 +176,7 @@ def build_sections(run, worst_n: int = WORST_TILES) -> list[Section]:
         secs.append(Section("Burst audit (docs/model.md §4)", SCOPE_SENDER, text, burst_audit_table(bursts, labels), details=True, figures=["bursts"]))
     res_text, res_table = [], None
     if len(verdicts) and len(tiles):
-        res_text.append("Model residual = measured − predicted MMA stall of each Linear-2 tile (docs/model.md §5).")
+        res_text.append("Model residual = measured − predicted MMA stall of each Linear-2 tile (docs/model.md §5, the slot model).")
         res_table = model_residuals(verdicts, tiles)
     if len(cal):
         res_text += ["Calibration points in this run, fitted here (docs/model.md §3); period error of the recurrence prediction:"] + cal_lines
@@ -206,7 +192,9 @@ def build_sections(run, worst_n: int = WORST_TILES) -> list[Section]:
                             [f"{n_bp} of {len(tiles)} tiles backpressured (predicted or measured stall above {run_noise_ns(tiles):.0f} ns); the {min(worst_n, n_bp)} largest:"],
                             worst_tiles(tiles, worst_n), details=True))
     inputs = man.get("inputs", [])
-    run_lines = [f"- run folder: `{run.path}`", f"- GPUs: {', '.join(man.get('gpus', [])) or 'unknown'}",
+    from xstage_trace.base.paths import shown_path
+
+    run_lines = [f"- run folder: `{shown_path(run.path)}`", f"- GPUs: {', '.join(man.get('gpus', [])) or 'unknown'}",
                  f"- nsys: {', '.join(man.get('nsys_versions', [])) or 'none'}; time base: {man.get('time_base')}",
                  f"- inputs: {len(inputs)} ({sum(i.get('kind') == 'probe' for i in inputs)} probe dumps)"]
     if man.get("nvtx_filter"):

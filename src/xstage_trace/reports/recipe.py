@@ -36,8 +36,7 @@ def map_report(report: str | Path, work_dir: str | Path, dumps=None, calibration
     first launches of each configuration, left out of its kernel-time trials; ``nvtx`` and
     ``nvtx_domain`` are ``analyze --nvtx`` / ``--nvtx-domain``."""
     from xstage_trace import open_run
-    from xstage_trace.analysis.verdict import config_verdicts
-    from xstage_trace.reports.content import run_noise_ns
+    from xstage_trace.reports.verdict_text import verdict_table
     from xstage_trace.reports.run_report import write_run_report
     from xstage_trace.pipeline.runner import analyze_inputs
 
@@ -47,8 +46,8 @@ def map_report(report: str | Path, work_dir: str | Path, dumps=None, calibration
                    nvtx_domain=nvtx_domain, warmup_launches=warmup_launches)
     run = open_run(run_dir)
     write_run_report(run, run_dir.with_name(run_dir.name + ".report"))
-    v = config_verdicts(run.table3(), run_noise_ns(run.tiles()))
-    return v.assign(report=str(report), run_dir=str(run_dir))
+    v = verdict_table(run)
+    return v[[c for c in v.columns if not c.endswith("_ns")]].assign(report=str(report), run_dir=str(run_dir))
 
 
 def reduce_results(frames: list[pd.DataFrame], verdicts_path: str | Path, summary_path: str | Path) -> list[Path]:

@@ -11,17 +11,16 @@ from xstage_trace.base.atomic import write_text_atomic
 
 def _figures(run, sections):
     """(matplotlib figures, plotly figures) by stem, for the stems the sections name."""
-    from xstage_trace.analysis.verdict import config_verdicts
     from xstage_trace.reports import figures as F
     from xstage_trace.reports import interactive as I
     from xstage_trace.reports.configs import config_names, run_trials, slowest_rank_trials
-    from xstage_trace.reports.content import run_noise_ns
+    from xstage_trace.reports.verdict_text import verdict_table
 
     wanted = {f for s in sections for f in s.figures}
     static, live = {}, {}
     tiles = run.tiles()
     if "stall" in wanted:
-        v = config_verdicts(run.table3(), run_noise_ns(tiles))
+        v = verdict_table(run)
         static["stall"], live["stall"] = F.stall_figure(v), I.stall_plot(v)
     if "kernel_time" in wanted:
         t = slowest_rank_trials(run_trials(run))

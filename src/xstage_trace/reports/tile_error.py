@@ -41,7 +41,14 @@ def run_timeline(run_dir: Path) -> pd.DataFrame:
     control = control.assign(dump=control["dump"].astype(str))
     tiles = tiles.assign(dump=tiles["dump"].astype(str)).merge(control, on=["rank", "dump"], how="left")
     tiles["is_control"] = tiles["is_control"].fillna(False).astype(bool)
-    return tile_timeline(tile_spans(run.probes()), tiles)
+    from xstage_trace.pipeline.analyses import group_lifecycle
+
+    probes = run.probes()
+    try:
+        lifecycle = group_lifecycle(probes, run.dumps())
+    except ValueError as e:
+        raise InputError(run_dir, f"holds the tiles of several kernels ({e})", "analyze one kernel's dumps into a run for its tile timeline") from None
+    return tile_timeline(tile_spans(probes, lifecycle), tiles)
 
 
 def _table(frame: pd.DataFrame) -> str:

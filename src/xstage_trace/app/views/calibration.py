@@ -7,9 +7,25 @@ import streamlit as st
 from xstage_trace.analysis.burst_gap import isolated_issue_time_ns
 from xstage_trace.analysis.calibration_fit import fit_calibration, predict
 from xstage_trace.app import data, figures, state
+from xstage_trace.base.paths import shown_path
 from xstage_trace.collectors.calibration_io import calibration_document, load_platform_from_doc
 
 MIB = float(1 << 20)
+
+
+def capacity_table(doc: dict) -> pd.DataFrame:
+    """Q(K) of a calibration document in MiB with its interval (``capacity_interval_bytes``: the
+    knee's bracket and the transients' bound), "not bracketed" where the document has none."""
+    caps = doc.get("capacity_by_producers_bytes") or {}
+    ivs = doc.get("capacity_interval_bytes") or {}
+
+    def interval(k):
+        iv = ivs.get(k)
+        return f"{iv[0] / MIB:.2f} – {iv[1] / MIB:.2f}" if iv and None not in iv[:2] else "not bracketed"
+
+    return pd.DataFrame({"K (producers)": [int(k) for k in caps], "Q (MiB)": [round(v / MIB, 2) for v in caps.values()],
+                         "interval (MiB)": [interval(k) for k in caps],
+                         "source": [((doc.get("capacity_estimates") or {}).get(k) or {}).get("source", "") for k in caps]})
 
 
 def model_table(doc: dict) -> None:
@@ -17,16 +33,13 @@ def model_table(doc: dict) -> None:
     c = st.columns(4)
     unc = doc.get("rate_uncertainty_gbps")
     c[0].metric("R (GB/s)", f"{doc['rate_gbps']:.1f}" + (f" ± {unc:.1f}" if unc is not None else " (lower bound)"))
-    c[1].metric("loop overhead o (ns)", f"{doc.get('loop_overhead_ns', 0.0):.0f}")
+    c[1].metric("loop overhead o (µs)", f"{doc.get('loop_overhead_ns', 0.0) / 1e3:.3f}")
     c[2].metric("period error, recurrence (median %)", "n/a" if doc.get("period_err_median_pct") is None
                 else f"{doc['period_err_median_pct']:.2f}")
     c[3].metric("drain-limited points for R", str(doc.get("rate_points", 0)))
     caps = doc.get("capacity_by_producers_bytes") or {}
     if caps:
-        q_unc = doc.get("capacity_uncertainty_bytes") or {}
-        st.dataframe(pd.DataFrame({"K": [int(k) for k in caps], "Q (MiB)": [v / MIB for v in caps.values()],
-                                   "± (MiB)": [q_unc.get(k, float("nan")) / MIB for k in caps]}),
-                     hide_index=True, key="cal_capacity")
+        st.dataframe(capacity_table(doc), hide_index=True, key="cal_capacity")
         st.caption(f"Q source: {doc.get('capacity_source')}")
     else:
         st.info(f"Q not identified: {doc.get('capacity_reason') or 'no capacity in this calibration'}")
@@ -35,7 +48,7 @@ def model_table(doc: dict) -> None:
         kb = [tuple(int(x) for x in k.split(",")) for k in floors]
         with st.expander(f"Recovered issue floor T_iss^0(K, B): {len(floors)} points"):
             st.dataframe(pd.DataFrame({"K": [k for k, _ in kb], "B (bytes)": [b for _, b in kb],
-                                       "T_iss^0 (ns)": list(floors.values())}), hide_index=True, key="cal_floors")
+                                       "T_iss^0 (µs)": [v / 1e3 for v in floors.values()]}), hide_index=True, key="cal_floors")
 
 
 @st.cache_resource(show_spinner=False, max_entries=16)
@@ -127,7 +140,7 @@ if path:
                    "analyzed without `--calibration` (or the file moved). Fit one with `xstage-trace calibrate fit`.")
         st.stop()
     st.header(f"M_X used by this run: {doc.get('platform', '')} {doc.get('store_path', '')}")
-    st.caption(f"from {run.calibration_path()}")
+    st.caption(f"from {shown_path(run.calibration_path())}")
     model_table(doc)
     got = predicted(path, data.stamp(path))
     if got is None:

@@ -1,44 +1,90 @@
-"""Compare: two runs side by side (e.g. base vs PR, or two platforms), per-configuration deltas;
-within one run, expert-wave vs interleaved."""
+"""Compare: two runs matched on the regression gate's configuration keys (``xstage-trace compare
+--by``), led by the kernel-time change and the gate's decision (reports.compare, the same rule as
+the CLI); then the verdicts per configuration the runs share; within one run, expert-wave vs
+interleaved."""
 
 import streamlit as st
 
 from xstage_trace.app import data, shaping, state
+from xstage_trace.base.errors import InputError
+from xstage_trace.reports.compare import GateConfig, compare_runs, gate_outcome
+from xstage_trace.reports.configs import CONFIG_KEYS
+from xstage_trace.reports.verdict_text import schedule_speedups
+
+
+@st.cache_resource(show_spinner="Comparing the runs…", max_entries=16)
+def _gate(a: str, stamp_a: float, b: str, stamp_b: float, keys: tuple, gate_pct: float):
+    """(table, exit code, outcome) of the gate, or (None, None, the InputError's line)."""
+    try:
+        table = compare_runs(data.run(a), data.run(b), GateConfig(gate_pct=gate_pct, keys=keys))
+    except InputError as exc:
+        return None, None, exc.one_line()
+    code, outcome = gate_outcome(table, None)
+    return table, code, outcome
+
+
+GATE_COLUMNS = {"verdict": "gate verdict", "base_ms": "A kernel (ms, nsys)", "new_ms": "B kernel (ms, nsys)", "change_pct": "Δ kernel (%)",
+                "ci_low_pct": "CI low (%)", "ci_high_pct": "CI high (%)", "threshold_pct": "threshold (%)",
+                "stall_meas_us_base": "A Δt meas (µs)", "stall_meas_us_new": "B Δt meas (µs)",
+                "backpressured_tiles_base": "A bp tiles", "backpressured_tiles_new": "B bp tiles", "reason": "reason"}
 
 path = state.current_run()
 if path:
     st.title("Compare")
     paths = st.session_state[state.RUNS_KEY]
-    st.header(f"Expert-wave vs interleaved in {state.run_name(path)}")
-    t3 = data.frame(path, "table3")
-    sp = shaping.schedule_speedup(t3)
-    if sp.empty:
-        st.info("No kernel times per schedule in this run (needs tiles and an nsys export).")
-    else:
-        st.caption("Median nsys kernel time per schedule (timing scope: kernel time); speedup = wave / interleaved.")
-        st.dataframe(sp, hide_index=True, key="compare_speedup")
     st.header("Two runs")
     if len(paths) < 2:
         st.info("Only one run is open: give two to compare (`xstage-trace dashboard BASE_RUN PR_RUN`), or open "
                 "another run folder in the sidebar.")
-        st.stop()
-    c = st.columns(2)
-    a = c[0].selectbox("Run A (base)", paths, index=0, format_func=state.run_name, key="compare_a")
-    b = c[1].selectbox("Run B", paths, index=1, format_func=state.run_name, key="compare_b")
-    va, vb = data.verdicts(a), data.verdicts(b)
-    st.subheader("Verdict per configuration")
-    if va.empty and vb.empty:
-        st.info("Neither run has Linear-2 remote-store tiles: no verdicts to compare.")
     else:
-        cv = shaping.compare_verdicts(va, vb)
-        st.metric("configurations whose verdict changed", f"{int(cv['changed'].sum())}")
-        st.dataframe(cv, hide_index=True, key="compare_verdicts")
-    st.subheader("Table 3 deltas (B − A)")
-    ta, tb = data.frame(a, "table3"), data.frame(b, "table3")
-    if ta.empty or tb.empty:
-        st.info(f"Table 3 missing in {'A' if ta.empty else 'B'}: it needs fused-kernel tiles.")
+        c = st.columns([2, 2, 3, 1])
+        a = c[0].selectbox("Run A (base)", paths, index=0, format_func=state.run_name, key="compare_a")
+        b = c[1].selectbox("Run B (new)", paths, index=1, format_func=state.run_name, key="compare_b")
+        keys = c[2].multiselect("Match configurations on (--by)", list(CONFIG_KEYS), default=list(CONFIG_KEYS), key="compare_by")
+        gate_pct = c[3].number_input("gate (%)", 0.0, 100.0, 2.0, step=0.5, key="compare_gate")
+        keys = tuple(k for k in CONFIG_KEYS if k in keys)
+        if not keys:
+            st.warning("Choose at least one key to match configurations on.")
+            st.stop()
+        table, code, outcome = _gate(a, data.stamp(a), b, data.stamp(b), keys, float(gate_pct))
+        if table is None:
+            st.warning(f"No comparison: {outcome}")
+            st.stop()
+        head = shaping.gate_headline(table)
+        (st.success if code == 0 else st.error)(
+            f"**{outcome}** — gate {gate_pct:g} % on the median kernel time per configuration ({', '.join(keys)}); "
+            f"{head['in_both']} configuration{'s' if head['in_both'] != 1 else ''} in both runs.")
+        m = st.columns(3)
+        m[0].metric("kernel time B vs A (median over configurations)", f"{head['median_change_pct']:+.1f} %")
+        if head["worst"] and head["worst"][1] > 0:
+            m[1].metric(f"largest slow-down: {head['worst'][0]}", f"{head['worst'][1]:+.1f} %")
+        if head["best"] and head["best"][1] < 0:
+            m[2].metric(f"largest speed-up: {head['best'][0]}", f"{head['best'][1]:+.1f} %")
+        st.caption("Timing scope: kernel time = nsys kernel rows, per trial the slowest rank, median over trials, warm-ups "
+                   "excluded (same rule as `xstage-trace compare --by`); Δt meas = median measured MMA stall per Linear-2 tile, "
+                   "probe clock per SM.")
+        shown = table[[k for k in keys if k in table] + [c for c in GATE_COLUMNS if c in table]].rename(columns=GATE_COLUMNS)
+        st.dataframe(shown, hide_index=True, key="compare_gate_table")
+
+        st.subheader("Verdict per configuration")
+        va, vb = data.verdicts(a), data.verdicts(b)
+        if va.empty and vb.empty:
+            st.info("Neither run has Linear-2 remote-store tiles: no verdicts to compare.")
+        else:
+            cv = shaping.compare_verdicts(va, vb, keys)
+            n_both = int(cv["in both"].sum()) if len(cv) else 0
+            if not n_both:
+                st.info(f"The runs have no configuration in common on {', '.join(k for k in keys if k != 'kernel')}: no verdict to compare.")
+            else:
+                st.metric("configurations whose verdict changed", f"{int(cv['changed'].sum())}")
+                st.caption(f"Of the {n_both} configurations in both runs; configurations in one run only are listed with "
+                           "`in both` unticked.")
+            st.dataframe(cv, hide_index=True, key="compare_verdicts")
+
+    st.header(f"Expert-wave vs interleaved in {state.run_name(path)}")
+    sp = schedule_speedups(data.verdicts(path))
+    if sp.empty:
+        st.info("No kernel times per schedule in this run (needs tiles and an nsys export).")
     else:
-        d = shaping.compare_table3(ta, tb)
-        st.dataframe(d, hide_index=True, key="compare_table3")
-        if d[[c for c in d.columns if c.endswith(" A")]].isna().all(axis=1).any() or d[[c for c in d.columns if c.endswith(" B")]].isna().all(axis=1).any():
-            st.caption("Configurations present in only one run show empty cells for the other.")
+        st.caption("Median nsys kernel time per schedule (timing scope: kernel time, ms); speedup = wave / interleaved.")
+        st.dataframe(sp, hide_index=True, key="compare_speedup")

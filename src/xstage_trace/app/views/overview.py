@@ -1,8 +1,11 @@
-"""Overview: GPUs, kernels, timing scopes, alignment, warnings, Table 3 and the verdict per configuration."""
+"""Overview: the verdict per configuration first (one sentence each, reports/verdict_text), its table with
+the cause and the schedule speedup, then Table 3, kernels, timing scopes, alignment and warnings."""
 
 import streamlit as st
 
 from xstage_trace.app import data, shaping, state
+from xstage_trace.reports.content import table3_display
+from xstage_trace.reports.verdict_text import headline, schedule_speedups
 
 path = state.current_run()
 if path:
@@ -12,7 +15,40 @@ if path:
     tables = m.get("tables", {})
     kernels = data.frame(path, "kernels")
     tiles = data.frame(path, "tiles")
-    st.subheader("GPU: " + (", ".join(m.get("gpus") or []) or "unknown"))
+    st.header("Verdict per configuration")
+    v = data.verdicts(path)
+    if v.empty:
+        st.info("No remote-store tiles in this run: no verdict (it needs probe dumps of a fused kernel).")
+    else:
+        st.markdown(f"**{headline(v)}**")
+        groups = {"stall-bound": [], "covered": [], "unknown": []}
+        for line in v["sentence"]:
+            name, _, rest = line.partition(": ")
+            groups[next((g for g in groups if rest.startswith(g)), "unknown")].append(f"**{name}**: {rest}")
+        for line in groups["stall-bound"]:  # each stall-bound configuration on its own, the covered ones together
+            st.error(line)
+        if groups["covered"]:
+            st.success("\n".join(f"- {line}" for line in groups["covered"]))
+        if groups["unknown"]:
+            st.info("\n".join(f"- {line}" for line in groups["unknown"]))
+        st.caption("Rule (analysis/verdict.py, docs/model.md §5): **stall-bound** when the median measured stall of the "
+                   "configuration's remote-store tiles (slot wait beyond the control's floor plus compute span beyond the control's) "
+                   "exceeds the noise floor, or when more than a quarter of its tiles stall beyond it; **cause**: slot backpressure "
+                   "where the slot wait carries it, mainloop inflation where the compute span does (a stall the slot model's Δt cannot "
+                   "see, so it can read 0 µs beside a stall-bound verdict); **unknown** without a control to measure against. "
+                   "Stalls in µs (probe clock per SM), kernel time in ms (nsys).")
+        cols = {"dest": "dest", "shape": "shape", "variant": "variant", "schedule": "schedule", "verdict": "verdict", "diagnosis": "cause",
+                "measured_stall_us": "stall measured (µs)", "kernel_ms": "kernel (ms)", "stalled_tiles": "stalled tiles", "tiles": "tiles",
+                "slot_stall_us": "slot part (µs)", "compute_stall_us": "compute part (µs)", "slot_model_stall_us": "slot model Δt (µs)",
+                "predicted_stall_us": "calibrated prediction (µs)", "noise_us": "noise floor (µs)"}
+        st.dataframe(v[[c for c in cols if c in v]].round(3).rename(columns=cols), hide_index=True, key="verdicts")
+        sp = schedule_speedups(v)
+        if len(sp):
+            st.subheader("Schedule speedup (kernel time, nsys)")
+            st.dataframe(sp.rename(columns={"kernel_ms_wave": "wave (ms)", "kernel_ms_interleaved": "interleaved (ms)",
+                                            "speedup": "speedup wave / interleaved"}), hide_index=True, key="speedups")
+
+    st.header("Run: " + (", ".join(m.get("gpus") or []) or "unknown"))
     c = st.columns(5)
     c[0].metric("kernel launches (nsys)", f"{len(kernels):,}")
     c[1].metric("probe records", f"{tables.get('probes', 0):,}")
@@ -35,26 +71,14 @@ if path:
     for line in missing:
         st.warning(line)
 
-    st.header("Verdict per configuration")
-    v = data.verdicts(path)
-    if v.empty:
-        st.info("No Linear-2 tiles with remote stores in this run: no verdict.")
-    else:
-        st.caption("Rule (analysis/verdict.py): a configuration **stalls** when the median measured or predicted stall "
-                   "of its Linear-2 remote-store tiles exceeds the noise floor (from the control run).")
-        show = v.assign(predicted_stall_med_us=v["predicted_stall_med_ns"] / 1e3,
-                        measured_stall_med_us=v["measured_stall_med_ns"] / 1e3, noise_us=v["noise_ns"] / 1e3)
-        st.dataframe(show[["dest", "shape", "schedule", "variant", "verdict", "l2_tiles", "backpressured_tiles",
-                           "predicted_stall_med_us", "measured_stall_med_us", "noise_us"]], hide_index=True, key="verdicts")
-
     st.header("Table 3")
     t3 = data.frame(path, "table3")
     if t3.empty:
         st.info("No Table 3: it needs fused-kernel tiles (probe dumps with mainloop, slot-wait and remote-store records).")
     else:
-        st.caption("Medians over the Linear-2 tiles per schedule, µs (timing scope: probe clock per SM); "
-                   "kernel_ms_*: median nsys kernel time per schedule (timing scope: kernel time).")
-        st.dataframe(t3, hide_index=True, key="table3")
+        st.caption("One row per configuration and schedule: medians over its remote-store tiles in µs (timing scope: probe clock "
+                   "per SM); kernel time in ms (nsys).")
+        st.dataframe(table3_display(t3), hide_index=True, key="table3")
 
     st.header("Kernels")
     if kernels.empty:

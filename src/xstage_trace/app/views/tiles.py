@@ -52,7 +52,7 @@ if path:
     q = shaping.group_quantiles(t, GROUPS[by_label], value)
     st.plotly_chart(figures.quantile_boxes(q, GROUPS[by_label], value.replace("_ns", "").replace("_", " ")),
                     width="stretch", key="tiles_boxes")
-    st.dataframe(q, hide_index=True, key="tiles_quantiles")
+    st.dataframe(shaping.quantiles_in_us(q), hide_index=True, key="tiles_quantiles")  # the axis's unit
 
     st.header("Backpressured tiles")
     bp = shaping.backpressured_tiles(t)

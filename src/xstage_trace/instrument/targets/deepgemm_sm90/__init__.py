@@ -1,0 +1,1 @@
+"""Recipe target `deepgemm_sm90`."""
