@@ -29,7 +29,7 @@ def test_validate_writes_both_runs_errors(tmp_path):
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
     assert d == json.loads(out.read_text())
-    assert d["calibration_version"] == 4 and d["store"] == "stg"  # points without a store column: st.global
+    assert d["calibration_version"] == 5 and d["store"] == "stg"  # points without a store column: st.global
     assert d["prediction_lines"] == {"eq1_loop_overhead": "Eq. 1 + loop overhead", "recurrence": "recurrence"}
     assert set(d["period_errors"]) == {"eq1_loop_overhead", "recurrence"}
     v = d["validation"]

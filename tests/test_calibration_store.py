@@ -134,7 +134,7 @@ def test_validation_defaults_to_the_fitted_store(two_store_sweep):
 
 def test_document_records_the_store_and_names_its_report(two_store_sweep, tmp_path):
     doc = json.loads(json.dumps(calibration_document(fit_calibration(two_store_sweep, store_path="host", store="bulk"), None, "x.csv"), default=float))
-    assert doc["calibration_version"] == 4 and doc["store"] == "bulk"
+    assert doc["calibration_version"] == 5 and doc["store"] == "bulk" and doc["drain"] is None
     assert store_of_document(doc) == "bulk" and calibration_name(doc) == "host_bulk"
     p = tmp_path / "calib.json"
     p.write_text(json.dumps(doc))

@@ -250,7 +250,7 @@ def test_synthetic_new_sweep_validates_against_old_through_the_cli(tmp_path, con
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     d = json.loads(out.read_text())
-    assert d["calibration_version"] == 4
+    assert d["calibration_version"] == 5
     assert d["rate_by_configuration_gbps"]["132,131072"] == pytest.approx(58.0, rel=1e-3)
     md = d["validation"]["measured_difference"]
     assert md["floor_offset_ns"]["median"] == pytest.approx(100.0, abs=1e-6)

@@ -603,7 +603,7 @@ def _calib(**changes) -> dict:
     (json.dumps(_calib(issue_floor_ns={})), "issue_floor_ns"),
     (json.dumps(_calib(capacity_by_producers_bytes={"132": -1.0})), "capacity_by_producers_bytes"),
     (json.dumps(_calib(loop_overhead_ns=-3.0)), "loop_overhead_ns"),
-    (json.dumps(_calib(calibration_version=5)), "calibration_version 5"),  # one past this release's version 4
+    (json.dumps(_calib(calibration_version=6)), "calibration_version 6"),  # one past this release's version 5
     (json.dumps(_calib(store="tma")), "store 'tma'"),  # version 4 records the store instruction: stg or bulk
     (json.dumps({k: v for k, v in _calib().items() if k != "store"}), "store None"),
     (json.dumps({k: v for k, v in _calib().items() if k != "calibration_version"}), "calibration_version None"),

@@ -129,8 +129,9 @@ def test_stg_epilogue_stalls_show_as_mainloop_inflation(tmp_path):
 
 
 def test_control_p99_and_median_equal_pandas_group_by_with_missing_keys_and_values():
-    """The control statistics' p99 and median per (shape, kind, operands) are pandas' group-by quantile
-    (linear interpolation) and median (missing keys a group of their own, missing mainloops skipped), exactly."""
+    """The control statistics' mainloop p99 and median and store-span median per (shape, kind, operands) are
+    pandas' group-by quantile (linear interpolation) and median (missing keys a group of their own, missing
+    values skipped), exactly."""
     import numpy as np
     import pandas as pd
 
@@ -142,9 +143,10 @@ def test_control_p99_and_median_equal_pandas_group_by_with_missing_keys_and_valu
         "shape": rng.choice(["S1", "S2", None], n), "tile_kind": rng.choice(["linear1", "linear2"], n),
         "operands": rng.choice(["smem", "global", None], n), "is_control": rng.random(n) < 0.7,
         "mainloop_ns": np.where(rng.random(n) < 0.1, np.nan, rng.gamma(2.0, 1e4, n)), "slot_wait_ns": rng.random(n),
+        "rs_ns": np.where(rng.random(n) < 0.3, np.nan, rng.gamma(2.0, 1e3, n)),
     })
-    g = t[t["is_control"]].groupby(CONTROL_KEYS, dropna=False)["mainloop_ns"]
-    want = (pd.concat([g.quantile(0.99).rename("ctrl"), g.median().rename("ctrl_median")], axis=1).reset_index()
+    g, store = (t[t["is_control"]].groupby(CONTROL_KEYS, dropna=False)[c] for c in ("mainloop_ns", "rs_ns"))
+    want = (pd.concat([g.quantile(0.99).rename("ctrl"), g.median().rename("ctrl_median"), store.median().rename("ctrl_store_median")], axis=1).reset_index()
             .astype({k: "str" for k in CONTROL_KEYS}).sort_values(CONTROL_KEYS).reset_index(drop=True))
     for frame in (t, t.astype({k: "category" for k in CONTROL_KEYS})):
         got = control_stats(frame).mainloop_p99.sort_values(CONTROL_KEYS).reset_index(drop=True)
@@ -169,11 +171,13 @@ def test_control_statistics_from_samples_of_disjoint_tiles_equal_those_of_all_wh
         "operands": rng.choice(["smem", None], n), "is_control": rng.random(n) < 0.6,
         "mainloop_ns": np.where(rng.random(n) < 0.1, np.nan, rng.gamma(2.0, 1e4, n)),
         "slot_wait_ns": np.where(rng.random(n) < 0.2, np.nan, np.round(rng.gamma(1.5, 400.0, n), 1)),  # ties
+        "rs_ns": np.where(rng.random(n) < 0.3, np.nan, np.round(rng.gamma(2.0, 1e3, n), 1)),
     })
     ctrl = t[t["is_control"]]
     waits = ctrl["slot_wait_ns"].dropna().to_numpy()
-    g = ctrl.groupby(CONTROL_KEYS, dropna=False)["mainloop_ns"]
-    want_p99 = (pd.concat([g.quantile(0.99).rename("ctrl"), g.median().rename("ctrl_median")], axis=1).reset_index()
+    g, store = (ctrl.groupby(CONTROL_KEYS, dropna=False)[c] for c in ("mainloop_ns", "rs_ns"))
+    want_p99 = (pd.concat([g.quantile(0.99).rename("ctrl"), g.median().rename("ctrl_median"), store.median().rename("ctrl_store_median")],
+                          axis=1).reset_index()
                 .astype({k: "str" for k in CONTROL_KEYS}).sort_values(CONTROL_KEYS).reset_index(drop=True))
     cuts = [0, 1000, 1001, 4500, n]  # one part of a single tile; parts holding different groups
     parts = [t.iloc[a:b].astype({"shape": "category"}) if i % 2 else t.iloc[a:b] for i, (a, b) in enumerate(zip(cuts[:-1], cuts[1:]))]

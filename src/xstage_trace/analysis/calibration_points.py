@@ -35,6 +35,15 @@ def burst_spans(probes: pd.DataFrame, event: str = BURST_EVENT) -> pd.DataFrame:
     return s.rename(columns={"tile": "burst"})
 
 
+def completion_rates(spans: pd.DataFrame) -> pd.Series:
+    """Per dump, the pooled completion rate of its bursts (drain_points.completion_rate_gbps over every CTA's
+    burst ends and bytes, docs/model.md §11): the path's drain rate where the launch was drain-limited."""
+    from xstage_trace.analysis.drain_points import completion_rate_gbps
+
+    return pd.Series({d: completion_rate_gbps(g["end"].to_numpy(), g["payload"].to_numpy() if "payload" in g else np.nan)
+                      for d, g in spans.groupby("dump", sort=True) if len(g) >= 8}, dtype=np.float64)  # one fit per launch
+
+
 def calibration_points(probes: pd.DataFrame, slices: pd.DataFrame, dumps: pd.DataFrame) -> pd.DataFrame:
     """Reduce burst spans per launch to the sweep's summary columns (medians and p90 over producers × bursts);
     the sweep point (dest, store, mode, K, B, G) comes from each dump's run configuration (the ``dumps`` table;
@@ -59,6 +68,7 @@ def calibration_points(probes: pd.DataFrame, slices: pd.DataFrame, dumps: pd.Dat
         "gap_meas_med_ns": g["gap_meas_ns"].median(),
         "bursts_used": g["burst"].nunique(),
     })
+    out["completion_rate_gbps"] = completion_rates(use)
     npc = slices.groupby("dump")["ns_per_cycle"].median()
     out = meta.join(out, how="inner")
     out["ns_per_cycle"] = npc.reindex(out.index).values
@@ -68,5 +78,5 @@ def calibration_points(probes: pd.DataFrame, slices: pd.DataFrame, dumps: pd.Dat
     out["store"] = out["store"].fillna(DEFAULT_STORE).astype(str) if "store" in out.columns else DEFAULT_STORE
     out["gap_ns"] = out["gap_ns"].astype(float)
     cols = ["dest", "store", "mode", "K", "B", "V", "gap_ns", "tiss_med_ns", "tiss_p90_ns", "period_med_ns", "ns_per_cycle",
-            "gap_meas_med_ns", "bursts", "bursts_used"]
+            "gap_meas_med_ns", "bursts", "bursts_used", "completion_rate_gbps"]
     return out.reset_index().rename(columns={"index": "dump"})[["dump"] + cols].sort_values(["dest", "store", "mode", "K", "B", "gap_ns"]).reset_index(drop=True)

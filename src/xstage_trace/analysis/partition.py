@@ -52,9 +52,11 @@ def work_tiles(p: PartitionProblem) -> tuple[int, int]:
     return w_comp, w_comm
 
 
-def completion_columns(p: PartitionProblem, rho: float | None = None) -> dict[str, np.ndarray]:
+def completion_columns(p: PartitionProblem, rho=None) -> dict[str, np.ndarray]:
     """docs/model.md §9 for every legal C, as arrays (no pandas: ``model partition`` starts fast): R(C), P(C), V_comp, V_comm, q(C), T(C) = F_{L−1}, Δ_comp.
 
+    ``rho``: one ratio for every C (§9's ρ), or one per C = 1 … max_comm_ctas (a communication wave whose
+    length depends on C, ``partition_select.comm_rho``); default ρ_ref scaled.
     F_s = max(A_s, F_{s−1}) + q unrolls to F_{L−1} = max_s (A_s + (L − s)·q): one array expression
     over (C, s).
     """
@@ -64,6 +66,7 @@ def completion_columns(p: PartitionProblem, rho: float | None = None) -> dict[st
     reserve = cdiv(C, p.comm_per_sm)
     slots = p.comp_per_sm * (p.num_sms - reserve)
     legal = slots > 0
+    rho = np.broadcast_to(np.asarray(rho, dtype=np.float64), C.shape)[legal]
     C, reserve, slots = C[legal], reserve[legal], slots[legal]
     v_comp = cdiv(w_comp, slots)
     v_comm = cdiv(w_comm, C)

@@ -36,6 +36,20 @@ def interleave(volume_bytes: float, mainloop_l1_ns: float, mainloop_l2_ns: float
     }
 
 
+def interleave_speedup(wave_kernel_ns: float, l2_tiles_per_cta: float, volume_bytes: float, mainloop_l1_ns: float,
+                       mainloop_l2_ns: float, n1: int, n2: int, issue_floor_ns: float, rate_gbps: float) -> dict:
+    """docs/model.md §6 at the kernel: the interleaved schedule's time predicted from the wave run.
+
+    Each of a CTA's Linear-2 tiles pays the wave schedule's issue overhead ΔT_wave once (all CTAs store their tile
+    together: one aligned burst of V = K·B per Linear-2 tile) and the interleaved one ΔT_int (``interleave``);
+    T_int = T_wave − n_L2/CTA · (ΔT_wave − ΔT_int), speedup = T_wave / T_int.
+    """
+    d = interleave(volume_bytes, mainloop_l1_ns, mainloop_l2_ns, n1, n2, issue_floor_ns, rate_gbps)
+    saved = l2_tiles_per_cta * (d["issue_overhead_wave_ns"] - d["issue_overhead_interleaved_ns"])
+    t_int = wave_kernel_ns - saved
+    return {**d, "saved_ns": saved, "interleaved_kernel_ns": t_int, "speedup": wave_kernel_ns / t_int}
+
+
 def qloop_audit(tile_m: int, head_dim: int, elem_bytes: int, kv_tile: int, sigma_ns: float, producers: int,
                 rate_gbps: float, issue_floor_ns: float, capacity_bytes: float | None, seq_lens) -> dict:
     """docs/model.md §7: B_t = b_m·d·s_out, V = K·B_t, G* = [V/R − T0]₊, G_Qloop(M) ≥ σ·⌈M/b_n⌉,

@@ -84,6 +84,11 @@ def _fit_table(doc: dict):
         t.add_row(f"  shared (K, B, G) only, {EQ1_LINE}", _err(vs.get("eq1_loop_overhead")))
         t.add_row("other run, isolated law", _iso(v["isolated_law"]))
         t.add_row("  measured difference, same (K, B, G)", _difference(v.get("measured_difference")))
+    d, c = doc.get("drain"), doc.get("load_coupling")
+    if d:
+        t.add_row("drain rate R (§11)", f"{d['rate_gbps']:.2f} GB/s ({d['rate_source']}); sustained stores {d['sustained_gbps']:.2f}, copy engine {d['copy_engine_gbps']:.2f}")
+        t.add_row("accepted-ahead Q (§11)", f"{_mib(d['capacity_bytes'])} MiB [{_mib(d['capacity_interval_bytes'][0])}, {_mib(d['capacity_interval_bytes'][1])}]")
+        t.add_row("load coupling (§11)", f"λ {c['load_latency_ns']:.0f} ns, load rate {c['load_rate_gbps']:.0f} GB/s")
     t.add_row("points", str(doc["points"]))
     return t
 
@@ -100,11 +105,12 @@ def calibrate_fit(
     validate_dest: Optional[str] = typer.Option(None, "--validate-dest", help="store path of the --validate points (default: the fitted one)"),
     validate_store: Optional[str] = typer.Option(None, "--validate-store", help="store instruction of the --validate points (default: the fitted one)"),
     force: bool = typer.Option(False, "--force", help="replace the -o file when it is an earlier calibration JSON (never anything else)"),
+    path_drain: Optional[Path] = typer.Option(None, "--path-drain", help="the path-drain bench's folder (ramp/, load/, meta/ from device_path_drain.sh): add the drain rate, capacity and load coupling (docs/model.md §11)"),
 ):
     """Fit M_X (docs/model.md §3), predict the whole sweep with no refit, optionally another run's sweep (--validate)."""
     from xstage_trace.pipeline.runner import fit_measurements
 
-    doc = fit_measurements(measurements, dest, output, platform, validate, validate_dest, force=force, store=store, validate_store=validate_store)
+    doc = fit_measurements(measurements, dest, output, platform, validate, validate_dest, force=force, store=store, validate_store=validate_store, path_drain=path_drain)
     if as_json:
         emit(doc)
         return

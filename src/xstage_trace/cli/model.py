@@ -97,12 +97,54 @@ def model_partition(
     tile_n: int = typer.Option(128, "--tile-n"),
     num_sms: int = typer.Option(108, "--num-sms"),
     rho: Optional[float] = typer.Option(None, "--rho", help="measured service-time ratio (default: ρ_ref scaled, docs/model.md §9)"),
+    service: Optional[Path] = typer.Option(None, "--service", help="partition_regret.json: measured compute/comm wave times per C instead of ρ"),
+    service_shape: Optional[str] = typer.Option(None, "--service-shape", help="which shape's service times in --service"),
+    comm_tile_n: int = typer.Option(1024, "--comm-tile-n"),
+    comp_per_sm: int = typer.Option(2, "--comp-per-sm", help="o_comp: resident compute CTAs per SM"),
+    comm_per_sm: int = typer.Option(1, "--comm-per-sm", help="o_comm: resident communication CTAs per SM"),
     as_json: bool = typer.Option(False, "--json"),
 ):
     """CTA partition for GEMM2+GatherRS (docs/model.md §9): T(C) for every legal C and C*."""
     from xstage_trace.pipeline.model_eval import partition_doc
 
-    _show(partition_doc(tokens_per_expert, tokens, hidden, reduction, splits, ranks, tile_m, tile_n, num_sms, rho), as_json, "partition")
+    _show(partition_doc(tokens_per_expert, tokens, hidden, reduction, splits, ranks, tile_m, tile_n, num_sms, rho,
+                        service, service_shape, comm_tile_n, comp_per_sm, comm_per_sm), as_json, "partition")
+
+
+@model_app.command("partition-sweep")
+def model_partition_sweep(
+    folder: Path = typer.Argument(..., help="a gather_rs_moe C-sweep folder (device_partition.sh's res/: times, workloads, calibration probes)"),
+    dest: str = typer.Option("host", "--dest", help="host | local: which destination's sweep"),
+    max_comm_ctas: int = typer.Option(16, "--max-comm-ctas", help="the legal domain C = 1 … this"),
+    n_boot: int = typer.Option(2000, "--n-boot", help="bootstrap replicates of the speedup over the best fixed C"),
+    write: Optional[Path] = typer.Option(None, "--write", help="also write the document as JSON here (partition_regret.json)"),
+    as_json: bool = typer.Option(False, "--json"),
+):
+    """Measured oracle, the selector's C and its regret per workload of a C sweep (docs/model.md §9, ρ measured on a calibration run)."""
+    from xstage_trace.pipeline.partition_sweep import partition_regret_doc
+
+    if dest not in ("host", "local"):
+        from xstage_trace.base.errors import InputError
+
+        raise InputError(None, f"--dest {dest!r} is neither host nor local", "give --dest host or --dest local")
+    doc = partition_regret_doc(folder, dest, max_comm_ctas, n_boot)
+    if write is not None:
+        write.write_text(dumps(doc) + "\n")
+    if as_json:
+        emit(doc)
+        return
+    from rich.table import Table
+
+    t = Table(title=f"model partition-sweep ({dest}): mean regret {doc['mean_regret_pct']:.2f} %, max {doc['max_regret_pct']:.2f} %")
+    for col in ("workload", "C oracle", "C selected", "regret %", "T oracle ms", "T selected ms"):
+        t.add_column(col)
+    for w in doc["workloads"]:
+        t.add_row(w["workload"], str(w["c_oracle"]), str(w["c_selected"]), f"{w['regret_pct']:.2f}",
+                  f"{w['times_ms'][str(w['c_oracle'])]:.3f}", f"{w['times_ms'][str(w['c_selected'])]:.3f}")
+    out.print(t)
+    s = doc["speedup_vs_best_fixed_c"]
+    out.print(f"speedup over the best fixed C = {s['best_fixed_c']}: {s['speedup_geomean']:.4f}x "
+              f"({100 * s['level']:.0f} % bootstrap interval {s['ci_low']:.4f} … {s['ci_high']:.4f})")
 
 
 @model_app.command("sequence")

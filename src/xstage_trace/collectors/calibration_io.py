@@ -1,6 +1,9 @@
 """Calibration JSON: the fitted platform model M_X with its uncertainties, errors and input hash.
 
-Version 4 (docs/calibration-json.md lists every key): the store instruction the benchmark issued
+Version 5 (docs/calibration-json.md lists every key) adds the optional ``drain`` (R from per-round completion
+timestamps, the accepted-ahead capacity Q from synchronized bursts, the sustained-store and copy-engine rates)
+and ``load_coupling`` (the operand-load latency and load rate of the forward model, docs/model.md §11; read by
+``link_model_of_document``); version-4 files are version 5 without them. Version 4: the store instruction the benchmark issued
 (``store``: stg = st.global from registers, bulk = cp.async.bulk from shared memory, tensor2d =
 cp.async.bulk.tensor.2d tiles of a row-major output), R(K, B) used in
 prediction (R from the drain-limited launches at any gap), R(K), Q(K) with a bootstrap interval and its
@@ -25,8 +28,9 @@ from xstage_trace.base.errors import InputError
 from xstage_trace.base.jsonable import loads
 from xstage_trace.base.paths import require_file
 
-CALIBRATION_VERSION = 4
+CALIBRATION_VERSION = 5
 STORE_VERSION = 4  # the first version that records the store instruction
+DRAIN_VERSION = 5  # the first version that may carry ``drain`` and ``load_coupling`` (docs/model.md §11)
 EQ1_LINE = "Eq. 1 + loop overhead"
 RECURRENCE_LINE = "recurrence"
 
@@ -63,8 +67,10 @@ def validation_document(v: Validation, input_sha256: str | None, input_name: str
             "isolated_law": v.isolated_errors, "measured_difference": v.measured_difference}
 
 
-def calibration_document(fit: CalibrationFit, input_sha256: str | None, input_name: str, validation: dict | None = None) -> dict:
-    """The calibration JSON as a dict (what ``calibrate fit --json`` prints and ``-o`` writes)."""
+def calibration_document(fit: CalibrationFit, input_sha256: str | None, input_name: str, validation: dict | None = None,
+                         drain: dict | None = None, load_coupling: dict | None = None) -> dict:
+    """The calibration JSON as a dict (what ``calibrate fit --json`` prints and ``-o`` writes); ``drain`` and
+    ``load_coupling`` from ``pipeline.path_drain.path_drain_document`` (null without ``--path-drain``)."""
     m = fit.model
     ss = fit.errors.get("ss", {})
     rec = fit.errors.get("rec", {})
@@ -101,6 +107,8 @@ def calibration_document(fit: CalibrationFit, input_sha256: str | None, input_na
         "unexplained_by_recurrence": rec.get("unexplained", []),
         "isolated_law": fit.isolated_errors,
         "validation": validation,
+        "drain": drain,
+        "load_coupling": load_coupling,
         "points": int(len(fit.points) + len(fit.isolated)),
         "periodic_points": int(len(fit.points)),
         "input": {"name": input_name, "sha256": input_sha256},
@@ -192,6 +200,43 @@ def check_document(doc, path: str | Path | None) -> None:
             raise InputError(path, f"rate_by_configuration_gbps entry {key!r}: {value!r} is not \"K,B\": a positive finite rate", _REFIT)
     if not _finite(doc.get("loop_overhead_ns", 0.0), 0.0, False):
         raise InputError(path, f"loop_overhead_ns {doc.get('loop_overhead_ns')!r} is not a finite number >= 0", _REFIT)
+    _check_link(doc, path, version)
+
+
+_LINK_KEYS = {"drain": (("rate_gbps", True), ("capacity_bytes", True)),
+              "load_coupling": (("load_latency_ns", False), ("load_rate_gbps", True), ("issue_floor_ns", False), ("window_ns", False))}
+
+
+def _check_link(doc: dict, path, version: int) -> None:
+    """``drain`` and ``load_coupling`` (version 5 on, both or neither, null allowed): objects whose rates and
+    capacity are positive finite numbers and whose times are finite and >= 0."""
+    present = {k for k in _LINK_KEYS if doc.get(k) is not None}
+    if not present:
+        return
+    if version < DRAIN_VERSION:
+        raise InputError(path, f"calibration_version {version} has no {' / '.join(sorted(present))} (version {DRAIN_VERSION} introduced them)", _REFIT)
+    if len(present) != len(_LINK_KEYS):
+        raise InputError(path, f"has {next(iter(present))} without {next(iter(set(_LINK_KEYS) - present))}", _REFIT)
+    for name, keys in _LINK_KEYS.items():
+        obj = doc[name]
+        if not isinstance(obj, dict):
+            raise InputError(path, f"{name} is not an object", _REFIT)
+        for key, strict in keys:
+            if not _finite(obj.get(key), 0.0, strict):
+                raise InputError(path, f"{name}.{key} {obj.get(key)!r} is not a {'positive' if strict else '>= 0'} finite number", _REFIT)
+
+
+def link_model_of_document(doc: dict, path: str | Path | None = None):
+    """The forward model's LinkModel (docs/model.md §11) of a checked calibration document, or None where it has
+    no ``drain`` / ``load_coupling`` (before version 5, or fitted without --path-drain)."""
+    from xstage_trace.analysis.forward import LinkModel
+
+    check_document(doc, path)
+    if doc.get("drain") is None:
+        return None
+    d, c = doc["drain"], doc["load_coupling"]
+    return LinkModel(float(d["rate_gbps"]), float(d["capacity_bytes"]), float(c["load_latency_ns"]), float(c["issue_floor_ns"]),
+                     float(c["load_rate_gbps"]), float(c["window_ns"]))
 
 
 def load_platform_from_doc(doc: dict, path: str | Path | None = None) -> PlatformModel:

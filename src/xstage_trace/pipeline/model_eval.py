@@ -131,8 +131,31 @@ def interleave_doc(volume_bytes, l1_us, l2_us, n1, n2, issue_floor_us, rate_gbps
     }
 
 
-def partition_doc(tokens_per_expert: str, tokens, hidden, reduction, splits, ranks, tile_m, tile_n, num_sms, rho) -> dict:
-    """docs/model.md §9."""
+def partition_service(path: Path, shape: str | None):
+    """A shape's measured service times (docs/model.md §9, ρ measured) from a partition_regret.json's ``service_times_ns``."""
+    import json
+
+    from xstage_trace.analysis.partition_select import ServiceTimes
+
+    try:
+        table = json.loads(Path(path).read_text())["service_times_ns"]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise InputError(path, "is not a partition_regret.json with service_times_ns", "give the JSON `model partition-sweep --write` wrote") from None
+    if shape not in table:
+        raise InputError(path, f"has no service times for --service-shape {shape!r} (it has {', '.join(sorted(table))})", "name one of those shapes")
+    try:
+        s = ServiceTimes(tuple(float(x) for x in table[shape]["t_wave_ns"]), tuple(float(x) for x in table[shape]["tau_ns"]))
+    except (KeyError, TypeError, ValueError):
+        raise InputError(path, f"service_times_ns[{shape!r}] lacks t_wave_ns / tau_ns lists of one length", "regenerate it with model partition-sweep") from None
+    if not all(math.isfinite(x) and x > 0 for x in s.t_wave_ns + s.tau_ns):
+        raise InputError(path, f"service_times_ns[{shape!r}] holds a time that is not a finite number > 0", "regenerate it with model partition-sweep")
+    return s
+
+
+def partition_doc(tokens_per_expert: str, tokens, hidden, reduction, splits, ranks, tile_m, tile_n, num_sms, rho,
+                  service: Path | None = None, service_shape: str | None = None, comm_tile_n: int = 1024,
+                  comp_per_sm: int = 2, comm_per_sm: int = 1) -> dict:
+    """docs/model.md §9; with ``service`` (a partition_regret.json) the measured service times of ``service_shape`` instead of ρ."""
     from xstage_trace.analysis.partition import PartitionProblem, choose_comm_ctas, completion_columns, scaled_rho
 
     try:
@@ -147,7 +170,23 @@ def partition_doc(tokens_per_expert: str, tokens, hidden, reduction, splits, ran
         _number(flag, v, integer=True)
     _number("--splits", splits, integer=True, high=1 << 16), _number("--ranks", ranks, integer=True, high=1 << 16)
     _number("--num-sms", num_sms, integer=True, high=1 << 16), _number("--rho", rho)
-    p = PartitionProblem(m_e, tokens, hidden, reduction, splits, ranks, tile_m, tile_n, num_sms=num_sms)
+    _number("--comm-tile-n", comm_tile_n, integer=True), _number("--comp-per-sm", comp_per_sm, integer=True, high=64)
+    _number("--comm-per-sm", comm_per_sm, integer=True, high=64)
+    p = PartitionProblem(m_e, tokens, hidden, reduction, splits, ranks, tile_m, tile_n, comm_tile_n=comm_tile_n, num_sms=num_sms,
+                         comm_per_sm=comm_per_sm, comp_per_sm=comp_per_sm)
+    if service is not None:
+        if rho is not None:
+            raise InputError(None, "--rho and --service both set the service times", "give one of them")
+        from xstage_trace.analysis.partition_select import predicted_completion, select_comm_ctas
+
+        s = partition_service(service, service_shape)
+        if len(s.tau_ns) < p.max_comm_ctas:
+            raise InputError(service, f"covers C ≤ {len(s.tau_ns)}, fewer than the {p.max_comm_ctas} candidates", "calibrate C = 1 … 16")
+        table = predicted_completion(p, s)
+        if not len(table["comm_ctas"]):
+            raise InputError(None, f"--num-sms {num_sms} leaves no SM for compute with any number of communication CTAs", "give --num-sms the GPU's SM count")
+        return {"rho_source": f"measured ({service}, shape {service_shape})", "comm_ctas_best": select_comm_ctas(p, s),
+                "candidates": [{k: v[i].item() for k, v in table.items()} for i in range(len(table["comm_ctas"]))]}
     r = scaled_rho(p) if rho is None else rho
     table = completion_columns(p, r)
     if not len(table["comm_ctas"]):

@@ -223,11 +223,12 @@ def check_calibration_output(output: Path, force: bool, inputs: tuple = ()) -> N
 
 def fit_measurements(path: Path, dest: str | None, output: Path | None, platform: str = "",
                      validate: Path | None = None, validate_dest: str | None = None, force: bool = False,
-                     store: str | None = None, validate_store: str | None = None) -> dict:
+                     store: str | None = None, validate_store: str | None = None, path_drain: Path | None = None) -> dict:
     """calibrate fit: load points, fit one store path and store instruction (``store``: stg | bulk | tensor2d),
     optionally predict another run with no refit (``validate``, its store path ``validate_dest`` and
     instruction ``validate_store``, default the fitted ones), check, write and return the document (a
-    fit whose R, T_iss^0 or Q is not positive and finite is refused, never written)."""
+    fit whose R, T_iss^0 or Q is not positive and finite is refused, never written); ``path_drain``: the path-drain
+    bench's folder, whose drain rate, capacity and load coupling the document adds (pipeline.path_drain)."""
     from xstage_trace.analysis.calibration_fit import fit_calibration, validate as validate_fit
     from xstage_trace.collectors.calibration_io import calibration_document, check_document, validation_document
     from xstage_trace.base.hashing import sha256_of
@@ -251,7 +252,12 @@ def fit_measurements(path: Path, dest: str | None, output: Path | None, platform
         v = validate_fit(fit, other, validate_dest, validate_store)
         vdoc = validation_document(v, sha256_of(validate) if Path(validate).is_file() else None, Path(validate).name, validate_dest, validate_store)
     digest = sha256_of(path) if Path(path).is_file() else None
-    doc = calibration_document(fit, digest, Path(path).name, vdoc)
+    drain = coupling = None
+    if path_drain is not None:
+        from xstage_trace.pipeline.path_drain import path_drain_document
+
+        drain, coupling = path_drain_document(path_drain, dest, pts)
+    doc = calibration_document(fit, digest, Path(path).name, vdoc, drain, coupling)
     try:
         check_document(json_ready(doc), path)
     except InputError as exc:

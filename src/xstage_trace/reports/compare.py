@@ -120,14 +120,16 @@ TILE_SAMPLE_CAP = 2000  # tiles per run and configuration the interval resamples
 TILE_METRICS = ("stall_median_us", "stall_p99_us", "stalled_share_pct", "exposed_store_us")
 
 
-def _tile_samples(run) -> dict[tuple, dict[str, np.ndarray]]:
-    """Per (dest, shape, variant, schedule): the remote-store tiles' measured stall, stalled flag and exposed
-    store time (µs), and the noise floor (µs)."""
+TILE_KEYS = ("dest", "shape", "variant", "schedule")
+
+
+def _tile_samples(run, keys: list[str]) -> dict[tuple, dict[str, np.ndarray]]:
+    """Per configuration (``keys``, of TILE_KEYS): the remote-store tiles' measured stall, stalled flag and
+    exposed store time (µs), and the noise floor (µs)."""
     t = run.tiles()
     if t.empty or "stall_ns" not in t:
         return {}
     t = t[t["rs_span_ns"].notna()]
-    keys = ["dest", "shape", "variant", "schedule"]
     out = {}
     for key, g in t.assign(**{k: t[k].astype(object).fillna("-") for k in keys}).groupby(keys, sort=True):  # a few configurations
         stall = g["stall_ns"].to_numpy(np.float64)
@@ -139,14 +141,19 @@ def _tile_samples(run) -> dict[tuple, dict[str, np.ndarray]]:
     return out
 
 
-def _drops(run) -> dict[str, int]:
-    """Probe records dropped per (dest, shape, variant, schedule) (the slices' records_dropped)."""
+def _drops(run, keys: list[str]) -> dict[tuple, int]:
+    """Probe records dropped per configuration (``keys``; the slices' records_dropped)."""
     sl, d = run.probe_slices(), run.dumps()
     if sl.empty or "records_dropped" not in sl or d.empty:
         return {}
     per = sl.groupby("dump")["records_dropped"].sum()
-    cfg = d.drop_duplicates("dump").set_index("dump")[["dest", "shape", "variant", "schedule"]].astype(object).fillna("-")
-    return {tuple(cfg.loc[k]): int(v) + 0 for k, v in per.items() if k in cfg.index}
+    cfg = d.drop_duplicates("dump").set_index("dump")[keys].astype(object).fillna("-")
+    out: dict[tuple, int] = {}
+    for k, v in per.items():
+        if k in cfg.index:
+            key = tuple(cfg.loc[k])
+            out[key] = out.get(key, 0) + int(v)
+    return out
 
 
 def metric_verdict(base: np.ndarray, new: np.ndarray, stat, floor_abs: float, cfg: GateConfig) -> dict:
@@ -181,11 +188,15 @@ def metric_verdict(base: np.ndarray, new: np.ndarray, stat, floor_abs: float, cf
 
 
 def compare_tiles(base, new, cfg: GateConfig = GateConfig()) -> pd.DataFrame:
-    """The intra-kernel gate (module docstring): one row per (dest, shape, variant, schedule) of either run
-    and quantity (``metric``: TILE_METRICS and ``probe_drops``) with base, new, change, interval, threshold,
-    verdict and reason; empty when neither run has tiles."""
-    sb, sn = _tile_samples(base), _tile_samples(new)
-    db, dn = _drops(base), _drops(new)
+    """The intra-kernel gate (module docstring): one row per configuration of either run (the gate's keys
+    that tiles carry: dest, shape, variant, schedule) and quantity (``metric``: TILE_METRICS and
+    ``probe_drops``) with base, new, change, interval, threshold, verdict and reason; empty when neither run
+    has tiles or no key applies."""
+    keys = [k for k in TILE_KEYS if k in cfg.keys]
+    if not keys:
+        return pd.DataFrame(columns=["metric", "base", "new", "change", "ci_low", "ci_high", "threshold", "verdict", "reason"])
+    sb, sn = _tile_samples(base, keys), _tile_samples(new, keys)
+    db, dn = _drops(base, keys), _drops(new, keys)
     empty = np.zeros(0)
     stats = {"stall_median_us": ("stall", np.median), "stall_p99_us": ("stall", lambda x: np.percentile(x, 99)),
              "stalled_share_pct": ("stalled", np.mean), "exposed_store_us": ("exposed", np.median)}
@@ -195,17 +206,16 @@ def compare_tiles(base, new, cfg: GateConfig = GateConfig()) -> pd.DataFrame:
         noise = max(b.get("noise_us", 0.0), n.get("noise_us", 0.0))
         for metric, (col, stat) in stats.items():
             floor = cfg.gate_pct if col == "stalled" else noise
-            rows.append({**dict(zip(["dest", "shape", "variant", "schedule"], key)), "metric": metric,
+            rows.append({**dict(zip(keys, key)), "metric": metric,
                          **metric_verdict(b.get(col, empty), n.get(col, empty), stat, floor, cfg)})
         if key in db or key in dn:
             d0, d1 = db.get(key), dn.get(key)
             verdict = ("neutral", "new configuration (no baseline)") if d0 is None else ("inconclusive", "missing from the new run") if d1 is None \
                 else ("regression", "more probe records dropped") if d1 > d0 else ("improvement", "fewer probe records dropped") if d1 < d0 else ("neutral", "same drops")
-            rows.append({**dict(zip(["dest", "shape", "variant", "schedule"], key)), "metric": "probe_drops", "base": d0, "new": d1,
+            rows.append({**dict(zip(keys, key)), "metric": "probe_drops", "base": d0, "new": d1,
                          "change": None if d0 is None or d1 is None else d1 - d0, "ci_low": np.nan, "ci_high": np.nan, "threshold": 0.0,
                          "verdict": verdict[0], "reason": verdict[1]})
-    return pd.DataFrame(rows, columns=["dest", "shape", "variant", "schedule", "metric", "base", "new", "change", "ci_low", "ci_high",
-                                       "threshold", "verdict", "reason"])
+    return pd.DataFrame(rows, columns=[*keys, "metric", "base", "new", "change", "ci_low", "ci_high", "threshold", "verdict", "reason"])
 
 
 def compare_runs(base, new, cfg: GateConfig = GateConfig()) -> pd.DataFrame:
@@ -292,7 +302,8 @@ def compare_markdown(table: pd.DataFrame, outcome: str, base_path, new_path, cfg
     else:
         lines += ["", "No kernel trials in either run (no nsys report): gated on the tiles alone."]
     if tiles is not None and len(tiles):
-        o = tiles.assign(_o=tiles["verdict"].map({v: i for i, v in enumerate(VERDICTS)})).sort_values(["_o", "dest", "shape", "variant", "schedule"], kind="stable")
+        o = tiles.assign(_o=tiles["verdict"].map({v: i for i, v in enumerate(VERDICTS)}))
+        o = o.sort_values(["_o", *[k for k in TILE_KEYS if k in o]], kind="stable")
         lines += ["", "## Tiles", "", "_Per configuration and schedule over its remote-store tiles (probe clock per SM): median and p99 measured "
                   "stall (µs), share of stalled tiles (%), median exposed store time [T_RS − T_cover]₊ (µs), probe records dropped; "
                   "threshold = max(gate % of the base, the noise floor); 95 % bootstrap interval of the change over the tiles._", "",
