@@ -140,12 +140,14 @@ def starts_with(*marks: bytes) -> Callable[[Path], bool]:
 
 
 def contains(mark: bytes) -> Callable[[Path], bool]:
-    """``ours`` for a file whose first SNIFF_BYTES hold ``mark`` (a producer field, a header row)."""
+    """``ours`` for a file whose first or last SNIFF_BYTES hold ``mark`` (a producer field, a key)."""
 
     def test(path: Path) -> bool:
         try:
             with open(path, "rb") as fh:
-                return mark in fh.read(SNIFF_BYTES)
+                head = fh.read(SNIFF_BYTES)
+                fh.seek(max(0, fh.seek(0, 2) - SNIFF_BYTES))
+                return mark in head or mark in fh.read()
         except OSError:
             return False
 

@@ -118,6 +118,7 @@ def model_partition_sweep(
     max_comm_ctas: int = typer.Option(16, "--max-comm-ctas", help="the legal domain C = 1 … this"),
     n_boot: int = typer.Option(2000, "--n-boot", help="bootstrap replicates of the speedup over the best fixed C"),
     write: Optional[Path] = typer.Option(None, "--write", help="also write the document as JSON here (partition_regret.json)"),
+    force: bool = typer.Option(False, "--force", help="replace the --write file when it is an earlier partition-sweep document (never anything else)"),
     as_json: bool = typer.Option(False, "--json"),
 ):
     """Measured oracle, the selector's C and its regret per workload of a C sweep (docs/model.md §9, ρ measured on a calibration run)."""
@@ -127,9 +128,13 @@ def model_partition_sweep(
         from xstage_trace.base.errors import InputError
 
         raise InputError(None, f"--dest {dest!r} is neither host nor local", "give --dest host or --dest local")
+    from xstage_trace.base.output import check_output, contains, write_output
+
+    if write is not None:  # base/output.py: never onto the sweep it reads, never a user's file
+        check_output(write, inputs=[folder], force=force, ours=contains(b'"mean_regret_pct"'), option="--write", example="partition_regret.json")
     doc = partition_regret_doc(folder, dest, max_comm_ctas, n_boot)
     if write is not None:
-        write.write_text(dumps(doc) + "\n")
+        write_output(write, dumps(doc) + "\n")
     if as_json:
         emit(doc)
         return
