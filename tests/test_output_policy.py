@@ -531,3 +531,26 @@ def test_clock_resolution_is_read_from_the_readings():
     assert clock_resolution_ns(np.array([32 * 7, 32 * 1001, 32 * 5])) == 32
     assert clock_resolution_ns(np.array([3, 1000])) == 1
     assert clock_resolution_ns(np.array([1 << 40, 1 << 41])) == 512  # capped at MAX_RESOLUTION_NS (1 µs)
+
+
+# ----------------------------------------------------------------------------- the run write as a transaction (issue 29)
+
+def test_staged_run_publishes_only_on_commit(tmp_path):
+    from xstage_trace.base.schema import TABLES, empty_table
+    from xstage_trace.dataset.run_folder import read_run, staged_run
+
+    with pytest.raises(RuntimeError, match="commit"):
+        with staged_run(tmp_path / "a.run") as stage:
+            stage.write_table("kernels", empty_table("kernels"))
+    with pytest.raises(KeyError):
+        with staged_run(tmp_path / "b.run") as stage:
+            stage.write_table("kernels", empty_table("kernels"))
+            raise KeyError("the pipeline failed")
+    assert list(tmp_path.iterdir()) == []  # neither the runs nor their temporaries
+    with staged_run(tmp_path / "c.run") as stage:
+        stage.write_text("calibration_points.csv", "dest,mode\n")
+        counts = stage.commit({"note": "hand-made"})
+        assert not (tmp_path / "c.run").exists()  # published when the block ends
+    tables, manifest = read_run(tmp_path / "c.run")
+    assert counts == {n: 0 for n in TABLES} and set(tables) == set(TABLES) and manifest["note"] == "hand-made"
+    assert "calibration_points.csv" in manifest["files"]
