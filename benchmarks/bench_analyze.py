@@ -44,7 +44,8 @@ def replicate(dumps: list[Path], copies: int, folder: Path) -> None:
     """``copies`` plain copies of every dump in ``folder``, marked synthetic. Each copy differs from the
     others in one byte of the label field's padding after its NUL (ignored by the decoder), so that
     analyze's duplicate detection (by content hash) reads every copy instead of dropping it."""
-    from xstage_trace.collectors.probe_format import HEADER_DTYPE, read_dump_bytes
+    from xstage_trace.base.probe_layout import HEADER_DTYPE
+    from xstage_trace.collectors.probe_format import read_dump_bytes
 
     folder.mkdir(parents=True)
     (folder / "SYNTHETIC.txt").write_text(NOTE.format(n=copies))

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import numpy as np
 
-from xstage_trace.collectors.probe_format import RECORD_DTYPE, decode_probe_dump, read_header, write_probe_dump
+from xstage_trace.base.probe_layout import RECORD_DTYPE
+from xstage_trace.collectors.probe_format import decode_probe_dump, read_header
+from xstage_trace.instrument.probe_writer import write_probe_dump
 
 ROOT = Path(__file__).resolve().parents[1] / "sample_traces" / "h200_calibration"
 

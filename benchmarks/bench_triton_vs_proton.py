@@ -1,6 +1,6 @@
 """xstage probes vs Proton instrumentation scopes on the same Triton kernel, one process, one run.
 
-The kernel is the persistent bf16 GEMM of ``xstage_trace.instrument.triton_gemm``:
+The kernel is the persistent bf16 GEMM of ``tools/triton_gemm.py``:
 (a) ``gemm_plain`` (no probes), (b) ``gemm_instrumented`` compiled inside a Proton instrumentation
 session (its two ``enter_scope``/``exit_scope`` pairs per tile become Proton records; the xstage
 switch is off), (c) ``gemm_instrumented`` with the xstage probes on (two begin/end pairs per tile
@@ -58,8 +58,10 @@ from triton import knobs
 
 from xstage_trace.collectors.probe_format import decode_probe_dump
 from xstage_trace.instrument import triton as xp
-from xstage_trace.instrument import triton_gemm as g
-from xstage_trace.instrument.triton_sass import kernel_mma_loop
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: tools/
+from tools import triton_gemm as g  # noqa: E402
+from xstage_trace.instrument.triton_sass import kernel_mma_loop  # noqa: E402
 
 BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M = 128, 128, 64, 8
 NUM_WARPS, NUM_STAGES = 8, 3

@@ -20,7 +20,8 @@ from conftest import CALIB
 from test_calibration_synthetic import RATE_GBPS, sweep
 from xstage_trace.analysis.calibration_fit import fit_calibration, validate
 from xstage_trace.collectors.calibration_io import calibration_document, calibration_name, load_platform, store_of_document
-from xstage_trace.collectors.probe_format import RECORD_DTYPE, SLICE_DTYPE, write_probe_dump
+from xstage_trace.base.probe_layout import RECORD_DTYPE, SLICE_DTYPE
+from xstage_trace.instrument.probe_writer import write_probe_dump
 
 EXE = [sys.executable, "-m", "xstage_trace"]
 EVENTS = ["burst", "launch", "probe"]  # the bench's event names (kEventNames)

@@ -21,7 +21,8 @@ import pytest
 
 from xstage_trace.analysis.platform import PlatformModel
 from xstage_trace.analysis.stall import round_rate_gbps, store_stall_predictions, store_wait_summary, store_wait_vs_model
-from xstage_trace.collectors.probe_format import RECORD_DTYPE, SLICE_DTYPE, write_probe_dump
+from xstage_trace.base.probe_layout import RECORD_DTYPE, SLICE_DTYPE
+from xstage_trace.instrument.probe_writer import write_probe_dump
 
 ROOT = Path(__file__).resolve().parents[1]
 EVENTS = ["mainloop", "store_wait", "epilogue", "schedule"]  # the recipe's event ids, in order
@@ -235,10 +236,10 @@ def test_real_h200_mainloop_begins_where_the_previous_epilogue_ended(h200_run):
 
 
 def _summarize():
-    """instrument/recipes/runs/deepgemm_sm90/summarize.py (a script beside the bench, not a package module)."""
+    """sample_traces/h200_deepgemm/run/summarize.py (a script beside the bench, not a package module)."""
     import importlib.util
 
-    path = ROOT / "src/xstage_trace/instrument/recipes/runs/deepgemm_sm90/summarize.py"
+    path = ROOT / "sample_traces/h200_deepgemm/run/summarize.py"
     spec = importlib.util.spec_from_file_location("dg_summarize", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

@@ -97,13 +97,3 @@ def test_a_large_minority_of_stalled_tiles_is_stall_bound_with_a_median_of_zero(
 def test_slot_backpressure_takes_precedence_over_inflation():
     v = config_verdicts(_table3(5000.0, 900.0, 5900.0, 90, inflated=60, backpressured=80)).iloc[0]
     assert v["verdict"] == "stall-bound" and v["diagnosis"] == "slot_backpressure"
-
-
-def test_report_says_where_inflation_was_not_judged():
-    from xstage_trace.reports.content import headline
-
-    t3 = pd.concat([_table3(0.0, 900.0, 900.0, 70, inflated=70), _table3(0.0, np.nan, 0.0, 0).assign(variant="blind")], ignore_index=True)
-    lines = headline(config_verdicts(t3), pd.DataFrame())
-    assert any(line.startswith("- `host S1 stg`: wave stall-bound by mainloop_inflation") for line in lines)
-    blind = [line for line in lines if "not judged" in line]
-    assert len(blind) == 1 and "`host S1 blind`" in blind[0] and "`host S1 stg`" not in blind[0]

@@ -1,5 +1,5 @@
 """The FA3 H200 capture with the recipe's opt-in K/V steps (sample_traces/h200_fa3_kv_steps/, built with
--DXSTAGE_FA3_KV_STEPS=1): checked against the recipe's contract (instrument/recipes/files/fa3/hopper/xstage_fa3.h)
+-DXSTAGE_FA3_KV_STEPS=1): checked against the recipe's contract (instrument/targets/fa3/files/hopper/xstage_fa3.h)
 on the real dumps -- tile sampling: every mainloop begin record carries the sampling period S (the build's
 XSTAGE_FA3_KV_EVERY, default 8, also the label's kv_every), the writer's tiles 0, S, 2S, ... of each slice (in the
 slice's record order) carry the K/V steps of their last min(K/V blocks, 16) blocks, in the order the loop ran them

@@ -14,7 +14,8 @@ import pytest
 
 from xstage_trace.analysis.piggyback import decode_tile_id, kv_blocks, piggyback_audit, qloop_tiles
 from xstage_trace.analysis.platform import PlatformModel
-from xstage_trace.collectors.probe_format import RECORD_DTYPE, SLICE_DTYPE, write_probe_dump
+from xstage_trace.base.probe_layout import RECORD_DTYPE, SLICE_DTYPE
+from xstage_trace.instrument.probe_writer import write_probe_dump
 
 EXE = [sys.executable, "-m", "xstage_trace"]
 EVENTS = ["mainloop", "epilogue"]
@@ -22,7 +23,7 @@ GT0 = 1_000_000_000  # %globaltimer at open; clock64 runs at 1 cycle per ns in t
 
 
 def tile_id(m_block: int, head: int, batch: int) -> int:
-    """The recipe's packing (instrument/recipes/files/fa3/hopper/xstage_fa3.h): batch 24..31, head 12..23, m 0..11."""
+    """The recipe's packing (instrument/targets/fa3/files/hopper/xstage_fa3.h): batch 24..31, head 12..23, m 0..11."""
     return batch << 24 | head << 12 | m_block
 
 

@@ -1,4 +1,4 @@
-"""The FA3 H200 capture in sample_traces/h200_fa3/ (recipe fa3, instrument/recipes/runs/fa3/driver.cu):
+"""The FA3 H200 capture in sample_traces/h200_fa3/ (recipe fa3, sample_traces/h200_fa3/run/driver.cu):
 every output tile the launch issued is traced once, the causal Q-loops scale with their K/V blocks, and a
 tile's Q-loop end and epilogue begin share one clock read."""
 

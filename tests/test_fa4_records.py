@@ -15,10 +15,10 @@ import pytest
 
 from xstage_trace.analysis.piggyback import decode_tile_id, qloop_tiles
 from xstage_trace.base.errors import InputError
-from xstage_trace.collectors.fa4_records import pack_tile_ids, rows_to_slices, write_fa4_dump
+from xstage_trace.instrument.targets.fa4.records import pack_tile_ids, rows_to_slices, write_fa4_dump
 from xstage_trace.collectors.probe_format import decode_probe_dump
 
-CONVERT = Path(__file__).resolve().parents[1] / "src/xstage_trace/instrument/recipes/runs/fa4/convert.py"
+CONVERT = Path(__file__).resolve().parents[1] / "sample_traces/h200_fa4/run/convert.py"
 LABEL = ("kernel=fa4 dest=local shape=b1h2s256n tiles=3 ctas=4 slice=sm batch=1 heads=2 seqlen=256 causal=0 "
          "block_m=128 block_n=128 head_dim=128 out_bytes=2 trial=0")
 

@@ -1,4 +1,4 @@
-"""The FA4 H200 capture in sample_traces/h200_fa4/ (recipe fa4, instrument/recipes/runs/fa4/bench.py):
+"""The FA4 H200 capture in sample_traces/h200_fa4/ (recipe fa4, sample_traces/h200_fa4/run/bench.py):
 every output tile the launch issued is traced once, one CTA at a time on each SM (the converter's
 slice-per-SM mapping needs that), the causal Q-loops scale with their K/V blocks, and the probe
 builds computed the upstream build's O bit for bit."""

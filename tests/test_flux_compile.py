@@ -1,4 +1,4 @@
-"""FLUX compile check (instrument/recipes/compile/flux.sh): its two awk parts on hand-written input
+"""FLUX compile check (instrument/targets/flux/compile.sh): its two awk parts on hand-written input
 (the generated translation unit cut to one configuration; one kernel's registers, spills, clock reads
 and instructions read from ptxas' log and the SASS), and the whole check on a real FLUX checkout when
 XSTAGE_SRC_FLUX and XSTAGE_CUTLASS_FLUX name one (FLUX 19831ca2, cutlass df8a550d) and g++, nvcc and
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-COMPILE = ROOT / "src" / "xstage_trace" / "instrument" / "recipes" / "compile"
+COMPILE = ROOT / "src" / "xstage_trace" / "instrument" / "targets" / "flux"
 EPILOGUES = ROOT / "tests" / "cuda" / "flux_epilogues.cu"
 META = "bf16_bf16_void_bf16_fp32_fp32_sm80_a100_reducescatter_rcr_gemmv2_false_false_intranode"
 # three configurations; the first name is a prefix of the second's
@@ -54,7 +54,7 @@ def registration(i: int) -> str:
 def pick(tmp_path: Path, hp: str) -> str:
     src = tmp_path / "flux_gen.cu"
     src.write_text(generated_tu())
-    out = subprocess.run(["awk", "-v", f"hp={hp}", "-f", str(COMPILE / "flux_pick.awk"), str(src)],
+    out = subprocess.run(["awk", "-v", f"hp={hp}", "-f", str(COMPILE / "pick.awk"), str(src)],
                          capture_output=True, text=True, check=True)
     return out.stdout
 
@@ -135,7 +135,7 @@ def usage(tmp_path: Path, log: str, resources: str, sass: str) -> subprocess.Com
     for name, text in (("k.log", log), ("k.res", resources), ("k.sass", sass)):
         (tmp_path / name).write_text(text)
         files.append(str(tmp_path / name))
-    return subprocess.run(["awk", "-f", str(COMPILE / "flux_usage.awk"), *files], capture_output=True, text=True)
+    return subprocess.run(["awk", "-f", str(COMPILE / "usage.awk"), *files], capture_output=True, text=True)
 
 
 def test_usage_reads_the_flux_kernel_and_nothing_else(tmp_path: Path):
@@ -156,7 +156,7 @@ def test_usage_refuses_zero_or_two_flux_kernels(tmp_path: Path):
 
 
 def test_script_is_valid_bash():
-    out = subprocess.run(["bash", "-n", str(COMPILE / "flux.sh")], capture_output=True, text=True)
+    out = subprocess.run(["bash", "-n", str(COMPILE / "compile.sh")], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
 
 
@@ -180,7 +180,7 @@ def test_compile_check_on_real_flux(tmp_path: Path):
     tree = tmp_path / "flux"
     shutil.copytree(src, tree, ignore=shutil.ignore_patterns(".git", ".xstage-recipe"), symlinks=True)
     cli = Path(sys.executable).with_name("xstage-trace")
-    out = subprocess.run(["bash", str(COMPILE / "flux.sh"), str(tree), str(cutlass), str(cli)], capture_output=True, text=True)
+    out = subprocess.run(["bash", str(COMPILE / "compile.sh"), str(tree), str(cutlass), str(cli)], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-3000:]
     rows = {}
     for line in out.stderr.splitlines():
@@ -205,7 +205,7 @@ def build_epilogues(out: Path, arch: str, traced: bool) -> None:
     nvcc = shutil.which("nvcc")
     if nvcc is None:
         pytest.skip("nvcc not installed")
-    cmd = [nvcc, "-std=c++17", f"-I{ROOT / 'src' / 'xstage_trace' / 'instrument' / 'include'}", f"-I{ROOT / 'src' / 'xstage_trace' / 'instrument' / 'recipes' / 'files' / 'flux' / 'src'}",
+    cmd = [nvcc, "-std=c++17", f"-I{ROOT / 'src' / 'xstage_trace' / 'instrument' / 'include'}", f"-I{ROOT / 'src' / 'xstage_trace' / 'instrument' / 'targets' / 'flux' / 'files' / 'src'}",
            f"-gencode=arch=compute_{arch[3:]},code={arch}", *(["-DXSTAGE_TRACE"] if traced else []), str(EPILOGUES), "-o", str(out)]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr

@@ -51,7 +51,8 @@ json_values = st.recursive(st.none() | st.booleans() | st.integers(-2**70, 2**70
 
 def _dump(path: Path, counts: list[int], capacity: int, events: int, tiles: np.ndarray | None = None, seed: int = 0) -> Path:
     """A valid dump: slices open 1 ms apart, 100 µs long, at 2 GHz; records of known events in time order."""
-    from xstage_trace.collectors.probe_format import RECORD_DTYPE, SLICE_DTYPE, write_probe_dump
+    from xstage_trace.base.probe_layout import RECORD_DTYPE, SLICE_DTYPE
+    from xstage_trace.instrument.probe_writer import write_probe_dump
 
     rng = np.random.default_rng(seed)
     n = len(counts)

@@ -32,7 +32,7 @@ from xstage_trace import open_run
 from xstage_trace.base import atomic
 from xstage_trace.base.errors import InputError
 from xstage_trace.cli import main
-from xstage_trace.collectors.probe_format import HEADER_DTYPE, SLICE_DTYPE
+from xstage_trace.base.probe_layout import HEADER_DTYPE, SLICE_DTYPE
 
 REFERENCE_KERNELS = 17  # PROVENANCE.md of h200_burst_gap_reference: 17 kernels, 16 NVTX ranges
 REFERENCE_NVTX = 16

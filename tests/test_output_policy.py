@@ -366,7 +366,8 @@ def test_dashboard_port_in_use(xs, dumps_run):
 
 
 def test_a_zero_slice_dump_beside_an_export(xs, tmp_path):
-    from xstage_trace.collectors.probe_format import RECORD_DTYPE, SLICE_DTYPE, write_probe_dump
+    from xstage_trace.base.probe_layout import RECORD_DTYPE, SLICE_DTYPE
+    from xstage_trace.instrument.probe_writer import write_probe_dump
 
     dump = tmp_path / "empty.xsp"
     write_probe_dump(dump, slice_meta=np.zeros(0, SLICE_DTYPE), records=np.zeros(0, RECORD_DTYPE), capacity=4,
@@ -416,7 +417,7 @@ def test_an_xsp_zst_bomb_is_refused_in_bounded_memory(tmp_path):
 def test_an_xsp_zst_whose_header_declares_8_gib_is_refused_before_decompressing(tmp_path):
     from test_hostile_input import set_header
 
-    from xstage_trace.collectors.probe_format import HEADER_DTYPE, SLICE_DTYPE
+    from xstage_trace.base.probe_layout import HEADER_DTYPE, SLICE_DTYPE
 
     data = bytearray(_small_dump_bytes())
     h = np.frombuffer(bytes(data[: HEADER_DTYPE.itemsize]), HEADER_DTYPE)[0]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from xstage_trace.instrument import codegen_check as cc
+from tools import codegen_check as cc
 from xstage_trace.instrument import include_dir
 
 ROOT = Path(__file__).resolve().parents[1]

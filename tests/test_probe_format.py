@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from conftest import CALIB, dump_bytes
-from xstage_trace.collectors.probe_format import (
-    HEADER_DTYPE, RECORD_DTYPE, SLICE_DTYPE, decode_probe_dump, read_header, write_probe_dump,
-)
+from xstage_trace.base.probe_layout import HEADER_DTYPE, RECORD_DTYPE, SLICE_DTYPE
+from xstage_trace.collectors.probe_format import decode_probe_dump, read_header
+from xstage_trace.instrument.probe_writer import write_probe_dump
 from xstage_trace.base.errors import InputError
 
 DUMP = CALIB / "sweep_host" / "host_periodic_K132_B32768_G2000.xsp.zst"

@@ -400,3 +400,54 @@ def test_inserted_probe_header_is_the_one_at_head(target: str, tree: str, reques
     head = subprocess.run(["git", "-C", str(REPO), "show", f"HEAD:{PROBE_HEADER}"], capture_output=True)
     if head.returncode == 0:  # a checkout with history (not an installed copy of the tests)
         assert inserted == head.stdout, f"{PROBE_HEADER} differs from HEAD: commit it before staging a recipe run"
+
+
+def test_python_replace_rewrites_the_lines_it_touches_as_a_fenced_block(tmp_path: Path):
+    (tmp_path / "a.cu").write_text("int x;\n")
+    (tmp_path / "k.py").write_text("def f(x, _builder=None):\n    return g(x,\n             _builder=_builder)\n")
+    r = _toy((Anchor("param", "k.py", r"\b_builder=None\b", "replace", "_semantic=None", "_builder=None"),
+              Anchor("arg", "k.py", r"\b_builder=_builder\b", "replace", "_semantic=_semantic", "_builder=_builder")))
+    before = snapshot(tmp_path)
+    engine.apply(engine.plan(r, tmp_path))
+    assert (tmp_path / "k.py").read_text() == (
+        "# >>> xstage-recipe toy:param\ndef f(x, _semantic=None):\n# <<< xstage-recipe toy:param\n"
+        "    return g(x,\n"
+        "             # >>> xstage-recipe toy:arg\n             _semantic=_semantic)\n             # <<< xstage-recipe toy:arg\n")
+    assert engine.plan(r, tmp_path).is_applied()  # the clean text comes back from the manifest
+    engine.revert(r, tmp_path)
+    assert snapshot(tmp_path) == before
+
+
+def test_flux_triton_recipe_on_fixture_patches_the_two_kernels_only(tmp_path: Path):
+    import ast
+    import re
+
+    root = tmp_path / "flux"
+    shutil.copytree(FIX / "flux_triton", root)
+    before = snapshot(root)
+    recipe = get("flux-triton")
+    assert cli("instrument", "apply", "--target", "flux-triton", "--src", str(root)).returncode == 0
+    pkg = root / "python/flux_triton"
+    texts = {p: (pkg / p).read_text() for p in ("extra/__init__.py", "extra/_v3.py", "kernels/gemm_rs.py")}
+    for text in texts.values():
+        ast.parse(text)  # still Python
+    assert "_builder" not in texts["extra/_v3.py"].replace("xstage-recipe", "")
+    assert texts["extra/__init__.py"].index("from ._v3 import *") < texts["extra/__init__.py"].index("try:")
+    k = texts["kernels/gemm_rs.py"]
+    decoy, gemm, reduce = k.index("def decoy_kernel("), k.index("def gemm_rs_nvlink_kernel("), k.index("def reduce_nvlink_kernel(")
+    assert "xp." not in k[decoy:gemm] and "trace_meta" not in k[decoy:gemm]
+    calls = lambda part: re.findall(r"xp\.(\w+)\(xs(?:, (XS_\w+))?|xp\.(probe_open)\(", part)  # noqa: E731
+    flat = lambda part: [c[2] or (c[0] + (":" + c[1] if c[1] else "")) for c in calls(part)]  # noqa: E731
+    assert flat(k[gemm:reduce]) == ["probe_open", "mark:XS_TILE_INFO", "begin:XS_MAINLOOP", "end:XS_MAINLOOP", "begin:XS_RS",
+                                    "begin:XS_SIGNAL", "end:XS_SIGNAL", "end:XS_RS", "probe_close"]
+    assert flat(k[reduce:]) == ["probe_open", "begin:XS_REDUCE", "begin:XS_FLAG_WAIT", "end:XS_FLAG_WAIT", "end:XS_REDUCE",
+                                "probe_close"]
+    for part in (k[gemm:reduce], k[reduce:]):
+        params = part[: part.index("):")]
+        assert "trace_meta,\n" in params and "TRACE_CAP: tl.constexpr,\n" in params and "XSTAGE: tl.constexpr,\n" in params
+    # the ids the kernels use are the ids the recipe lists for each kernel's events
+    ids = {m.group(1).lower(): int(m.group(2)) for m in re.finditer(r"^XS_(\w+) = tl\.constexpr\((\d+)\)$", k, re.M)}
+    listed = {e.name: e.id for e in recipe.events}
+    assert ids == listed and len(ids) == len(recipe.events)
+    engine.revert(recipe, root)
+    assert snapshot(root) == before

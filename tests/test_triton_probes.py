@@ -1,5 +1,5 @@
 """Triton probes (xstage_trace.instrument.triton): record layout, the constexpr-off build, the K loop's
-SASS with probes on, the FLUX recipe.
+SASS with probes on (the FLUX recipe, flux-triton, is tested with the others in test_recipes.py).
 
 The layout tests build the two int64 arrays exactly as the inline PTX writes them (taking the tag
 immediate, the anchor offsets and the slot arithmetic from the generated PTX text) and check the
@@ -21,11 +21,11 @@ from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
 from xstage_trace.base.errors import InputError  # noqa: E402
-from xstage_trace.collectors.probe_format import SLICE_DTYPE, decode_probe_dump  # noqa: E402
+from xstage_trace.base.probe_layout import SLICE_DTYPE  # noqa: E402
+from xstage_trace.collectors.probe_format import decode_probe_dump  # noqa: E402
 from xstage_trace.instrument import triton as xp  # noqa: E402
-from xstage_trace.instrument import triton_gemm as g  # noqa: E402
+from tools import triton_gemm as g  # noqa: E402
 from xstage_trace.instrument import triton_sass  # noqa: E402
-from xstage_trace.instrument.recipes import flux_triton as recipe  # noqa: E402
 
 TARGET = GPUTarget("cuda", 90, 32)
 
@@ -276,66 +276,6 @@ def test_tiles_past_the_capacity_go_to_spare_slots_the_dump_leaves_out(gemm_buil
     assert list(r["event"].astype(str))[:4] == ["mainloop", "mainloop", "store", "store"]
     assert list(r["kind"].astype(str))[:4] == ["begin", "end", "begin", "end"]
     assert d.slices.to_pandas()["records_dropped"].tolist() == [4, 0, 0]
-
-
-def _mini_checkout(tmp_path):
-    root = tmp_path / "flux"
-    (root / "pkg").mkdir(parents=True)
-    a = "def f(_builder=None):\n    return g(_builder=_builder)\n"
-    b = "x = 1\n    acc = 0\n    for k in range(4):\n        acc += k\n    y = acc\n"
-    (root / "pkg" / "a.py").write_text(a)
-    (root / "pkg" / "b.py").write_text(b)
-    import hashlib
-
-    sha = lambda t: hashlib.sha256(t.encode()).hexdigest()  # noqa: E731
-    rec = {"name": "mini", "upstream": {"repo": "x", "commit": "0" * 40}, "events": {},
-           "files": {"pkg/a.py": {"sha256": sha(a), "edits": [{"why": "rename", "replace_all": "_builder", "with": "_semantic"}]},
-                     "pkg/b.py": {"sha256": sha(b), "edits": [
-                         {"why": "probe before the loop", "find": "    acc = 0\n", "replace": "    acc = 0\n    probe()\n"}]}}}
-    return root, rec, a, b
-
-
-def test_recipe_applies_and_reverts_byte_for_byte(tmp_path):
-    root, rec, a, b = _mini_checkout(tmp_path)
-    changed = recipe.apply(root, rec)
-    assert sorted(p.name for p in changed) == ["a.py", "b.py"]
-    assert (root / "pkg" / "a.py").read_text() == "def f(_semantic=None):\n    return g(_semantic=_semantic)\n"
-    assert "    acc = 0\n    probe()\n    for k" in (root / "pkg" / "b.py").read_text()
-    with pytest.raises(InputError, match="already applied"):
-        recipe.apply(root, rec)
-    recipe.revert(root, rec)
-    assert (root / "pkg" / "a.py").read_text() == a and (root / "pkg" / "b.py").read_text() == b
-    assert not list(root.rglob("*.xstage-orig"))
-
-
-def test_recipe_refuses_another_upstream_version_and_touches_nothing(tmp_path):
-    root, rec, a, b = _mini_checkout(tmp_path)
-    (root / "pkg" / "b.py").write_text(b + "z = 2\n")
-    with pytest.raises(InputError, match="differs from the FLUX version"):
-        recipe.apply(root, rec)
-    assert (root / "pkg" / "a.py").read_text() == a and not list(root.rglob("*.xstage-orig"))
-
-
-def test_recipe_anchor_must_match_exactly_once(tmp_path):
-    root, rec, a, b = _mini_checkout(tmp_path)
-    rec["files"]["pkg/b.py"]["edits"][0]["find"] = "acc"
-    with pytest.raises(InputError, match="found 3 times"):
-        recipe.apply(root, rec)
-    assert (root / "pkg" / "a.py").read_text() == a
-
-
-def test_shipped_recipe_event_ids_match_its_event_name_tables():
-    r = recipe.load_recipe()
-    inserted = "".join(e.get("replace", "") for spec in r["files"].values() for e in spec["edits"])
-    ids = {m.group(1): int(m.group(2)) for m in re.finditer(r"XS_(\w+) = tl\.constexpr\((\d+)\)", inserted)}
-    gemm, red = r["events"]["gemm_rs_nvlink_kernel"], r["events"]["reduce_nvlink_kernel"]
-    for name in ("MAINLOOP", "RS", "TILE_INFO", "SIGNAL"):
-        assert gemm[ids[name]] == name.lower()
-    for name in ("FLAG_WAIT", "REDUCE"):
-        assert red[ids[name]] == name.lower()
-    for spec in r["files"].values():
-        for e in spec["edits"]:
-            assert ("find" in e and "replace" in e) != ("replace_all" in e and "with" in e)
 
 
 @pytest.mark.gpu

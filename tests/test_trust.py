@@ -18,7 +18,8 @@ from xstage_trace.collectors.align import align_dumps
 from xstage_trace.collectors.nsys_reader import read_nsys_export
 from xstage_trace.collectors.nsys_rep import export_report
 from xstage_trace.collectors.pairing import pair_dumps
-from xstage_trace.collectors.probe_format import HEADER_DTYPE, decode_probe_dump
+from xstage_trace.base.probe_layout import HEADER_DTYPE
+from xstage_trace.collectors.probe_format import decode_probe_dump
 from xstage_trace.pipeline.runner import analyze_inputs
 
 PEER = SAMPLES / "h200x2_peer" / "fused"

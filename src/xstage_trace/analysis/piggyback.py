@@ -1,13 +1,13 @@
 """The FlashAttention Q-loop piggyback audit (docs/model.md §7) on traced FA3 tiles.
 
-Event mapping (recipe ``fa3``, instrument/recipes/targets/fa3.py): one slice per CTA (the first
+Event mapping (recipe ``fa3``, instrument/targets/fa3/recipe.py): one slice per CTA (the first
 consumer warp), per output tile a ``mainloop`` span (the Q tile's loop over its K/V blocks) and an
 ``epilogue`` span (O to shared memory, TMA store issued and waited: the sender-visible issue of the
 tile's O burst) and, from the recipe's K/V steps, per K/V block n a ``kv_step`` span (payload n: from the
 block's QK^T GEMM issued to the next block's, the last block's to the loop's exit; the tile's last 16 blocks,
 all when it has no more) on the sampled tiles: a CTA's tiles 0, S, 2S, ... in its order, S being the payload of
 every ``mainloop`` begin record (0 in builds without K/V steps). The tile id packs batch (bits 24..31), head (12..23) and m block (0..11). The dump
-label names ``seqlen causal block_m block_n head_dim out_bytes`` (instrument/recipes/runs/fa3/driver.cu).
+label names ``seqlen causal block_m block_n head_dim out_bytes`` (sample_traces/h200_fa3/run/driver.cu).
 
 Per tile the gap after its O burst is the next tile's whole Q-loop on the same CTA; against each
 calibrated store path: B_t = b_m·d·s_out, V = K·B_t (aligned worst case, K = the CTAs that hold

@@ -243,6 +243,70 @@ def store_stall_predictions(bursts: pd.DataFrame, gap_ns: float | np.ndarray, mo
     return stalled_trajectory(v, gap, floor, rate, float(cap[0]), model.loop_overhead_ns)["issue_overhead_ns"].to_numpy(), rate
 
 
+def load_steps(rule: str | None, tile: np.ndarray, shape: str | None, extra: str | None) -> np.ndarray:
+    """docs/model.md §11: the operand-load steps of each tile of one launch under a lifecycle's ``load_steps`` rule:
+    "k_blocks" — K / 128 of the shape label ``m…n…k<K>``; "kv_blocks" — the attention tile's K/V blocks (its m block
+    from the tile id, the label's seqlen, block_m, block_n, causal); one step otherwise or where the label lacks them."""
+    n = len(tile)
+    if rule == "k_blocks" and shape and "k" in str(shape):
+        k = str(shape).rsplit("k", 1)[1]
+        return np.full(n, max(int(k) // 128, 1)) if k.isdigit() else np.ones(n, np.int64)
+    if rule == "kv_blocks":
+        from xstage_trace.analysis.piggyback import decode_tile_id, kv_blocks
+
+        words = dict(w.split("=", 1) for w in str(extra or "").split() if "=" in w)
+        try:
+            geo = [int(words[k]) for k in ("seqlen", "block_m", "block_n", "causal")]
+        except (KeyError, ValueError):
+            return np.ones(n, np.int64)
+        return np.maximum(kv_blocks(decode_tile_id(tile)[0], geo[0], geo[1], geo[2], bool(geo[3])), 1)
+    return np.ones(n, np.int64)
+
+
+def forward_link_stall_ns(tiles: pd.DataFrame, models: Mapping[str, object]) -> np.ndarray:
+    """docs/model.md §11: per tile the stall the path-drain calibration (``analysis.forward.LinkModel`` per
+    destination in ``models``) predicts for each launch from its tiles' bytes, order and offered compute alone:
+    the load wait that stretches the tile's compute span (``forward_tiles``, operand loads queued behind the host
+    writes issued before them, streamed over the tile's ``load_steps`` with ``load_stages`` in flight), plus, for a
+    lifecycle whose staging buffer is waited for (``cover_tiles`` ≥ 1), the wait for the buffer: the store's
+    acceptance beyond the end of the compute that covers it. The offered compute is the control's median compute
+    span (the tile's own where no control was traced); NaN where no model applies."""
+    from xstage_trace.analysis.columnar import shift_back
+    from xstage_trace.analysis.forward import forward_tiles
+
+    n = len(tiles)
+    out = np.full(n, np.nan)
+    if not n or not models:
+        return out
+    launch, _ = text_codes(tiles["dump"].astype(str) + "\0" + tiles["rank"].astype(str))
+    dests = tiles["dest"].astype(str).to_numpy()
+    offered = tiles["control_compute_ns"].fillna(tiles["mainloop_ns"]).to_numpy(np.float64)
+    nbytes = np.nan_to_num(tiles["rs_bytes"].to_numpy(np.float64)) if "rs_bytes" in tiles else np.zeros(n)
+    steps = tiles["load_steps"].to_numpy(np.int64) if "load_steps" in tiles else np.ones(n, np.int64)
+    stages = tiles["load_stages"].to_numpy(np.int64) if "load_stages" in tiles else np.ones(n, np.int64)
+    cover_tiles = tiles["cover_tiles"].to_numpy(np.int64) if "cover_tiles" in tiles else np.ones(n, np.int64)
+    cta, pos = tiles["cta"].to_numpy(np.int64), tiles["position"].to_numpy(np.int64)
+    for code in np.unique(launch):  # one launch at a time: a few per run
+        rows = np.flatnonzero(launch == code)
+        model = models.get(dests[rows[0]])
+        if model is None or not np.isfinite(offered[rows]).all():
+            continue
+        f = forward_tiles(cta[rows], pos[rows], nbytes[rows], offered[rows], model, steps=steps[rows], stages=stages[rows])
+        stall = f.stall_ns
+        k = int(cover_tiles[rows].max(initial=0))
+        if k:  # the buffer's wait: accepted after the covering tile's compute end
+            order = np.lexsort((pos[rows], cta[rows]))
+            inv = np.empty_like(order)
+            inv[order] = np.arange(len(order))
+            ids = cta[rows][order]
+            end = (f.compute_start_ns + offered[rows] + stall)[order]
+            need = shift_back(end, ids, k)
+            wait = np.where(nbytes[rows][order] > 0, np.maximum(f.accept_ns[order] - need, 0.0), 0.0)
+            stall = stall + np.nan_to_num(wait)[inv]
+        out[rows] = stall
+    return out
+
+
 def forward_stall_ns(tiles: pd.DataFrame, models: Mapping[str, PlatformModel]) -> np.ndarray:
     """docs/model.md §4, §5, §12: per tile the stall the calibrated store path predicts from the launch's
     burst sequence and offered compute alone, never from the tile's measured store span.

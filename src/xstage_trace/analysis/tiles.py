@@ -135,11 +135,12 @@ def tile_spans(probes: pd.DataFrame, lifecycle: TileLifecycle, slots: int | None
 
 
 def finish_tiles(t: pd.DataFrame, dumps: pd.DataFrame, noise_ns: float | None = None, control: ControlStats | None = None,
-                 models: Mapping[str, PlatformModel] | None = None) -> pd.DataFrame:
+                 models: Mapping[str, object] | None = None) -> pd.DataFrame:
     """What needs every dump of the run (docs/model.md §5, §12): configuration columns, the slot-wait floor
     and noise of the control runs, measured stall (slot wait and compute span beyond the control's), the
     backpressured flag, the diagnosis and, for the destinations ``models`` calibrates, the forward
-    prediction (``analysis.stall.forward_stall_ns``). ``control``: the run's control statistics when ``t``
+    prediction: §11's (``analysis.stall.forward_link_stall_ns``) for a path-drain calibration (a
+    ``forward.LinkModel``), else the §4 recurrence's (``analysis.stall.forward_stall_ns``, a ``PlatformModel``). ``control``: the run's control statistics when ``t``
     is only part of the run's tiles (a streaming analyze finishes them dump by dump); by default they are
     taken from ``t``."""
     if t.empty:
@@ -175,9 +176,14 @@ def finish_tiles(t: pd.DataFrame, dumps: pd.DataFrame, noise_ns: float | None = 
     t["stall_ns"] = np.where(unmeasured, np.nan, total_stall_ns(t["measured_stall_ns"].to_numpy(np.float64), t["compute_stall_ns"].to_numpy(np.float64)))
     slot = t["measured_stall_ns"].fillna(0) > noise_ns
     t["diagnosis"] = np.select([slot, inflated], ["slot_backpressure", "mainloop_inflation"], "none")
-    from xstage_trace.analysis.stall import forward_stall_ns
+    from xstage_trace.analysis.forward import LinkModel
+    from xstage_trace.analysis.stall import forward_link_stall_ns, forward_stall_ns
 
-    t["forward_stall_ns"] = forward_stall_ns(t.rename(columns={"rs_ns": "rs_span_ns"}), models or {})
+    models = models or {}
+    spans = t.rename(columns={"rs_ns": "rs_span_ns"})
+    link = forward_link_stall_ns(spans, {d: m for d, m in models.items() if isinstance(m, LinkModel)})
+    recurrence = forward_stall_ns(spans, {d: m for d, m in models.items() if not isinstance(m, LinkModel)})
+    t["forward_stall_ns"] = np.where(np.isnan(link), recurrence, link)
     t = t.rename(columns={"rs_ns": "rs_span_ns"})
     return t[["rank", "dump", "dest", "shape", "schedule", "variant", "cta", "position", "tile", "tile_kind", "expert", "wave", "mainloop_ns", "rs_span_ns",
               "epilogue_span_ns", "cover_ns", "epilogue_lead_ns", "predicted_stall_ns", "slot_wait_ns", "wait_floor_ns", "measured_stall_ns",

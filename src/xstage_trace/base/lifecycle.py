@@ -34,7 +34,10 @@ class TileLifecycle:
     kind | expert << 1 | wave << 16; else the payload is the group index and every tile has this kind).
     ``kernels``: the ``kernel=`` label values (prefixes) of the dumps this lifecycle applies to.
     ``bytes_from_label``: for probes whose store end payload carries no byte count, the label words whose
-    product is a tile's store bytes (FlashAttention: block_m · head_dim · out_bytes)."""
+    product is a tile's store bytes (FlashAttention: block_m · head_dim · out_bytes). ``load_steps``: how a
+    tile's operand loads are counted for the forward prediction (docs/model.md §11): "k_blocks" (a GEMM's K / 128
+    k-blocks, K from the shape label's ``k``), "kv_blocks" (an attention tile's K/V blocks, from its tile id and the
+    label's geometry), None (one load step); ``load_stages``: the pipeline stages the loads run ahead."""
 
     name: str
     kernels: tuple[str, ...]
@@ -47,11 +50,15 @@ class TileLifecycle:
     tile_kind: str | None = None
     wait_in_store_span: bool = False
     bytes_from_label: tuple[str, ...] = ()
+    load_steps: str | None = None
+    load_stages: int = 1
     compute_event: str = "mainloop"
 
     def __post_init__(self):
-        if self.slots < 1:
-            raise ValueError(f"lifecycle {self.name}: slots must be >= 1")
+        if self.slots < 1 or self.load_stages < 1:
+            raise ValueError(f"lifecycle {self.name}: slots and load_stages must be >= 1")
+        if self.load_steps not in (None, "k_blocks", "kv_blocks"):
+            raise ValueError(f"lifecycle {self.name}: load_steps must be None, 'k_blocks' or 'kv_blocks'")
         if self.compute_event != "mainloop":
             raise ValueError(f"lifecycle {self.name}: the compute span is recorded as 'mainloop' by every probe set")
 

@@ -68,7 +68,7 @@ def piggyback(
     tiles = qloop_tiles(run.probes(), run.dumps())
     if tiles.empty:
         raise InputError(run_dir, "holds no FA3 Q-loop tiles (mainloop and epilogue spans with seqlen/causal/block sizes in the dump label)",
-                         "analyze probe dumps written by instrument/recipes/runs/fa3/driver.cu (recipe fa3)")
+                         "analyze probe dumps written by sample_traces/h200_fa3/run/driver.cu (recipe fa3)")
     if not (tiles["dest"] == control).any():
         raise InputError(run_dir, f"has no control dumps (dest={control})", "trace each shape once with O in local HBM, or name the control's dest with --control")
     per_tile, summary = piggyback_audit(tiles, load_platforms(list(calibration), lambda model: [str(model.store_path)]), control)

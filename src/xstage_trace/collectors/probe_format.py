@@ -1,4 +1,5 @@
-"""Probe dump format, version 1 (docs/probe-format.md): numpy dtypes, decoder and writer.
+"""Probe dump reader, format version 1 (docs/probe-format.md; layout in ``base/probe_layout.py``,
+writer in ``instrument/probe_writer.py``).
 
 The decoder maps the file once and views it through structured dtypes; every per-record step is a
 numpy array operation (no Python loop over records).
@@ -14,22 +15,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from xstage_trace.base.atomic import atomic_file
 from xstage_trace.base.config import ConfigError, RunConfig
 from xstage_trace.base.errors import InputError
 from xstage_trace.base.paths import display_name, require_file
+from xstage_trace.base.probe_layout import (CLOCK_MASK, EVENT_NAME_BYTES, FORMAT_VERSION, HEADER_DTYPE, KINDS, MAGIC,
+                                             MIN_ANCHOR_SPAN_NS, RECORD_BYTES, RECORD_DTYPE, SLICE_DTYPE)
 from xstage_trace.base.schema import PROBE_SLICES, PROBES
 
-MAGIC = b"XSTPROBE"
-FORMAT_VERSION = 1
-RECORD_BYTES = 16
-EVENT_NAME_BYTES = 32
-KINDS = ("mark", "begin", "end")
-CLOCK_BITS = 48
-CLOCK_MASK = (1 << CLOCK_BITS) - 1
 MMAP_MIN_BYTES = 8 << 20
-# Below this anchor span the 32 ns %globaltimer tick makes a poor clock-rate estimate.
-MIN_ANCHOR_SPAN_NS = 20_000
 # Plausible SM clocks: a header rate outside them is corrupt; a measured anchor rate outside them is
 # not used (the slice falls back to the header's nominal clock).
 MIN_SM_CLOCK_KHZ, MAX_SM_CLOCK_KHZ = 100_000, 10_000_000
@@ -39,40 +32,6 @@ MIN_NS_PER_CYCLE, MAX_NS_PER_CYCLE = 1e6 / MAX_SM_CLOCK_KHZ, 1e6 / MIN_SM_CLOCK_
 MAX_RECORDS_ENV = "XSTAGE_MAX_DUMP_RECORDS"
 DEFAULT_MAX_RECORDS = 4 << 20
 BYTES_PER_RECORD = 210
-
-HEADER_DTYPE = np.dtype(
-    [
-        ("magic", "S8"),
-        ("version", "<u2"),
-        ("record_bytes", "<u2"),
-        ("header_bytes", "<u4"),
-        ("num_slices", "<u4"),
-        ("roles_per_cta", "<u4"),
-        ("capacity", "<u4"),
-        ("num_events", "<u4"),
-        ("sm_count", "<u4"),
-        ("sm_clock_khz", "<u4"),
-        ("device_index", "<u4"),
-        ("rank", "<u4"),
-        ("reserved", "<u8", (2,)),
-        ("gpu_name", "S128"),
-        ("label", "S256"),
-    ]
-)
-SLICE_DTYPE = np.dtype(
-    [
-        ("count", "<u4"),
-        ("closed", "<u4"),
-        ("smid_open", "<u4"),
-        ("smid_close", "<u4"),
-        ("gt_open", "<u8"),
-        ("clk_open", "<u8"),
-        ("gt_close", "<u8"),
-        ("clk_close", "<u8"),
-    ]
-)
-RECORD_DTYPE = np.dtype([("ts_ev", "<u8"), ("tile", "<u4"), ("payload", "<u4")])
-assert HEADER_DTYPE.itemsize == 448 and SLICE_DTYPE.itemsize == 48 and RECORD_DTYPE.itemsize == 16
 
 
 @dataclass
@@ -458,48 +417,3 @@ def decode_probe_dump(path: str | Path, rank: int | None = None, allow_overflow:
         records=records,
         warnings=warnings,
     )
-
-
-def write_probe_dump(
-    path: str | Path,
-    *,
-    slice_meta: np.ndarray,
-    records: np.ndarray,
-    capacity: int,
-    event_names: list[str],
-    gpu_name: str,
-    sm_count: int,
-    sm_clock_khz: int,
-    roles_per_cta: int = 1,
-    device_index: int = 0,
-    rank: int = 0,
-    label: str = "",
-) -> None:
-    """Write a dump from the device buffer's two arrays (slice meta, capacity-strided records), atomically."""
-    slice_meta = np.ascontiguousarray(slice_meta, dtype=SLICE_DTYPE)
-    records = np.ascontiguousarray(records, dtype=RECORD_DTYPE).reshape(len(slice_meta), capacity)
-    h = np.zeros((), HEADER_DTYPE)
-    h["magic"] = MAGIC
-    h["version"] = FORMAT_VERSION
-    h["record_bytes"] = RECORD_BYTES
-    h["num_slices"] = len(slice_meta)
-    h["roles_per_cta"] = roles_per_cta
-    h["capacity"] = capacity
-    h["num_events"] = len(event_names)
-    h["header_bytes"] = HEADER_DTYPE.itemsize + EVENT_NAME_BYTES * len(event_names) + SLICE_DTYPE.itemsize * len(slice_meta)
-    h["sm_count"] = sm_count
-    h["sm_clock_khz"] = sm_clock_khz
-    h["device_index"] = device_index
-    h["rank"] = rank
-    h["gpu_name"] = gpu_name.encode()[:127]
-    h["label"] = label.encode()[:255]
-    stored = np.minimum(slice_meta["count"].astype(np.int64), capacity)
-    keep = np.arange(capacity)[None, :] < stored[:, None]
-    names = np.array([n.encode()[: EVENT_NAME_BYTES - 1] for n in event_names], dtype=f"S{EVENT_NAME_BYTES}")
-    with atomic_file(Path(path), "wb") as fh:
-        fh.write(h.tobytes())
-        fh.write(names.tobytes())
-        fh.write(slice_meta.tobytes())
-        fh.write(records[keep].tobytes())
-        fh.flush()
-        os.fsync(fh.fileno())

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from xstage_trace.collectors.probe_format import RECORD_DTYPE, SLICE_DTYPE, write_probe_dump
+from xstage_trace.base.probe_layout import RECORD_DTYPE, SLICE_DTYPE
+from xstage_trace.instrument.probe_writer import write_probe_dump
 
 NVTX_DOMAIN = "xstage"  # nsys profile --nvtx-domain-include=xstage keeps only these ranges
 

@@ -38,7 +38,7 @@ Host side: :class:`TraceBuffer` allocates the two arrays with torch, gives the k
 (``buf.kernel_args()``, or :func:`off_args` for the probe-free build: the trace pointers become
 ``None`` constexprs, so the kernel's parameter list is that of the uninstrumented kernel) and
 writes the ``.xsp`` dump (:func:`write_dump`, through
-:func:`xstage_trace.collectors.probe_format.write_probe_dump`).
+:func:`xstage_trace.instrument.probe_writer.write_probe_dump`).
 
 Cost per probe and where to put probes: docs/triton-probes.md.
 """
@@ -52,7 +52,8 @@ import numpy as np
 import triton
 import triton.language as tl
 
-from xstage_trace.collectors.probe_format import CLOCK_BITS, RECORD_DTYPE, SLICE_DTYPE, write_probe_dump
+from xstage_trace.base.probe_layout import CLOCK_BITS, RECORD_DTYPE, SLICE_DTYPE
+from xstage_trace.instrument.probe_writer import write_probe_dump
 
 KIND_MARK = 0
 KIND_BEGIN = 1

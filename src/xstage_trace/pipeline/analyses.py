@@ -29,9 +29,11 @@ from xstage_trace.base.schema import CONFIG_COLUMNS
 
 @dataclass(frozen=True)
 class AnalysisContext:
-    """What the analyses need beyond the tables: the calibrated platform, the noise floor, warm-ups."""
+    """What the analyses need beyond the tables: the calibrated platform (and its path-drain link model), the
+    noise floor, warm-ups."""
 
     model: PlatformModel | None = None
+    link: object | None = None  # analysis.forward.LinkModel of a path-drain calibration (docs/model.md §11), if it has one
     noise_ns: float | None = None
     warmup_launches: int = 0
 
@@ -76,11 +78,12 @@ def _bursts(probes: pd.DataFrame, slices: pd.DataFrame, dump: pd.DataFrame, ctx:
     return _with_config(audit_bursts(bursts, ctx.model if _calibrated_for(ctx.model, dump) else None), dump)
 
 
-def calibrated_models(model: PlatformModel | None, dumps: pd.DataFrame) -> dict[str, PlatformModel]:
-    """The calibrated platform per destination of ``dumps`` that the run's calibration covers (``_calibrated_for``)."""
+def calibrated_models(model: PlatformModel | None, dumps: pd.DataFrame, link: object | None = None) -> dict[str, object]:
+    """Per destination of ``dumps`` that the run's calibration covers (``_calibrated_for``) the model its forward
+    prediction uses: the path-drain ``link`` model where the calibration has one (docs/model.md §11), else the platform."""
     if model is None or dumps.empty:
         return {}
-    return {str(d): model for d in pd.unique(dumps["dest"].dropna()) if _calibrated_for(model, dumps[dumps["dest"] == d])}
+    return {str(d): link or model for d in pd.unique(dumps["dest"].dropna()) if _calibrated_for(model, dumps[dumps["dest"] == d])}
 
 
 def _calibrated_for(model: PlatformModel | None, dump: pd.DataFrame) -> bool:
@@ -99,7 +102,25 @@ def _tile_spans(probes: pd.DataFrame, slices: pd.DataFrame, dump: pd.DataFrame, 
     spans = tile_spans(probes, lc)
     if len(spans):
         spans["rs_bytes"] = _label_bytes(lc, dump, spans["dump"], spans["rs_bytes"]).where(spans["rs_ns"].notna())
+        spans["load_steps"] = _load_steps(lc, dump, spans)
+        spans["load_stages"] = np.int8(lc.load_stages)
     return spans
+
+
+def _load_steps(lc: TileLifecycle, dumps: pd.DataFrame, spans: pd.DataFrame) -> np.ndarray:
+    """Each tile's operand-load steps (``analysis.stall.load_steps`` under the lifecycle's rule), dump by dump."""
+    from xstage_trace.analysis.stall import load_steps
+
+    out = np.ones(len(spans), np.int64)
+    if lc.load_steps is None or dumps.empty:
+        return out
+    info = dumps.astype({"dump": str}).drop_duplicates("dump").set_index("dump")
+    names = spans["dump"].astype(str).to_numpy()
+    for name in pd.unique(names):  # a few dumps per batch
+        at = names == name
+        row = info.loc[name] if name in info.index else {}
+        out[at] = load_steps(lc.load_steps, spans["tile"].to_numpy()[at], row.get("shape"), row.get("extra"))
+    return out
 
 
 def _label_bytes(lc: TileLifecycle, dumps: pd.DataFrame, names: pd.Series, payload_bytes: pd.Series) -> pd.Series:
@@ -142,7 +163,7 @@ def group_lifecycle(probes: pd.DataFrame, dumps: pd.DataFrame) -> TileLifecycle:
 def _tiles(parts: dict[str, pd.DataFrame], tables: dict[str, pd.DataFrame], ctx: AnalysisContext) -> pd.DataFrame:
     from xstage_trace.analysis.tiles import finish_tiles
 
-    return finish_tiles(parts["tile_spans"], tables["dumps"], ctx.noise_ns, models=calibrated_models(ctx.model, tables["dumps"]))
+    return finish_tiles(parts["tile_spans"], tables["dumps"], ctx.noise_ns, models=calibrated_models(ctx.model, tables["dumps"], ctx.link))
 
 
 def _table3(parts: dict[str, pd.DataFrame], tables: dict[str, pd.DataFrame], ctx: AnalysisContext) -> pd.DataFrame:

@@ -36,7 +36,7 @@ def analyze_inputs(inputs: list[Path], output: Path | None, nsys=None, calibrati
     from xstage_trace.analysis.verdict import config_verdicts
     from xstage_trace.pipeline.analyses import AnalysisContext
     from xstage_trace.base.malloc import keep_freed_memory
-    from xstage_trace.collectors.calibration_io import load_platform
+    from xstage_trace.collectors.calibration_io import link_model_of_document, load_platform, read_document
     from xstage_trace.collectors.collect import plan_run
     from xstage_trace.dataset.run_folder import check_output_against_inputs, check_output_dir, staged_run
     from xstage_trace.collectors.nvtx_filter import restrict_to_nvtx
@@ -46,7 +46,9 @@ def analyze_inputs(inputs: list[Path], output: Path | None, nsys=None, calibrati
     run_dir = Path(output) if output else _default_run_dir(Path(inputs[0]))
     check_output_against_inputs(run_dir, [*inputs, calibration] if calibration else inputs)  # first: --force cannot help here
     check_output_dir(run_dir, force)
-    ctx = AnalysisContext(model=load_platform(calibration) if calibration else None, warmup_launches=warmup_launches)
+    ctx = AnalysisContext(model=load_platform(calibration) if calibration else None,
+                          link=link_model_of_document(read_document(calibration), calibration) if calibration else None,
+                          warmup_launches=warmup_launches)
     with early_pool(inputs, workers, scheduler) as pool, staged_run(run_dir, force) as stage:  # workers start while the plan is made
         plan = plan_run(inputs, stage.folder, nsys=nsys, allow_overflow=allow_overflow, rank_overrides=rank_overrides)  # writes probe_slices
         plan = restrict_to_nvtx(plan, nvtx, nvtx_domain) if (nvtx, nvtx_domain) != (None, None) else plan

@@ -163,7 +163,7 @@ def _analyze_and_write(batch: DumpBatch, folder: Path, slices: pa.Table, dump: p
 def _finish_and_write(batch: DumpBatch, folder: Path, spans: pd.DataFrame, dump: pd.DataFrame, ctx: AnalysisContext,
                       control: ControlStats) -> pd.DataFrame:
     """A batch's tile spans finished with ``control`` → tiles part (not written when empty)."""
-    tiles = finish_tiles(spans, dump, ctx.noise_ns, control, calibrated_models(ctx.model, dump)) if len(spans) else pd.DataFrame()
+    tiles = finish_tiles(spans, dump, ctx.noise_ns, control, calibrated_models(ctx.model, dump, ctx.link)) if len(spans) else pd.DataFrame()
     if len(tiles):
         write_table_part(folder, "tiles", batch.rank, batch.index, pa.Table.from_pandas(tiles, preserve_index=False))
     return tiles
@@ -260,7 +260,8 @@ def expected_records(inputs: Iterable[str | Path]) -> int:
     """The probe records ``inputs`` may hold, from file sizes alone: the bytes of their dumps (given, or
     inside a given folder) at 16 B a record (a plain dump's header adds a little; a compressed dump
     counts its compressed bytes, so it is underestimated)."""
-    from xstage_trace.collectors.probe_format import RECORD_BYTES, is_probe_dump_name
+    from xstage_trace.base.probe_layout import RECORD_BYTES
+    from xstage_trace.collectors.probe_format import is_probe_dump_name
 
     total = 0
     for raw in inputs:

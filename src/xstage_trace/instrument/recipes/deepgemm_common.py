@@ -41,14 +41,14 @@ def python_api_anchors(buffer_header: str, buffer_ns: str) -> tuple[Anchor, Anch
     )
 
 
-def added_files(target: str, folder: str, trace_header: str, buffer_header: str) -> tuple[AddedFile, ...]:
+def added_files(folder: str, trace_header: str, buffer_header: str) -> tuple[AddedFile, ...]:
     """The probe header (a copy of ``<xstage/probe.cuh>``), the target's adapter header beside it (so
     that the JIT hashes both) and the trace-buffer header for ``_C``."""
     inc = f"deep_gemm/include/deep_gemm/{folder}"
     return (
         AddedFile(f"{inc}/probe.cuh", "<xstage/probe.cuh>"),
-        AddedFile(f"{inc}/{trace_header}", f"{target}/{inc}/{trace_header}"),
-        AddedFile(f"csrc/xstage/{buffer_header}", f"{target}/csrc/xstage/{buffer_header}"),
+        AddedFile(f"{inc}/{trace_header}", f"{inc}/{trace_header}"),
+        AddedFile(f"csrc/xstage/{buffer_header}", f"csrc/xstage/{buffer_header}"),
     )
 
 

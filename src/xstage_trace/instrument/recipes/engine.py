@@ -30,7 +30,6 @@ from xstage_trace.base.errors import InputError
 from xstage_trace.instrument.recipes.model import Anchor, Recipe
 
 STATE_DIR = ".xstage-recipe"
-_FILES = Path(__file__).resolve().parent / "files"
 PROBE_SOURCE = "<xstage/probe.cuh>"
 
 
@@ -111,9 +110,17 @@ def _block(target: str, anchor: Anchor, path: str, indent: str) -> str:
 
 
 def _inline(target: str, anchor: Anchor, path: str) -> str:
-    if path.endswith(".py") or "\n" in anchor.code:
+    if "\n" in anchor.code:
         raise ValueError(f"anchor {anchor.name}: replace inserts one line of C/C++ code")
     return f"/*>>>xstage {target}:{anchor.name}*/{anchor.code}/*<<<xstage {target}:{anchor.name}*/"
+
+
+def _fenced_lines(target: str, anchor: Anchor, path: str, indent: str, lines: str) -> str:
+    """Python has no inline comment: a replace there rewrites the whole lines it touches, fenced as a block."""
+    c = _comment(path)
+    body = lines if lines.endswith("\n") else lines + "\n"
+    return (f"{indent}{c} >>> xstage-recipe {target}:{anchor.name}\n{body}"
+            f"{indent}{c} <<< xstage-recipe {target}:{anchor.name}\n")
 
 
 def strip(target: str, path: str, text: str, originals: list[dict] | None) -> str:
@@ -212,6 +219,13 @@ def _locate_one(target: str, anchor: Anchor, path: str, text: str) -> list[Found
             indent = ref[: len(ref) - len(ref.lstrip(" \t"))] + " " * anchor.indent
             found.append(Found(anchor, path, _line_of(text, m.start()), statement, last_end, last_end,
                                _block(target, anchor, path, indent)))
+        elif path.endswith(".py"):
+            g = "at" if "at" in rx.groupindex else 0
+            ref = text[first_start:first_end]
+            indent = ref[: len(ref) - len(ref.lstrip(" \t"))]
+            lines = text[first_start:m.start(g)] + anchor.code + text[m.end(g):last_end]
+            found.append(Found(anchor, path, _line_of(text, m.start(g)), statement, first_start, last_end,
+                               _fenced_lines(target, anchor, path, indent, lines)))
         else:
             g = "at" if "at" in rx.groupindex else 0
             found.append(Found(anchor, path, _line_of(text, m.start(g)), statement, m.start(g), m.end(g),
@@ -311,7 +325,7 @@ def _added_bytes(recipe: Recipe, trace: bool) -> dict[str, bytes]:
 
     out = {}
     for f in recipe.added:
-        src = include_dir() / "xstage" / "probe.cuh" if f.source == PROBE_SOURCE else _FILES / f.source
+        src = include_dir() / "xstage" / "probe.cuh" if f.source == PROBE_SOURCE else recipe.files / f.source
         out[f.dest] = src.read_bytes()
     if recipe.switch is not None:
         out[recipe.switch.dest] = _bytes(recipe.switch.on_text if trace else recipe.switch.off_text)

@@ -3,13 +3,14 @@
 A recipe never carries upstream code. An anchor is a regular expression that finds one statement
 by its shape in the user's tree, plus a short ``example`` of that statement (used only to name the
 closest line when upstream drifted). The inserted code is ours: probe macros from
-``<xstage/probe.cuh>`` and small adapter files under ``recipes/files/<target>/``.
+``<xstage/probe.cuh>`` and small adapter files under ``instrument/targets/<target>/files/``.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
 Where = Literal["before", "after", "replace"]
@@ -34,7 +35,8 @@ class Anchor:
     match of ``after`` when given, up to the first match of ``until`` after that. ``where``: ``before``/``after`` insert whole lines before the
     first / after the last line of the match, indented like that line plus ``indent`` spaces;
     ``replace`` substitutes the match (or its named group ``at``, often empty: an inline
-    insertion) with ``code``. ``example``: the statement the pattern expects, for drift reports.
+    insertion) with ``code`` (in a ``.py`` file the lines holding the match are rewritten and fenced
+    as a block, Python having no inline comment). ``example``: the statement the pattern expects, for drift reports.
     """
 
     name: str
@@ -59,8 +61,8 @@ class Anchor:
 
 @dataclass(frozen=True)
 class AddedFile:
-    """A file of ours placed into the tree: ``source`` relative to ``recipes/files/`` or the
-    shipped probe header (``source="<xstage/probe.cuh>"``)."""
+    """A file of ours placed into the tree: ``source`` relative to the recipe's ``files`` folder
+    (``instrument/targets/<target>/files/``) or the shipped probe header (``source="<xstage/probe.cuh>"``)."""
 
     dest: str
     source: str
@@ -101,7 +103,8 @@ class Upstream:
 @dataclass(frozen=True)
 class Recipe:
     """A target: where to find it (``sentinel`` files prove the tree is the right project), what it
-    records, where the probes go and how to build it."""
+    records, where the probes go and how to build it. ``files``: the folder ``added`` sources are
+    relative to (the target's ``files/``)."""
 
     name: str
     title: str
@@ -117,6 +120,7 @@ class Recipe:
     flags: dict[str, str] = field(default_factory=dict)
     build_notes: str = ""
     buffer_plumbing: str = ""
+    files: Path | None = None
 
     def __post_init__(self):
         names = [a.name for a in self.anchors]

@@ -11,4 +11,4 @@ payload carries no byte count: a tile's O bytes are block_m · head_dim · out_b
 from xstage_trace.base.lifecycle import TileLifecycle
 
 LIFECYCLE = TileLifecycle("fa3", ("fa3",), store_event="epilogue", tile_kind="attention", wait_in_store_span=True,
-                          bytes_from_label=("block_m", "head_dim", "out_bytes"))
+                          bytes_from_label=("block_m", "head_dim", "out_bytes"), load_steps="kv_blocks", load_stages=2)
