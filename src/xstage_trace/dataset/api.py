@@ -138,6 +138,12 @@ class Run:
 
         if self.manifest.get("calibration_file") == CALIBRATION_COPY:
             return check_listed_file(self.path, self.manifest, CALIBRATION_COPY)
+        return self.calibration_origin()
+
+    def calibration_origin(self) -> Path | None:
+        """The user's calibration file the manifest names (``calibration``), where it is now: tried from
+        the current folder, then from the run folder's parent (the folder beside it may hold the
+        calibration's own points); None when there was none or it is gone."""
         name = self.manifest.get("calibration")
         if not name or not isinstance(name, str):
             return None
