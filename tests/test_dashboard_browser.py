@@ -119,6 +119,8 @@ def _tables(page) -> list[list[str]]:
     frames = page.locator("[data-testid='stDataFrame']")
     for i in range(frames.count()):
         f = frames.nth(i)
+        if not f.is_visible():  # inside a closed expander: not what a person sees first
+            continue
         f.scroll_into_view_if_needed()
         f.locator("table th").first.wait_for(state="attached")
         out.append([t.strip() for t in f.locator("table th").all_text_contents()])
@@ -135,6 +137,8 @@ def _cells_of(page, header: str) -> list[str]:
     frames = page.locator("[data-testid='stDataFrame']")
     for i in range(frames.count()):
         f = frames.nth(i)
+        if not f.is_visible():
+            continue
         f.scroll_into_view_if_needed()
         f.locator("table th").first.wait_for(state="attached")
         if header in [t.strip() for t in f.locator("table th").all_text_contents()]:

@@ -62,8 +62,10 @@ def _by_hand(folder: Path, wait_event: str | None, store_event: str) -> dict[tup
         compute = np.where(inflated, mainloop[sel] - med, 0.0)
         if wait_event:
             slot = np.maximum(np.round(wait[sel] - floor, 3), 0.0)
-        else:  # the wait is inside the store span: its excess over the control's median span
-            slot = np.maximum(np.round(span[sel] - np.median(span[c]), 3), 0.0)
+        else:  # the wait is inside the store span: its excess over the control's median, where beyond its spread
+            s99 = np.percentile(span[c], 99)
+            longer = span[sel] - s99 > max(noise, INFLATION * s99)
+            slot = np.where(longer, np.round(span[sel] - np.median(span[c]), 3), 0.0)
         stall = slot + compute
         out[key] = {"tiles": int(sel.sum()), "stall_ns": float(np.nanmedian(stall)),
                     "stalled_tiles": int((stall > noise).sum()), "compute_ns": float(np.median(mainloop[sel]))}

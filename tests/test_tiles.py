@@ -146,7 +146,8 @@ def test_control_p99_and_median_equal_pandas_group_by_with_missing_keys_and_valu
         "rs_ns": np.where(rng.random(n) < 0.3, np.nan, rng.gamma(2.0, 1e3, n)),
     })
     g, store = (t[t["is_control"]].groupby(CONTROL_KEYS, dropna=False)[c] for c in ("mainloop_ns", "rs_ns"))
-    want = (pd.concat([g.quantile(0.99).rename("ctrl"), g.median().rename("ctrl_median"), store.median().rename("ctrl_store_median")], axis=1).reset_index()
+    want = (pd.concat([g.quantile(0.99).rename("ctrl"), g.median().rename("ctrl_median"), store.median().rename("ctrl_store_median"),
+                      store.quantile(0.99).rename("ctrl_store_p99")], axis=1).reset_index()
             .astype({k: "str" for k in CONTROL_KEYS}).sort_values(CONTROL_KEYS).reset_index(drop=True))
     for frame in (t, t.astype({k: "category" for k in CONTROL_KEYS})):
         got = control_stats(frame).mainloop_p99.sort_values(CONTROL_KEYS).reset_index(drop=True)
@@ -176,8 +177,8 @@ def test_control_statistics_from_samples_of_disjoint_tiles_equal_those_of_all_wh
     ctrl = t[t["is_control"]]
     waits = ctrl["slot_wait_ns"].dropna().to_numpy()
     g, store = (ctrl.groupby(CONTROL_KEYS, dropna=False)[c] for c in ("mainloop_ns", "rs_ns"))
-    want_p99 = (pd.concat([g.quantile(0.99).rename("ctrl"), g.median().rename("ctrl_median"), store.median().rename("ctrl_store_median")],
-                          axis=1).reset_index()
+    want_p99 = (pd.concat([g.quantile(0.99).rename("ctrl"), g.median().rename("ctrl_median"), store.median().rename("ctrl_store_median"),
+                           store.quantile(0.99).rename("ctrl_store_p99")], axis=1).reset_index()
                 .astype({k: "str" for k in CONTROL_KEYS}).sort_values(CONTROL_KEYS).reset_index(drop=True))
     cuts = [0, 1000, 1001, 4500, n]  # one part of a single tile; parts holding different groups
     parts = [t.iloc[a:b].astype({"shape": "category"}) if i % 2 else t.iloc[a:b] for i, (a, b) in enumerate(zip(cuts[:-1], cuts[1:]))]

@@ -270,7 +270,8 @@ def forward_link_stall_ns(tiles: pd.DataFrame, models: Mapping[str, object]) -> 
     writes issued before them, streamed over the tile's ``load_steps`` with ``load_stages`` in flight), plus, for a
     lifecycle whose staging buffer is waited for (``cover_tiles`` ≥ 1), the wait for the buffer: the store's
     acceptance beyond the end of the compute that covers it. The offered compute is the control's median compute
-    span (the tile's own where no control was traced); NaN where no model applies."""
+    span (the tile's own where no control was traced). NaN where no model applies and for tiles whose operands sit
+    in shared memory (``operands`` smem: nothing to queue behind the host writes; ``forward_stall_ns`` predicts those)."""
     from xstage_trace.analysis.columnar import shift_back
     from xstage_trace.analysis.forward import forward_tiles
 
@@ -286,10 +287,13 @@ def forward_link_stall_ns(tiles: pd.DataFrame, models: Mapping[str, object]) -> 
     stages = tiles["load_stages"].to_numpy(np.int64) if "load_stages" in tiles else np.ones(n, np.int64)
     cover_tiles = tiles["cover_tiles"].to_numpy(np.int64) if "cover_tiles" in tiles else np.ones(n, np.int64)
     cta, pos = tiles["cta"].to_numpy(np.int64), tiles["position"].to_numpy(np.int64)
+    on_chip = (tiles["operands"].astype(str) == "smem").to_numpy() if "operands" in tiles else np.zeros(n, bool)
     for code in np.unique(launch):  # one launch at a time: a few per run
         rows = np.flatnonzero(launch == code)
         model = models.get(dests[rows[0]])
         if model is None or not np.isfinite(offered[rows]).all():
+            continue
+        if on_chip[rows[0]]:  # operands in shared memory: no load coupling; the §4 recurrence (forward_stall_ns) applies
             continue
         f = forward_tiles(cta[rows], pos[rows], nbytes[rows], offered[rows], model, steps=steps[rows], stages=stages[rows])
         stall = f.stall_ns

@@ -13,7 +13,8 @@ recorded on tile i+1. A lifecycle whose store span holds the wait (FlashAttentio
 and waited inside the epilogue) measures it as the store span beyond the control's median store span.
 
 Measured stall (docs/model.md §12): a tile's ``stall_ns`` counts its slot wait beyond the control's floor
-(``measured_stall_ns``, the paper's measured Δt; for a wait inside the store span, that span beyond the control's) and its compute span beyond the control's
+(``measured_stall_ns``, the paper's measured Δt; for a wait inside the store span, that span beyond the control's
+median where it is beyond the control's spread: its p99 by more than the noise and INFLATION_FRACTION) and its compute span beyond the control's
 (``compute_stall_ns``: the mainloop minus the control's median mainloop of the same shape, tile kind and
 operand path, counted where the mainloop is inflated: beyond the control's p99 by more than the noise
 and more than INFLATION_FRACTION), so a mainloop stretched by pending remote stores is a stall too. The
@@ -139,8 +140,9 @@ def finish_tiles(t: pd.DataFrame, dumps: pd.DataFrame, noise_ns: float | None = 
     """What needs every dump of the run (docs/model.md §5, §12): configuration columns, the slot-wait floor
     and noise of the control runs, measured stall (slot wait and compute span beyond the control's), the
     backpressured flag, the diagnosis and, for the destinations ``models`` calibrates, the forward
-    prediction: §11's (``analysis.stall.forward_link_stall_ns``) for a path-drain calibration (a
-    ``forward.LinkModel``), else the §4 recurrence's (``analysis.stall.forward_stall_ns``, a ``PlatformModel``). ``control``: the run's control statistics when ``t``
+    prediction (``models``: dest → (PlatformModel, forward.LinkModel or None)): §11's
+    (``analysis.stall.forward_link_stall_ns``) where the calibration has a path-drain link model and the operands are
+    loaded from global memory, else the §4 recurrence's (``analysis.stall.forward_stall_ns``). ``control``: the run's control statistics when ``t``
     is only part of the run's tiles (a streaming analyze finishes them dump by dump); by default they are
     taken from ``t``."""
     if t.empty:
@@ -161,7 +163,10 @@ def finish_tiles(t: pd.DataFrame, dumps: pd.DataFrame, noise_ns: float | None = 
     ctrl = t[CONTROL_KEYS].merge(control.mainloop_p99, on=CONTROL_KEYS, how="left")
     if "wait_in_store" in t and t["wait_in_store"].any():  # the wait is inside the store span: its excess over the control's
         in_store = t["wait_in_store"].to_numpy(bool)
-        excess = np.maximum(np.round(t["rs_ns"].to_numpy(np.float64) - ctrl["ctrl_store_median"].to_numpy(), 3), 0.0)
+        span = t["rs_ns"].to_numpy(np.float64)
+        p99 = ctrl["ctrl_store_p99"].to_numpy()
+        longer = span - p99 > np.maximum(noise_ns, INFLATION_FRACTION * p99)  # beyond the control's spread, as for mainloops
+        excess = np.where(np.isnan(p99), np.nan, np.where(longer, np.round(span - ctrl["ctrl_store_median"].to_numpy(), 3), 0.0))
         t["measured_stall_ns"] = np.where(in_store, excess, t["measured_stall_ns"])
     t["noise_ns"] = noise_ns
     t["backpressured"] = (t["predicted_stall_ns"] > noise_ns) | (t["measured_stall_ns"].fillna(0) > noise_ns)
@@ -176,13 +181,12 @@ def finish_tiles(t: pd.DataFrame, dumps: pd.DataFrame, noise_ns: float | None = 
     t["stall_ns"] = np.where(unmeasured, np.nan, total_stall_ns(t["measured_stall_ns"].to_numpy(np.float64), t["compute_stall_ns"].to_numpy(np.float64)))
     slot = t["measured_stall_ns"].fillna(0) > noise_ns
     t["diagnosis"] = np.select([slot, inflated], ["slot_backpressure", "mainloop_inflation"], "none")
-    from xstage_trace.analysis.forward import LinkModel
     from xstage_trace.analysis.stall import forward_link_stall_ns, forward_stall_ns
 
     models = models or {}
     spans = t.rename(columns={"rs_ns": "rs_span_ns"})
-    link = forward_link_stall_ns(spans, {d: m for d, m in models.items() if isinstance(m, LinkModel)})
-    recurrence = forward_stall_ns(spans, {d: m for d, m in models.items() if not isinstance(m, LinkModel)})
+    link = forward_link_stall_ns(spans, {d: m[1] for d, m in models.items() if m[1] is not None})
+    recurrence = forward_stall_ns(spans, {d: m[0] for d, m in models.items()})
     t["forward_stall_ns"] = np.where(np.isnan(link), recurrence, link)
     t = t.rename(columns={"rs_ns": "rs_span_ns"})
     return t[["rank", "dump", "dest", "shape", "schedule", "variant", "cta", "position", "tile", "tile_kind", "expert", "wave", "mainloop_ns", "rs_span_ns",
@@ -197,7 +201,7 @@ CONTROL_KEYS = ["shape", "tile_kind", "operands"]
 class ControlStats:
     """What the control runs decide for every tile: slot-wait floor and noise (and how many control waits
     decided them: 0 leaves the floor unknown), per CONTROL_KEYS the mainloop p99 (column ``ctrl``) and median
-    (``ctrl_median``) and the median remote-store span (``ctrl_store_median``)."""
+    (``ctrl_median``) and the remote-store span's median and p99 (``ctrl_store_median``, ``ctrl_store_p99``)."""
 
     floor_ns: float
     noise_ns: float
@@ -270,9 +274,10 @@ def control_stats_from_samples(samples: Callable[[], Iterable[ControlSample]], c
     groups = [k for k in n if k != "waits" and k[0] == "mainloop"]
     order = sorted(groups, key=lambda k: tuple((x is not None, x or "") for x in k[1]))  # missing keys first
     rows = [[*k[1], linear_quantile_of(found[k], n[k], 0.99), median_of(found.get(k, {}), n[k]),
-             median_of(found.get(("store", k[1]), {}), n.get(("store", k[1]), 0))] for k in order]
-    p99 = pd.DataFrame(rows, columns=[*CONTROL_KEYS, "ctrl", "ctrl_median", "ctrl_store_median"]).astype(
-        {"ctrl": float, "ctrl_median": float, "ctrl_store_median": float, **{k: "str" for k in CONTROL_KEYS}})  # text, NaN where missing
+             median_of(found.get(("store", k[1]), {}), n.get(("store", k[1]), 0)),
+             linear_quantile_of(found.get(("store", k[1]), {}), n.get(("store", k[1]), 0), 0.99)] for k in order]
+    p99 = pd.DataFrame(rows, columns=[*CONTROL_KEYS, "ctrl", "ctrl_median", "ctrl_store_median", "ctrl_store_p99"]).astype(
+        {"ctrl": float, "ctrl_median": float, "ctrl_store_median": float, "ctrl_store_p99": float, **{k: "str" for k in CONTROL_KEYS}})  # text, NaN where missing
     return ControlStats(floor_ns, noise_ns, p99, int(n.get("waits", 0)))
 
 

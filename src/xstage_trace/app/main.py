@@ -19,6 +19,7 @@ PAGES = [
     st.Page("views/bursts.py", title="Bursts", url_path="bursts"),
     st.Page("views/calibration.py", title="Calibration", url_path="calibration"),
     st.Page("views/whatif.py", title="What-if", url_path="what-if"),
+    st.Page("views/partition.py", title="Partition", url_path="partition"),
     st.Page("views/compare.py", title="Compare", url_path="compare"),
     # the default page is served at / (Streamlit ignores its url_path, "home"); /overview, the link people share, opens it too
     st.Page("views/overview.py", title="Overview", url_path="overview", visibility="hidden"),

@@ -260,7 +260,7 @@ def gate_headline(table: pd.DataFrame) -> dict:
     """The Compare page's first line from reports.compare.compare_runs' table: configurations in
     both runs, the median kernel-time change over them (%), and the largest slow-down and speed-up
     (configuration label, %)."""
-    both = table.dropna(subset=["change_pct"])
+    both = table.dropna(subset=["change_pct"]) if "change_pct" in table else table.iloc[0:0]
     out = {"in_both": int(len(both)), "median_change_pct": float(both["change_pct"].median()) if len(both) else np.nan,
            "worst": None, "best": None}
     keys = [c for c in ("dest", "shape", "schedule", "kernel") if c in table]
@@ -296,13 +296,14 @@ def measured_start(tiles: pd.DataFrame, bursts: pd.DataFrame) -> dict:
         if c1 and c2:
             g = math.gcd(c1, c2)
             out["n1"], out["n2"] = c1 // g, c2 // g
+    stall_col = "stall_ns" if "stall_ns" in tiles else "measured_stall_ns"  # the verdict's measured stall (slot + compute part)
     for sched, g in l2.groupby(l2["schedule"].astype(str), sort=True):
         rs = g.dropna(subset=["rs_span_ns"])
         out["schedules"][sched] = {
             "span_us": float(rs["rs_span_ns"].median()) / 1e3 if len(rs) else np.nan,
             "cover_us": float(rs["cover_ns"].median()) / 1e3 if len(rs) else np.nan,
             "lead_us": float(rs["epilogue_lead_ns"].fillna(0).median()) / 1e3 if len(rs) and "epilogue_lead_ns" in rs else 0.0,
-            "measured_stall_us": float(rs["measured_stall_ns"].median()) / 1e3 if len(rs) else np.nan,
+            "measured_stall_us": float(rs[stall_col].median()) / 1e3 if len(rs) else np.nan,
         }
     b = bursts[bursts["schedule"].astype(str) == "wave"] if len(bursts) and "schedule" in bursts else bursts
     b = b if len(b) else bursts

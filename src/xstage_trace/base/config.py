@@ -86,6 +86,9 @@ _PARSERS = {
 _FIELD_OF = {"G_ns": "gap_ns"}
 
 
+LOCAL_DESTINATIONS = ("local", "device")  # stores that stay in the GPU's own HBM: the control runs
+
+
 @dataclass(frozen=True)
 class RunConfig:
     """What one dump ran: store path, shape, schedule, kernel variant, calibration sweep point.
@@ -145,8 +148,9 @@ class RunConfig:
 
     @property
     def is_control(self) -> bool:
-        """A control run: local-store destination, or labelled ``control=1``."""
-        return self.dest == "local" or self.control == 1
+        """A control run: a local-store destination (``local``, or ``device``: the GPU's own HBM, as the FLUX
+        Triton recipe labels it), or labelled ``control=1``."""
+        return self.dest in LOCAL_DESTINATIONS or self.control == 1
 
     def columns(self) -> dict:
         """The typed fields (and ``variant``, ``is_control``) as one row of the ``dumps`` table."""

@@ -182,14 +182,15 @@ def output_dir(path: str | Path, replace: Callable[[Path], bool] | None = None) 
 
 def check_outputs(marks: dict, *, inputs: Iterable[str | Path] = (), force: bool = False) -> dict[Path, bytes | None]:
     """``check_output`` for each given path of ``marks`` (path or None → the bytes its earlier output
-    starts with, or None for a CSV: its earlier output has the header row about to be written, checked
-    by ``write_outputs``). Returns {path: mark} of the paths to write; two options naming one file is an error."""
+    starts with, an ``ours`` test, or None for a CSV: its earlier output has the header row about to be
+    written, checked by ``write_outputs``). Returns {path: mark} of the paths to write; two options naming one file is an error."""
     paths = {Path(p): m for p, m in marks.items() if p is not None}
     real = [os.path.realpath(p) for p in paths]
     if len(set(real)) != len(real):
         raise InputError(next(iter(paths)), "is named by two output options", "give each output its own file")
     for p, mark in paths.items():
-        check_output(p, inputs=inputs, force=force, ours=starts_with(mark) if mark is not None else (lambda q: q.is_file()),
+        ours = mark if callable(mark) else starts_with(mark) if mark is not None else (lambda q: q.is_file())
+        check_output(p, inputs=inputs, force=force, ours=ours,
                      example=f"out{''.join(p.suffixes) or '.md'}")
     return paths
 

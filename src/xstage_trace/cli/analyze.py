@@ -110,7 +110,7 @@ def print_summary(summary: dict, wide: bool = False) -> None:
     run = open_run(run_dir)
     v = with_sentences(verdict_table(run))
     if not out.is_terminal:  # piped or logged: 120 columns (the terminal's own width otherwise)
-        out.console.width = 200 if wide else 120
+        out.console.width = 260 if wide else 120
     out.print(Text(f"Verdict ({name}; docs/model.md §5, stalls per Linear-2 tile on the probe clock, kernel time from nsys)", style="bold"))
     out.print(headline(v), highlight=False)
     for line in v["sentence"]:

@@ -24,7 +24,8 @@ def compare(
     """Per configuration: kernel-time change with a noise floor, stalls and backpressured tiles; exit 0 pass, 1 regression or inconclusive, 2 bad input."""
     from xstage_trace import open_run
     from xstage_trace.base.output import check_output, starts_with, write_output
-    from xstage_trace.reports.compare import MARKDOWN_MARK, GateConfig, check_gate, compare_markdown, compare_runs, compare_tiles, gate_outcome
+    from xstage_trace.reports.compare import (MARKDOWN_MARK, GateConfig, check_gate, compare_markdown, compare_runs, compare_tiles, gate_outcome,
+                                              kernel_change_line, verdict_changes)
 
     check_gate(gate, accept)
     if output is not None:
@@ -33,14 +34,19 @@ def compare(
     base, new = open_run(base_run), open_run(new_run)
     table, tiles = compare_runs(base, new, cfg), compare_tiles(base, new, cfg)
     code, outcome = gate_outcome(table, accept, tiles)
+    changes = verdict_changes(base, new)
     if output is not None:
-        write_output(output, compare_markdown(table, outcome, base_run, new_run, cfg, accept, tiles))
+        write_output(output, compare_markdown(table, outcome, base_run, new_run, cfg, accept, tiles, changes))
     if as_json:
         emit({"outcome": outcome, "exit_code": code, "accepted": accept, "gate_pct": gate, "keys": list(cfg.keys),
               "compare_md": str(output) if output else None, "configurations": table.astype(object).where(table.notna(), None).to_dict("records"),  # NaN → null: strict JSON
               "tile_metrics": tiles.astype(object).where(tiles.notna(), None).to_dict("records")})
     else:
-        out.print(outcome)
+        out.print(outcome, highlight=False)
+        out.print(kernel_change_line(table), highlight=False)
+        out.print(f"{len(changes)} configuration{'s' if len(changes) != 1 else ''} changed verdict" + (":" if changes else "."), highlight=False)
+        for c in changes:
+            out.print(c, highlight=False)
         if output is not None:
             out.print(f"wrote {output}")
     raise typer.Exit(code)

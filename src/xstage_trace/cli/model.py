@@ -113,12 +113,14 @@ def model_partition(
 
 @model_app.command("partition-sweep")
 def model_partition_sweep(
-    folder: Path = typer.Argument(..., help="a gather_rs_moe C-sweep folder (device_partition.sh's res/: times, workloads, calibration probes)"),
+    folder: Path = typer.Argument(..., help="a gather_rs_moe C-sweep folder (device_partition.sh's res/: times, workloads, calibration probes), "
+                                            "or a partition_regret.json it wrote (shown as is)"),
     dest: str = typer.Option("host", "--dest", help="host | local: which destination's sweep"),
     max_comm_ctas: int = typer.Option(16, "--max-comm-ctas", help="the legal domain C = 1 … this"),
     n_boot: int = typer.Option(2000, "--n-boot", help="bootstrap replicates of the speedup over the best fixed C"),
     write: Optional[Path] = typer.Option(None, "--write", help="also write the document as JSON here (partition_regret.json)"),
-    force: bool = typer.Option(False, "--force", help="replace the --write file when it is an earlier partition-sweep document (never anything else)"),
+    report: Optional[Path] = typer.Option(None, "-o", "--output", help="also write the Markdown report here (FILE.md)"),
+    force: bool = typer.Option(False, "--force", help="replace --write/-o files that are earlier partition-sweep output (never anything else)"),
     as_json: bool = typer.Option(False, "--json"),
 ):
     """Measured oracle, the selector's C and its regret per workload of a C sweep (docs/model.md §9, ρ measured on a calibration run)."""
@@ -128,13 +130,19 @@ def model_partition_sweep(
         from xstage_trace.base.errors import InputError
 
         raise InputError(None, f"--dest {dest!r} is neither host nor local", "give --dest host or --dest local")
-    from xstage_trace.base.output import check_output, contains, write_output
+    from xstage_trace.base.output import check_outputs, contains, write_outputs
 
-    if write is not None:  # base/output.py: never onto the sweep it reads, never a user's file
-        check_output(write, inputs=[folder], force=force, ours=contains(b'"mean_regret_pct"'), option="--write", example="partition_regret.json")
-    doc = partition_regret_doc(folder, dest, max_comm_ctas, n_boot)
-    if write is not None:
-        write_output(write, dumps(doc) + "\n")
+    # base/output.py: never onto the sweep or document it reads, never a user's file
+    targets = check_outputs({write: contains(b'"mean_regret_pct"'), report: b"# CTA partition sweep"}, inputs=[folder], force=force)
+    if folder.is_file():
+        from xstage_trace.reports.partition_sweep import load_regret_doc
+
+        doc = load_regret_doc(folder)
+    else:
+        doc = partition_regret_doc(folder, dest, max_comm_ctas, n_boot)
+    from xstage_trace.reports.partition_sweep import render_partition_sweep
+
+    write_outputs(targets, {write: dumps(doc) + "\n", report: render_partition_sweep(doc) if report is not None else None})
     if as_json:
         emit(doc)
         return

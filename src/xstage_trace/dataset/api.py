@@ -8,6 +8,10 @@ whose methods each return a pandas DataFrame with the documented schema::
     run.table3()          # docs/model.md §5 Table 3, one row per configuration
     run.tiles()           # one row per tile (docs/model.md §5)
     run.bursts()          # one row per burst with the §4 audit
+    run.verdicts()        # the verdict, cause and stall per configuration and schedule
+    run.store_wait()      # DeepGEMM-style staging-buffer waits against the calibrated path (§4, §5)
+    run.piggyback()       # FlashAttention's Q-loop piggyback audit (§7)
+    run.tile_timeline()   # where the per-tile stall error comes from (docs/tile-error.md)
 
 Tables are read lazily, once each, from the folder's Parquet files; nothing is recomputed that
 ``analyze`` already wrote.
@@ -172,6 +176,68 @@ class Run:
 
         f = check_listed_file(self.path, self.manifest, "calibration_points.csv")
         return _read_result(f, pd.read_csv) if f else pd.DataFrame()
+
+    def _calibrations(self, calibrations) -> list[Path]:
+        """The calibration files an analysis of this run uses: ``calibrations``, else the run's own."""
+        paths = [Path(c) for c in (calibrations or [])] or ([self.calibration_path()] if self.calibration_path() else [])
+        if not paths:
+            raise InputError(self.path, "was analyzed without a calibration and none was given",
+                             "pass --calibration CALIBRATION.json (the store path's, e.g. sample_traces/h200_calibration/calibration_host.json)")
+        return paths
+
+    def store_wait(self, calibrations=None) -> pd.DataFrame:
+        """docs/model.md §4, §5 for kernels whose tiles store through one staging buffer per CTA (DeepGEMM sm_90):
+        per case (dest, shape) the calibrated path's predicted stall of each tile's store round against the
+        measured staging-buffer wait and the next tile's mainloop excess (``analysis.stall.store_wait_summary``).
+        ``calibrations``: calibration JSON files (one per store path; default: the run's own)."""
+        from xstage_trace.analysis.stall import store_wait_summary, store_wait_vs_model
+        from xstage_trace.collectors.calibration_io import load_platforms
+
+        tiles, bursts = self.tiles(), self.bursts()
+        if tiles.empty or bursts.empty:
+            raise InputError(self.path, "holds no tiles with store bursts", "analyze probe dumps of a kernel with mainloop, store-wait and store events first")
+        paths = self._calibrations(calibrations)
+        dests = [str(d) for d in tiles["dest"].dropna().unique()]
+        models = load_platforms(paths, lambda model: [d for d in dests if str(model.store_path).startswith(d)])
+        if not models:
+            raise InputError(paths[0], f"calibrates none of the run's destinations {sorted(dests)}",
+                             "pass the calibration of the path the kernel stored to (e.g. calibration_host.json)")
+        return store_wait_summary(store_wait_vs_model(tiles, bursts, models), bursts)
+
+    def piggyback(self, calibrations=None, control: str = "local") -> tuple[pd.DataFrame, pd.DataFrame]:
+        """docs/model.md §7, the FlashAttention Q-loop piggyback audit: (per tile, per shape and store path) from the
+        run's FA3/FA4 tiles and ``calibrations`` (default: the run's own), against the ``control`` destination's Q-loops
+        (``analysis.piggyback.piggyback_audit``)."""
+        from xstage_trace.analysis.piggyback import piggyback_audit, qloop_tiles
+        from xstage_trace.collectors.calibration_io import load_platforms
+
+        tiles = qloop_tiles(self.probes(), self.dumps())
+        if tiles.empty:
+            raise InputError(self.path, "holds no FA3 Q-loop tiles (mainloop and epilogue spans with seqlen/causal/block sizes in the dump label)",
+                             "analyze probe dumps written by sample_traces/h200_fa3/run/driver.cu (recipe fa3)")
+        if not (tiles["dest"] == control).any():
+            raise InputError(self.path, f"has no control dumps (dest={control})", "trace each shape once with O in local HBM, or name the control's dest with --control")
+        return piggyback_audit(tiles, load_platforms(self._calibrations(calibrations), lambda model: [str(model.store_path)]), control)
+
+    def tile_timeline(self) -> pd.DataFrame:
+        """The per-tile slot-cycle timeline (docs/tile-error.md, ``analysis.tile_error.tile_timeline``) of the run's tiles."""
+        from xstage_trace.analysis.tile_error import tile_timeline
+        from xstage_trace.analysis.tiles import tile_spans
+        from xstage_trace.pipeline.analyses import group_lifecycle
+
+        tiles = self.tiles()
+        if tiles.empty:
+            raise InputError(self.path, "the run has no tiles (no mainloop probes)", "analyze probe dumps of a fused kernel into it")
+        control = self.dumps()[["rank", "dump", "is_control"]]  # RunConfig.is_control of each dump, as analyze parsed it
+        control = control.assign(dump=control["dump"].astype(str))
+        tiles = tiles.assign(dump=tiles["dump"].astype(str)).merge(control, on=["rank", "dump"], how="left")
+        tiles["is_control"] = tiles["is_control"].fillna(False).astype(bool)
+        probes = self.probes()
+        try:
+            lifecycle = group_lifecycle(probes, self.dumps())
+        except ValueError as e:
+            raise InputError(self.path, f"holds the tiles of several kernels ({e})", "analyze one kernel's dumps into a run for its tile timeline") from None
+        return tile_timeline(tile_spans(probes, lifecycle), tiles)
 
     def alignment(self) -> pd.DataFrame:
         """Clock alignment per rank: offset, drift, residual, dumps matched."""

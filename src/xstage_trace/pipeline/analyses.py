@@ -78,12 +78,12 @@ def _bursts(probes: pd.DataFrame, slices: pd.DataFrame, dump: pd.DataFrame, ctx:
     return _with_config(audit_bursts(bursts, ctx.model if _calibrated_for(ctx.model, dump) else None), dump)
 
 
-def calibrated_models(model: PlatformModel | None, dumps: pd.DataFrame, link: object | None = None) -> dict[str, object]:
-    """Per destination of ``dumps`` that the run's calibration covers (``_calibrated_for``) the model its forward
-    prediction uses: the path-drain ``link`` model where the calibration has one (docs/model.md §11), else the platform."""
+def calibrated_models(model: PlatformModel | None, dumps: pd.DataFrame, link: object | None = None) -> dict[str, tuple]:
+    """Per destination of ``dumps`` that the run's calibration covers (``_calibrated_for``) the models its forward
+    prediction uses: (the platform, the path-drain ``link`` model or None; docs/model.md §4, §11)."""
     if model is None or dumps.empty:
         return {}
-    return {str(d): link or model for d in pd.unique(dumps["dest"].dropna()) if _calibrated_for(model, dumps[dumps["dest"] == d])}
+    return {str(d): (model, link) for d in pd.unique(dumps["dest"].dropna()) if _calibrated_for(model, dumps[dumps["dest"] == d])}
 
 
 def _calibrated_for(model: PlatformModel | None, dump: pd.DataFrame) -> bool:

@@ -276,8 +276,37 @@ def gate_outcome(table: pd.DataFrame, accept: str | None, tiles: pd.DataFrame | 
     return 1, f"FAIL: {summary}"
 
 
+def kernel_change_line(table: pd.DataFrame) -> str:
+    """The kernel-time delta in one line: the median change over the configurations both runs hold,
+    and the largest slow-down and speed-up (configuration, %)."""
+    both = table.dropna(subset=["change_pct"]) if "change_pct" in table else table.iloc[0:0]
+    if both.empty:
+        return "Kernel time: no configuration with trials in both runs."
+    keys = [k for k in CONFIG_KEYS if k in both]
+    name = lambda r: " ".join(str(r[k]) for k in keys)  # noqa: E731
+    hi, lo = both.loc[both["change_pct"].idxmax()], both.loc[both["change_pct"].idxmin()]
+    text = f"Kernel time new vs base: {both['change_pct'].median():+.1f} % median over {len(both)} configurations"
+    if hi["change_pct"] >= 0.05:  # what rounds to ±0.0 % is no change worth naming
+        text += f"; largest slow-down {name(hi)} {hi['change_pct']:+.1f} %"
+    if lo["change_pct"] <= -0.05:
+        text += f"; largest speed-up {name(lo)} {lo['change_pct']:+.1f} %"
+    return text + " (nsys kernel time)."
+
+
+def verdict_changes(base, new) -> list[str]:
+    """Markdown bullets for the configurations (dest, shape, variant, schedule) both runs hold whose
+    verdict differs: the base run's sentence and the new one's (reports/verdict_text)."""
+    from xstage_trace.reports.verdict_text import verdict_table, with_sentences
+
+    vb, vn = with_sentences(verdict_table(base)), with_sentences(verdict_table(new))
+    keys = ["dest", "shape", "variant", "schedule"]
+    m = vb.merge(vn, on=keys, suffixes=("_base", "_new"))
+    changed = m[m["verdict_base"] != m["verdict_new"]]
+    return [f"- base: {r.sentence_base}\n  new: {r.sentence_new}" for r in changed.itertuples()]
+
+
 def compare_markdown(table: pd.DataFrame, outcome: str, base_path, new_path, cfg: GateConfig, accept: str | None,
-                     tiles: pd.DataFrame | None = None) -> str:
+                     tiles: pd.DataFrame | None = None, changes: list[str] | None = None) -> str:
     """compare.md: outcome first, then one row per configuration (report style, every number's scope named)."""
     from xstage_trace.base.paths import shown_path
     from xstage_trace.reports.markdown import md_table
@@ -288,7 +317,7 @@ def compare_markdown(table: pd.DataFrame, outcome: str, base_path, new_path, cfg
             "base_trials": "trials base", "new_trials": "trials new",
             "stall_meas_us_base": "Δt meas base (µs, probe)", "stall_meas_us_new": "Δt meas new (µs, probe)",
             "backpressured_tiles_base": "bp L2 tiles base", "backpressured_tiles_new": "bp L2 tiles new", "reason": "reason"}
-    lines = ["# xstage-trace compare", "", f"**{outcome}**", "",
+    lines = ["# xstage-trace compare", "", f"**{outcome}**", "", kernel_change_line(table), "",
              f"- base: `{shown_path(base_path)}`", f"- new: `{shown_path(new_path)}`",
              f"- gate: {cfg.gate_pct:g} % on the median kernel time per configuration ({', '.join(cfg.keys)}); noise floor = the larger IQR/median of the two runs; "
              f"{100 * cfg.confidence:.0f} % bootstrap interval of the change ({cfg.resamples} resamples)"]
@@ -308,4 +337,6 @@ def compare_markdown(table: pd.DataFrame, outcome: str, base_path, new_path, cfg
                   "stall (µs), share of stalled tiles (%), median exposed store time [T_RS − T_cover]₊ (µs), probe records dropped; "
                   "threshold = max(gate % of the base, the noise floor); 95 % bootstrap interval of the change over the tiles._", "",
                   md_table(o.drop(columns=["_o"])), ""]
+    if changes is not None:
+        lines += ["", "## Verdicts that changed", "", *(changes or ["None: every configuration in both runs keeps its verdict."]), ""]
     return "\n".join(lines)

@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from xstage_trace.analysis.tile_error import backpressured_configurations, error_breakdown, error_summary, tile_timeline
-from xstage_trace.analysis.tiles import tile_spans
+from xstage_trace.analysis.tile_error import backpressured_configurations, error_breakdown, error_summary
 from xstage_trace.base.errors import InputError
 from xstage_trace.base.output import check_output, starts_with, write_output
 from xstage_trace.reports.markdown import md_table
@@ -30,25 +29,10 @@ WORST_COLUMNS = ["dest", "shape", "schedule", "cta", "position", "tile_kind", "w
 
 
 def run_timeline(run_dir: Path) -> pd.DataFrame:
-    """The per-tile timeline of a run folder (``analysis.tile_error.tile_timeline``)."""
+    """The per-tile timeline of a run folder (``Run.tile_timeline``)."""
     import xstage_trace
 
-    run = xstage_trace.open_run(run_dir)
-    tiles = run.tiles()
-    if tiles.empty:
-        raise InputError(run_dir, "the run has no fused-kernel tiles (no mainloop probes)", "analyze probe dumps of a fused kernel into it")
-    control = run.dumps()[["rank", "dump", "is_control"]]  # RunConfig.is_control of each dump, as analyze parsed it
-    control = control.assign(dump=control["dump"].astype(str))
-    tiles = tiles.assign(dump=tiles["dump"].astype(str)).merge(control, on=["rank", "dump"], how="left")
-    tiles["is_control"] = tiles["is_control"].fillna(False).astype(bool)
-    from xstage_trace.pipeline.analyses import group_lifecycle
-
-    probes = run.probes()
-    try:
-        lifecycle = group_lifecycle(probes, run.dumps())
-    except ValueError as e:
-        raise InputError(run_dir, f"holds the tiles of several kernels ({e})", "analyze one kernel's dumps into a run for its tile timeline") from None
-    return tile_timeline(tile_spans(probes, lifecycle), tiles)
+    return xstage_trace.open_run(run_dir).tile_timeline()
 
 
 def _table(frame: pd.DataFrame) -> str:

@@ -7,20 +7,22 @@ import streamlit as st
 
 from xstage_trace.app import data, shaping, state
 from xstage_trace.base.errors import InputError
-from xstage_trace.reports.compare import GateConfig, compare_runs, gate_outcome
+from xstage_trace.reports.compare import GateConfig, compare_runs, compare_tiles, gate_outcome
 from xstage_trace.reports.configs import CONFIG_KEYS
 from xstage_trace.reports.verdict_text import schedule_speedups
 
 
 @st.cache_resource(show_spinner="Comparing the runs…", max_entries=16)
 def _gate(a: str, stamp_a: float, b: str, stamp_b: float, keys: tuple, gate_pct: float):
-    """(table, exit code, outcome) of the gate, or (None, None, the InputError's line)."""
+    """(kernel table, exit code, outcome, tile table) of the gate (the CLI's: kernel time and the tiles), or
+    (None, None, the InputError's line, None)."""
+    cfg = GateConfig(gate_pct=gate_pct, keys=keys)
     try:
-        table = compare_runs(data.run(a), data.run(b), GateConfig(gate_pct=gate_pct, keys=keys))
+        table, tiles = compare_runs(data.run(a), data.run(b), cfg), compare_tiles(data.run(a), data.run(b), cfg)
     except InputError as exc:
-        return None, None, exc.one_line()
-    code, outcome = gate_outcome(table, None)
-    return table, code, outcome
+        return None, None, exc.one_line(), None
+    code, outcome = gate_outcome(table, None, tiles)
+    return table, code, outcome, tiles
 
 
 GATE_COLUMNS = {"verdict": "gate verdict", "base_ms": "A kernel (ms, nsys)", "new_ms": "B kernel (ms, nsys)", "change_pct": "Δ kernel (%)",
@@ -46,25 +48,31 @@ if path:
         if not keys:
             st.warning("Choose at least one key to match configurations on.")
             st.stop()
-        table, code, outcome = _gate(a, data.stamp(a), b, data.stamp(b), keys, float(gate_pct))
+        table, code, outcome, tile_gate = _gate(a, data.stamp(a), b, data.stamp(b), keys, float(gate_pct))
         if table is None:
             st.warning(f"No comparison: {outcome}")
             st.stop()
         head = shaping.gate_headline(table)
         (st.success if code == 0 else st.error)(
             f"**{outcome}** — gate {gate_pct:g} % on the median kernel time per configuration ({', '.join(keys)}); "
-            f"{head['in_both']} configuration{'s' if head['in_both'] != 1 else ''} in both runs.")
+            f"{head['in_both']} configuration{'s' if head['in_both'] != 1 else ''} with kernel times in both runs"
+            + (f", {len(tile_gate)} tile quantities." if tile_gate is not None and len(tile_gate) else "."))
         m = st.columns(3)
-        m[0].metric("kernel time B vs A (median over configurations)", f"{head['median_change_pct']:+.1f} %")
+        m[0].metric("kernel time B vs A (median over configurations)",
+                    "n/a (no nsys)" if head["median_change_pct"] != head["median_change_pct"] else f"{head['median_change_pct']:+.1f} %")
         if head["worst"] and head["worst"][1] > 0:
             m[1].metric(f"largest slow-down: {head['worst'][0]}", f"{head['worst'][1]:+.1f} %")
         if head["best"] and head["best"][1] < 0:
             m[2].metric(f"largest speed-up: {head['best'][0]}", f"{head['best'][1]:+.1f} %")
         st.caption("Timing scope: kernel time = nsys kernel rows, per trial the slowest rank, median over trials, warm-ups "
-                   "excluded (same rule as `xstage-trace compare --by`); Δt meas = median measured MMA stall per Linear-2 tile, "
+                   "excluded (same rule as `xstage-trace compare --by`); Δt meas = median measured stall per remote-store tile, "
                    "probe clock per SM.")
-        shown = table[[k for k in keys if k in table] + [c for c in GATE_COLUMNS if c in table]].rename(columns=GATE_COLUMNS)
-        st.dataframe(shown, hide_index=True, key="compare_gate_table")
+        if len(table):
+            shown = table[[k for k in keys if k in table] + [c for c in GATE_COLUMNS if c in table]].rename(columns=GATE_COLUMNS)
+            st.dataframe(shown, hide_index=True, key="compare_gate_table")
+        if tile_gate is not None and len(tile_gate):
+            with st.expander(f"The gate on the tiles: {len(tile_gate)} quantities (median and p99 stall, stalled share, exposed store time, probe drops)"):
+                st.dataframe(tile_gate, hide_index=True, key="compare_tile_gate")
 
         st.subheader("Verdict per configuration")
         va, vb = data.verdicts(a), data.verdicts(b)

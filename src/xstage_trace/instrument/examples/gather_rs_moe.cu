@@ -56,7 +56,8 @@ constexpr int STAGE_BYTES = (A_STAGE + B_STAGE) * 2;
 constexpr int SMEM_BYTES = STAGES * STAGE_BYTES;        // 143360: one CTA per SM (228 KiB per SM)
 constexpr int COMM_TM = 128, COMM_TN = 1024, MAX_TOPK = 8, MAX_SPLITS = 8;
 static_assert(TM * C_LD * 4 <= SMEM_BYTES, "the epilogue's fp32 staging reuses the pipeline's shared memory");
-static_assert(COMM_TM * MAX_TOPK * 8 <= SMEM_BYTES, "the comm role's index staging fits");
+constexpr int COMM_IDX_BYTES = COMM_TM * MAX_TOPK * 8;  // rows_s + gate_s
+static_assert(COMM_IDX_BYTES + 2 * 2 * MAX_TOPK * THREADS * 16 <= SMEM_BYTES, "the comm role's indices and gather stages fit");
 
 struct Tile {
   int expert, row0, rows, n0;
@@ -179,8 +180,6 @@ __device__ void compute_role(const Params& p, __nv_bfloat16* smem, xstage::Devic
   XSTAGE_PROBE_CLOSE();
 }
 
-__device__ __forceinline__ uint4 ld_cg16(const __nv_bfloat16* p) { return __ldcg(reinterpret_cast<const uint4*>(p)); }
-
 // acc[0..7] += g * the eight bf16 of v
 __device__ __forceinline__ void fma_bf16x8(float (&acc)[8], float g, uint4 v) {
   const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
@@ -192,11 +191,58 @@ __device__ __forceinline__ void fma_bf16x8(float (&acc)[8], float g, uint4 v) {
   }
 }
 
+// One communication tile: gather the top-k rows of its tokens, reduce them with the gate weights, store bf16 to
+// the destination. Each thread owns 8 columns of 2 token rows per step; the 2 * TOPK 16-byte row pieces of a step
+// go to shared memory by cp.async (stage [2][2 * TOPK][THREADS], this thread's column of it), the next step's
+// copies are issued before this step's wait, and the reduction reads only after cp.async.wait_group. The wait is a
+// hard boundary for ptxas: every load of a step is issued before its first FMA, in the traced and the untraced
+// build alike (the probes' registers cannot move the loads into the reduction, as they did with loads to
+// registers for TOPK = 8).
+template <int TOPK>
+__device__ __forceinline__ void gather_issue(const Params& p, const int* rows_s, int r, int r2, int col, uint4* slot) {
+#pragma unroll
+  for (int k = 0; k < TOPK; ++k) {
+    cp_async16(slot + k * THREADS, p.Y + (size_t)rows_s[r * TOPK + k] * p.N + col, true);
+    cp_async16(slot + (TOPK + k) * THREADS, p.Y + (size_t)rows_s[r2 * TOPK + k] * p.N + col, true);
+  }
+}
+
+template <int TOPK>
+__device__ __forceinline__ void gather_reduce_tile(const Params& p, const int* rows_s, const float* gate_s,
+                                                   uint4* stage, int tok0, int ntok, int ncols, int col0) {
+  const int tpr = ncols / 8, rpp = THREADS / tpr;  // threads per token row (8 columns each), rows per pass
+  const int r0 = threadIdx.x / tpr, col = col0 + (threadIdx.x % tpr) * 8, step = 2 * rpp;
+  if (r0 >= rpp || r0 >= ntok) return;
+  gather_issue<TOPK>(p, rows_s, r0, r0 + rpp < ntok ? r0 + rpp : r0, col, stage);
+  cp_async_commit();
+  int buf = 0;
+  for (int r = r0; r < ntok; r += step, buf ^= 1) {
+    const int r2 = r + rpp < ntok ? r + rpp : r, rn = r + step;
+    if (rn < ntok) gather_issue<TOPK>(p, rows_s, rn, rn + rpp < ntok ? rn + rpp : rn, col, stage + (buf ^ 1) * 2 * TOPK * THREADS);
+    cp_async_commit();
+    cp_async_wait<1>();  // this step's copies (this thread's own: no barrier needed)
+    const uint4* v = stage + buf * 2 * TOPK * THREADS;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      if (h == 1 && r2 == r) break;
+      const int rr = h ? r2 : r;
+      float a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+#pragma unroll
+      for (int k = 0; k < TOPK; ++k) fma_bf16x8(a, gate_s[rr * TOPK + k], v[(h * TOPK + k) * THREADS]);
+      __nv_bfloat162 o[4] = {__floats2bfloat162_rn(a[0], a[1]), __floats2bfloat162_rn(a[2], a[3]),
+                             __floats2bfloat162_rn(a[4], a[5]), __floats2bfloat162_rn(a[6], a[7])};
+      *reinterpret_cast<uint4*>(p.dest + (size_t)(tok0 + rr) * p.N + col) = *reinterpret_cast<uint4*>(o);
+    }
+  }
+  cp_async_wait<0>();
+}
+
 template <int TOPK>
 __device__ void comm_role(const Params& p, unsigned char* smem_raw, xstage::DeviceBuffer buf) {
   XSTAGE_PROBE_OPEN_IF(buf, 0, threadIdx.x < 32);
   int* rows_s = reinterpret_cast<int*>(smem_raw);                      // [COMM_TM * TOPK]
   float* gate_s = reinterpret_cast<float*>(rows_s + COMM_TM * MAX_TOPK);  // [COMM_TM * TOPK]
+  uint4* stage = reinterpret_cast<uint4*>(smem_raw + COMM_IDX_BYTES) + threadIdx.x;  // this thread's gather slots
   const int c = blockIdx.x, width = p.N / p.splits, chunks = (width + COMM_TN - 1) / COMM_TN;
   for (int s = 0; s < p.splits; ++s) {
     if (threadIdx.x == 0) {
@@ -215,32 +261,7 @@ __device__ void comm_role(const Params& p, unsigned char* smem_raw, xstage::Devi
         gate_s[i] = p.gate[(size_t)tok0 * TOPK + i];
       }
       __syncthreads();
-      const int tpr = ncols / 8, rpp = THREADS / tpr;  // threads per token row (8 columns each), rows per pass
-      const int r0 = threadIdx.x / tpr, col = col0 + (threadIdx.x % tpr) * 8;
-      if (r0 < rpp) {
-        // Two token rows per step, all their top-k loads issued before the first use: 2 * TOPK 16-byte
-        // loads in flight per thread.
-        for (int r = r0; r < ntok; r += 2 * rpp) {
-          const int r2 = r + rpp < ntok ? r + rpp : r;
-          uint4 v[2][TOPK];
-#pragma unroll
-          for (int k = 0; k < TOPK; ++k) {
-            v[0][k] = ld_cg16(p.Y + (size_t)rows_s[r * TOPK + k] * p.N + col);
-            v[1][k] = ld_cg16(p.Y + (size_t)rows_s[r2 * TOPK + k] * p.N + col);
-          }
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            if (h == 1 && r2 == r) break;
-            const int rr = h ? r2 : r;
-            float a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-#pragma unroll
-            for (int k = 0; k < TOPK; ++k) fma_bf16x8(a, gate_s[rr * TOPK + k], v[h][k]);
-            __nv_bfloat162 o[4] = {__floats2bfloat162_rn(a[0], a[1]), __floats2bfloat162_rn(a[2], a[3]),
-                                   __floats2bfloat162_rn(a[4], a[5]), __floats2bfloat162_rn(a[6], a[7])};
-            *reinterpret_cast<uint4*>(p.dest + (size_t)(tok0 + rr) * p.N + col) = *reinterpret_cast<uint4*>(o);
-          }
-        }
-      }
+      gather_reduce_tile<TOPK>(p, rows_s, gate_s, stage, tok0, ntok, ncols, col0);
       __syncthreads();  // before the next tile's indices overwrite these
       XSTAGE_END_P(EV_COMM_TILE, s * p.w_comm + j, (unsigned)(ntok * ncols * 2));
     }
