@@ -9,6 +9,11 @@ whole process tree (analyze and its worker processes): the peak of the summed RS
 pages the workers share are counted in each) and the largest single process's peak RSS.
 
     python benchmarks/bench_analyze.py [--records 1e6 1e7 1e8] [--keep]
+    python benchmarks/bench_analyze.py --records 1e8 --src /tmp/base/src src --repeat 3   # alternately, on the same copies
+
+``--src`` names source trees (each a ``src`` folder, e.g. ``git archive OLD src | tar x -C /tmp/base``): each run
+imports xstage_trace from one of them (``PYTHONPATH``), alternating between them ``--repeat`` times over the same
+copies, so two commits are compared under the same load. Without it, the installed xstage_trace is run.
 """
 
 from __future__ import annotations
@@ -69,11 +74,11 @@ def _tree_rss_bytes(proc: psutil.Process) -> int:
     return total
 
 
-def time_v(argv: list[str]) -> dict:
+def time_v(argv: list[str], env: dict | None = None) -> dict:
     """Run ``argv`` under /usr/bin/time -v: wall s, user s, sys s, CPU %, peak RSS of its largest
     process and peak summed RSS of its process tree (bytes), stdout."""
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        p = subprocess.Popen(["/usr/bin/time", "-v", *argv], stdout=out, stderr=err, text=True)
+        p = subprocess.Popen(["/usr/bin/time", "-v", *argv], stdout=out, stderr=err, text=True, env=env)
         proc, tree = psutil.Process(p.pid), 0
         while p.poll() is None:
             tree = max(tree, _tree_rss_bytes(proc))
@@ -99,15 +104,17 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--records", type=float, nargs="+", default=[1e6, 1e7])
     ap.add_argument("--keep", action="store_true", help="keep the synthetic inputs and run folders in /tmp")
+    ap.add_argument("--src", nargs="+", default=[None], help="source trees (src folders) to run alternately")
+    ap.add_argument("--repeat", type=int, default=1, help="runs of each source tree per size")
     args = ap.parse_args()
     dumps = sorted(TRACED.glob("*.xsp*"))
     report = next(p for p in TRACED.glob("*.nsys-rep"))
     per_copy = sum(dump_records(d) for d in dumps)
-    exe = str(Path(sys.executable).parent / "xstage-trace")
+    exe = [sys.executable, "-m", "xstage_trace"]
     print(f"one copy: {len(dumps)} dumps, {per_copy} records; report {report.name}")
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    print("| records | dumps | dump GB | run folder GB | wall s | M records/s | CPU % (200 = both cores) | M records per CPU-s | peak RSS, largest process GB | peak RSS, all processes GB | load avg (1 min) after |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| src | records | dumps | dump GB | run folder GB | wall s | M records/s | CPU % (200 = both cores) | M records per CPU-s | CPU-ns per record | peak RSS, largest process GB | peak RSS, all processes GB | load avg (1 min) after |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for target in args.records:
         copies = max(1, math.ceil(target / per_copy))
         work = Path(tempfile.mkdtemp(prefix=f"xstage-bench-analyze-synthetic-{int(target):d}-"))
@@ -116,12 +123,16 @@ def main() -> None:
             os.sync()  # a user's dumps are on disk already: not dirty pages the kernel writes back during the run
             records = copies * per_copy
             gb = sum(p.stat().st_size for p in (work / "dumps").iterdir()) / 1e9
-            t = time_v([exe, "analyze", str(report), str(work / "dumps"), "--calibration", str(CALIBRATION), "-o", str(work / "run"), "--json"])
-            summary = json.loads(t["stdout"])
-            assert summary["probes"] == records, (summary["probes"], records)
-            run_gb = sum(p.stat().st_size for p in (work / "run").rglob("*") if p.is_file()) / 1e9
-            print(f"| {records / 1e6:.2f} M | {copies * len(dumps)} | {gb:.2f} | {run_gb:.2f} | {t['wall_s']:.1f} | {records / t['wall_s'] / 1e6:.3f} | "
-                  f"{t['cpu_pct']:.0f} | {records / (t['user_s'] + t['sys_s']) / 1e6:.3f} | {t['peak_rss_bytes'] / 1e9:.2f} | {t['tree_rss_bytes'] / 1e9:.2f} | {os.getloadavg()[0]:.2f} |", flush=True)
+            for _ in range(args.repeat):
+                for src in args.src:
+                    shutil.rmtree(work / "run", ignore_errors=True)
+                    env = dict(os.environ, **({"PYTHONPATH": str(Path(src).resolve())} if src else {}))
+                    t = time_v([*exe, "analyze", str(report), str(work / "dumps"), "--calibration", str(CALIBRATION), "-o", str(work / "run"), "--json"], env)
+                    summary = json.loads(t["stdout"])
+                    assert summary["probes"] == records, (summary["probes"], records)
+                    run_gb = sum(p.stat().st_size for p in (work / "run").rglob("*") if p.is_file()) / 1e9
+                    print(f"| {src or 'installed'} | {records / 1e6:.2f} M | {copies * len(dumps)} | {gb:.2f} | {run_gb:.2f} | {t['wall_s']:.1f} | {records / t['wall_s'] / 1e6:.3f} | "
+                          f"{t['cpu_pct']:.0f} | {records / (t['user_s'] + t['sys_s']) / 1e6:.3f} | {(t['user_s'] + t['sys_s']) / records * 1e9:.0f} | {t['peak_rss_bytes'] / 1e9:.2f} | {t['tree_rss_bytes'] / 1e9:.2f} | {os.getloadavg()[0]:.2f} |", flush=True)
         finally:
             if args.keep:
                 print(f"kept {work}")

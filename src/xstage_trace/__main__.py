@@ -1,5 +1,5 @@
 """``python -m xstage_trace`` runs the CLI."""
 
-from xstage_trace.cli import main
+from xstage_trace.cli import entry
 
-main()
+entry()

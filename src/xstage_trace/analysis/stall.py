@@ -325,29 +325,38 @@ def forward_stall_ns(tiles: pd.DataFrame, models: Mapping[str, PlatformModel]) -
     [T_iss,n − T_cover^0]₊, T_cover^0 being the offered compute of the ``cover_tiles`` tiles after it (the
     §5 rule with the predicted store span). Where no control of a tile's shape was traced its own compute
     span stands in for the offered compute. NaN where no model applies."""
-    from xstage_trace.analysis.columnar import cumcount, run_ids, shift_back
+    from xstage_trace.analysis.columnar import cumcount, group_median, run_ids, shift_back
 
     n = len(tiles)
     out = np.full(n, np.nan)
     if not n or not models:
         return out
-    order = np.lexsort((tiles["position"].to_numpy(), tiles["cta"].to_numpy(), text_codes(tiles["dump"])[0], tiles["rank"].to_numpy()))
-    t = tiles.iloc[order]
-    ids = run_ids(t["rank"].to_numpy(), text_codes(t["dump"])[0], t["cta"].to_numpy())
+    launch, _ = text_codes(tiles["dump"])
+    order = np.lexsort((tiles["position"].to_numpy(), tiles["cta"].to_numpy(), launch, tiles["rank"].to_numpy()))
+    launch = launch[order]
+
+    def col(name: str) -> np.ndarray:  # one column in (rank, dump, cta, position) order, not the whole frame
+        return tiles[name].to_numpy(np.float64)[order]
+
+    ids = run_ids(tiles["rank"].to_numpy()[order], launch, tiles["cta"].to_numpy()[order])
     # the offered compute: the control's, else (no control of the tile's shape) the tile's own compute span
-    offered = t["control_compute_ns"].fillna(t["mainloop_ns"]).to_numpy(np.float64)
-    k_cover = t["cover_tiles"].to_numpy(np.int64) if "cover_tiles" in t else np.ones(n, np.int64)
+    offered = col("control_compute_ns")
+    offered = np.where(np.isnan(offered), col("mainloop_ns"), offered)
+    k_cover = tiles["cover_tiles"].to_numpy(np.int64)[order] if "cover_tiles" in tiles else np.ones(n, np.int64)
     cover0 = np.zeros(n)
     for j in range(1, int(k_cover.max(initial=0)) + 1):
         cover0 += np.where(k_cover >= j, shift_back(offered, ids, j), 0.0)
-    store = ~np.isnan(t["rs_span_ns"].to_numpy(np.float64))
+    store = ~np.isnan(col("rs_span_ns"))
+    rs_bytes = col("rs_bytes") if "rs_bytes" in tiles else np.zeros(n)
     # offered compute after each store tile, up to and including the CTA's next store tile
     seg = np.cumsum(store) - store  # store tiles so far, before this tile: the segment a tile's compute belongs to
-    launch, _ = text_codes(t["dump"])
-    dests = t["dest"].astype(str).to_numpy()
-    for code in np.unique(launch):
-        rows = np.flatnonzero(launch == code)
-        model = models.get(dests[rows[0]])
+    dest_code, dest_names = text_codes(tiles["dest"])
+    dest_code = dest_code[order]
+    by_launch = np.argsort(launch, kind="stable")  # each launch's rows in order, one slice of it per launch
+    bounds = np.flatnonzero(np.r_[True, launch[by_launch][1:] != launch[by_launch][:-1], True])
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        rows = by_launch[lo:hi]
+        model = models.get(dest_names[dest_code[rows[0]]] if dest_code[rows[0]] >= 0 else "nan")
         if model is None:
             continue
         srows = rows[store[rows]]
@@ -363,9 +372,9 @@ def forward_stall_ns(tiles: pd.DataFrame, models: Mapping[str, PlatformModel]) -
         found = (at < len(uniq)) & (uniq[np.minimum(at, len(uniq) - 1)] == want)
         gap_tile = np.where(found, seg_sum[np.minimum(at, len(uniq) - 1)], np.nan)
         rounds = int(rnd.max()) + 1
-        vol = np.bincount(rnd, weights=t["rs_bytes"].to_numpy(np.float64)[srows] if "rs_bytes" in t else np.zeros(len(srows)), minlength=rounds)
+        vol = np.bincount(rnd, weights=rs_bytes[srows], minlength=rounds)
         producers = np.bincount(rnd, minlength=rounds)
-        gap = np.array([np.nanmedian(gap_tile[rnd == r]) if np.isfinite(gap_tile[rnd == r]).any() else np.nan for r in range(rounds)])
+        gap = group_median(gap_tile, rnd, rounds)  # the round's median over its CTAs (NaN: none known)
         if np.isnan(gap[:-1]).any() or not np.isfinite(offered[srows]).any():
             continue
         bursts = pd.DataFrame({"producers": producers, "volume_bytes": vol})

@@ -42,7 +42,7 @@ import pandas as pd
 
 from xstage_trace.analysis.selection import (linear_quantile_of, median_of, median_ranks, numpy_percentile_of, order_statistics,
                                               quantile_ranks)
-from xstage_trace.analysis.columnar import as_text, cumcount, run_ids, shift_back, sort_codes, text_codes
+from xstage_trace.analysis.columnar import as_text, cumcount, text_of_codes, run_ids, shift_back, sort_codes, text_codes
 from xstage_trace.analysis.spans import join_rows, key_codes, take_matched
 from xstage_trace.analysis.stall_law import predicted_stall_ns
 from xstage_trace.analysis.platform import PlatformModel
@@ -148,50 +148,78 @@ def finish_tiles(t: pd.DataFrame, dumps: pd.DataFrame, noise_ns: float | None = 
     if t.empty:
         return pd.DataFrame()
     t = with_dump_config(t, dumps)
-    if "epilogue_lead_ns" not in t:  # spans from elsewhere than tile_spans: no lead was measured
-        t["epilogue_lead_ns"] = np.nan
+    n = len(t)
+    lead = t["epilogue_lead_ns"].to_numpy(np.float64) if "epilogue_lead_ns" in t else np.full(n, np.nan)  # NaN: spans from elsewhere than tile_spans
     control = control_stats(t) if control is None else control
     floor_ns = control.floor_ns
     noise_ns = control.noise_ns if noise_ns is None else noise_ns
     # The wait as instrumented costs a fixed time even when the slot is free (begin probe, one
     # flag read, end probe): the control's median. The stall is what exceeds it. Without any control
     # wait the floor is unknown: no measured slot stall (NaN), never the raw wait.
-    t["wait_floor_ns"] = floor_ns if control.waits else np.nan
+    slot_wait = t["slot_wait_ns"].to_numpy(np.float64)
     # rounded to whole picoseconds: a wait and the floor converted on different SMs' clocks (ppm-level
     # factors) differ by ~1e-7 ns where the cycle counts are equal; that is not a stall
-    t["measured_stall_ns"] = np.maximum(np.round(t["slot_wait_ns"] - floor_ns, 3), 0.0) if control.waits else np.nan
-    ctrl = t[CONTROL_KEYS].merge(control.mainloop_p99, on=CONTROL_KEYS, how="left")
+    measured = np.maximum(np.round(slot_wait - floor_ns, 3), 0.0) if control.waits else np.full(n, np.nan)
+    ctrl = _control_lookup(t, control.mainloop_p99)
     if "wait_in_store" in t and t["wait_in_store"].any():  # the wait is inside the store span: its excess over the control's
         in_store = t["wait_in_store"].to_numpy(bool)
         span = t["rs_ns"].to_numpy(np.float64)
-        p99 = ctrl["ctrl_store_p99"].to_numpy()
+        p99 = ctrl["ctrl_store_p99"]
         longer = span - p99 > np.maximum(noise_ns, INFLATION_FRACTION * p99)  # beyond the control's spread, as for mainloops
-        excess = np.where(np.isnan(p99), np.nan, np.where(longer, np.round(span - ctrl["ctrl_store_median"].to_numpy(), 3), 0.0))
-        t["measured_stall_ns"] = np.where(in_store, excess, t["measured_stall_ns"])
-    t["noise_ns"] = noise_ns
-    t["backpressured"] = (t["predicted_stall_ns"] > noise_ns) | (t["measured_stall_ns"].fillna(0) > noise_ns)
-    t["control_mainloop_ns"] = ctrl["ctrl"].to_numpy()
-    t["control_compute_ns"] = ctrl["ctrl_median"].to_numpy()
-    inflated = mainloop_inflated(t)
-    t["compute_stall_ns"] = compute_stall_ns(t["mainloop_ns"].to_numpy(np.float64), t["control_compute_ns"].to_numpy(np.float64), inflated)
+        excess = np.where(np.isnan(p99), np.nan, np.where(longer, np.round(span - ctrl["ctrl_store_median"], 3), 0.0))
+        measured = np.where(in_store, excess, measured)
+    slot = np.where(np.isnan(measured), 0.0, measured) > noise_ns
+    predicted = t["predicted_stall_ns"].to_numpy(np.float64)
+    ctrl_p99, ctrl_median = ctrl["ctrl"], ctrl["ctrl_median"]
+    mainloop = t["mainloop_ns"].to_numpy(np.float64)
+    noise = np.full(n, float(noise_ns))
+    inflated = mainloop_inflated(pd.DataFrame({"control_mainloop_ns": ctrl_p99, "mainloop_ns": mainloop, "noise_ns": noise}, copy=False))
+    compute = compute_stall_ns(mainloop, ctrl_median, inflated)
     # a tile of a launch that records slot waits but whose own wait was not recorded (no successor) has no measured stall
     launch = text_codes(t["dump"])[0]
-    waits = t["slot_wait_ns"].notna().to_numpy()
+    waits = ~np.isnan(slot_wait)
     unmeasured = ~waits & (np.bincount(launch[waits], minlength=launch.max(initial=-1) + 1) > 0)[launch]
-    t["stall_ns"] = np.where(unmeasured, np.nan, total_stall_ns(t["measured_stall_ns"].to_numpy(np.float64), t["compute_stall_ns"].to_numpy(np.float64)))
-    slot = t["measured_stall_ns"].fillna(0) > noise_ns
-    t["diagnosis"] = np.select([slot, inflated], ["slot_backpressure", "mainloop_inflation"], "none")
     from xstage_trace.analysis.stall import forward_link_stall_ns, forward_stall_ns
 
     models = models or {}
     spans = t.rename(columns={"rs_ns": "rs_span_ns"})
+    spans["control_compute_ns"] = ctrl_median
     link = forward_link_stall_ns(spans, {d: m[1] for d, m in models.items() if m[1] is not None})
     recurrence = forward_stall_ns(spans, {d: m[0] for d, m in models.items()})
-    t["forward_stall_ns"] = np.where(np.isnan(link), recurrence, link)
-    t = t.rename(columns={"rs_ns": "rs_span_ns"})
-    return t[["rank", "dump", "dest", "shape", "schedule", "variant", "cta", "position", "tile", "tile_kind", "expert", "wave", "mainloop_ns", "rs_span_ns",
-              "epilogue_span_ns", "cover_ns", "epilogue_lead_ns", "predicted_stall_ns", "slot_wait_ns", "wait_floor_ns", "measured_stall_ns",
-              "noise_ns", "backpressured", "control_mainloop_ns", "control_compute_ns", "compute_stall_ns", "stall_ns", "forward_stall_ns", "diagnosis"]]
+    cols = {c: t[c].array for c in ("rank", "dump", "dest", "shape", "schedule", "variant", "cta", "position", "tile", "tile_kind", "expert", "wave",
+                                    "mainloop_ns")}
+    cols.update({"rs_span_ns": t["rs_ns"].array, "epilogue_span_ns": t["epilogue_span_ns"].array, "cover_ns": t["cover_ns"].array,
+                 "epilogue_lead_ns": lead, "predicted_stall_ns": predicted, "slot_wait_ns": slot_wait,
+                 "wait_floor_ns": np.full(n, floor_ns if control.waits else np.nan), "measured_stall_ns": measured, "noise_ns": noise,
+                 "backpressured": (predicted > noise_ns) | slot, "control_mainloop_ns": ctrl_p99, "control_compute_ns": ctrl_median,
+                 "compute_stall_ns": compute, "stall_ns": np.where(unmeasured, np.nan, total_stall_ns(measured, compute)),
+                 "forward_stall_ns": np.where(np.isnan(link), recurrence, link),
+                 "diagnosis": text_of_codes(np.select([slot, inflated], [0, 1], 2), ["slot_backpressure", "mainloop_inflation", "none"])})
+    return pd.DataFrame(cols, copy=False)
+
+
+def _control_lookup(t: pd.DataFrame, p99: pd.DataFrame) -> dict[str, np.ndarray]:
+    """Per tile the control statistics of its CONTROL_KEYS (every other column of ``p99``: mainloop p99 and median,
+    store-span median and p99), a left join where a missing key matches a missing key as in pandas' merge: the few
+    distinct key tuples looked up in a dict."""
+    codes = [text_codes(t[k]) for k in CONTROL_KEYS]
+    combo = np.zeros(len(t), np.int64)
+    for c, names in codes:
+        combo = combo * (len(names) + 1) + c + 1
+    pair, firsts = pd.factorize(combo)
+    row_of: dict[tuple, int] = {}
+    for i, key in enumerate(zip(*(p99[k] for k in CONTROL_KEYS))):
+        row_of.setdefault(tuple(None if pd.isna(x) else str(x) for x in key), i)
+    found = np.empty(len(firsts), np.intp)
+    for j, f in enumerate(firsts):
+        key, rest = [], int(f)
+        for c, names in reversed(codes):
+            rest, v = divmod(rest, len(names) + 1)
+            key.append(names[v - 1] if v else None)
+        found[j] = row_of.get(tuple(reversed(key)), -1)
+    pos = found[pair]
+    return {c: np.where(pos >= 0, p99[c].to_numpy(np.float64)[np.maximum(pos, 0)], np.nan) if len(p99) else np.full(len(t), np.nan)
+            for c in p99.columns if c not in CONTROL_KEYS}
 
 
 CONTROL_KEYS = ["shape", "tile_kind", "operands"]
@@ -210,12 +238,27 @@ class ControlStats:
 
 
 def with_dump_config(t: pd.DataFrame, dumps: pd.DataFrame) -> pd.DataFrame:
-    """Tile spans with their dump's configuration, ``is_control`` and ``tile_kind``."""
-    cfg = dumps[["rank", "dump", "dest", "shape", "schedule", "variant", "operands", "is_control"]]
-    cfg = cfg.assign(dump=cfg["dump"].astype(str))  # one column's astype: half the cost of the frame's on a one-row frame
-    t = t.merge(cfg, on=["rank", "dump"], how="left")
-    t["is_control"] = t["is_control"].fillna(False).astype(bool)
-    kind = np.where(t["is_l2"], "linear2", "linear1")  # the fused kernels; a layout with one kind of tile sets its own
+    """Tile spans with their dump's configuration, ``is_control`` and ``tile_kind``: a left join on (rank, dump),
+    each tile's dump row looked up among the few distinct (rank, dump) pairs and its columns taken by index
+    (pandas' merge when the dumps repeat a (rank, dump): every match)."""
+    cols = ["dest", "shape", "schedule", "variant", "operands"]
+    cfg = dumps[["rank", "dump", *cols, "is_control"]]
+    row_of = {(int(r), str(d)): i for i, (r, d) in enumerate(zip(cfg["rank"].to_numpy(), cfg["dump"].astype(str)))}
+    if len(row_of) < len(cfg):
+        t = t.merge(cfg.assign(dump=cfg["dump"].astype(str)), on=["rank", "dump"], how="left")
+        t["is_control"] = t["is_control"].fillna(False).astype(bool)
+    else:
+        dump, names = pd.factorize(t["dump"], use_na_sentinel=False)
+        rank = t["rank"].to_numpy().astype(np.int64)
+        lo, width = int(rank.min(initial=0)), int(rank.max(initial=0)) - int(rank.min(initial=0)) + 1
+        pair, firsts = pd.factorize(dump.astype(np.int64) * width + (rank - lo))
+        found = np.array([row_of.get((int(f % width) + lo, str(names[f // width])), -1) for f in firsts], np.intp)
+        pos = found[pair]
+        t = t.copy(deep=False)
+        for c in cols:
+            t[c] = cfg[c].array.take(pos, allow_fill=True)
+        t["is_control"] = (pos >= 0) & cfg["is_control"].to_numpy(bool)[np.maximum(pos, 0)] if len(cfg) else np.zeros(len(t), bool)
+    kind = text_of_codes(t["is_l2"].to_numpy(bool), ["linear1", "linear2"])  # the fused kernels; a layout with one kind of tile sets its own
     t["tile_kind"] = t["tile_kind"].fillna(pd.Series(kind, index=t.index)) if "tile_kind" in t else kind
     return t
 

@@ -133,6 +133,14 @@ def _label_bytes(lc: TileLifecycle, dumps: pd.DataFrame, names: pd.Series, paylo
     return label.fillna(payload_bytes.astype(np.float64))
 
 
+def _first_per_dump(dumps: pd.DataFrame, column: str) -> dict:
+    """dump name (text) → ``column`` of its first row in ``dumps`` (a few rows: a plain dict, not a frame's astype)."""
+    out: dict = {}
+    for name, value in zip(dumps["dump"].astype(str), dumps[column]):
+        out.setdefault(name, value)
+    return out
+
+
 def dump_lifecycles(probes: pd.DataFrame, dumps: pd.DataFrame) -> dict[str, TileLifecycle]:
     """Per dump of ``probes`` (name as text) its tile lifecycle (docs/model.md §12): from its ``kernel=``
     label, else from the wait or store events its records hold (``base.lifecycle.lifecycle_of`` over the
@@ -146,7 +154,7 @@ def dump_lifecycles(probes: pd.DataFrame, dumps: pd.DataFrame) -> dict[str, Tile
     for pair in np.flatnonzero(held):  # a few per dump: its distinct events (code -1, a missing event, lands on slot 0)
         d, e = divmod(int(pair), len(enames) + 1)
         events.setdefault(d, set()).update(enames[e - 1:e] if e else [])
-    kernel = dumps.astype({"dump": str}).drop_duplicates("dump").set_index("dump")["kernel"] if "kernel" in dumps else pd.Series(dtype=object)
+    kernel = _first_per_dump(dumps, "kernel") if "kernel" in dumps else {}
     return {names[d]: lifecycle_of(kernel.get(names[d]), ev, LIFECYCLES) for d, ev in events.items()}
 
 
@@ -218,7 +226,7 @@ def dump_groups(probes: pd.DataFrame, dumps: pd.DataFrame) -> list[tuple[list[st
     codes, names = text_codes(probes["dump"])
     held = np.flatnonzero(np.bincount(codes, minlength=len(names)))
     layout = {name: lc.name for name, lc in dump_lifecycles(probes, dumps).items()}
-    dest = dumps.astype({"dump": str}).drop_duplicates("dump").set_index("dump")["dest"]
+    dest = _first_per_dump(dumps, "dest")
     by_key: dict[tuple, list[int]] = {}
     for i in held:
         by_key.setdefault((layout.get(names[i]), str(dest.get(names[i]))), []).append(i)
