@@ -52,8 +52,11 @@ def test_calibration_document_is_the_json_the_run_was_analyzed_with(fused_run_di
     assert xstage_trace.open_run(partial_runs["no_calibration"]).calibration_document() is None
 
 
-def test_calibration_path_finds_the_file_named_in_the_manifest(fused_run_dir, partial_runs):
-    assert xstage_trace.open_run(fused_run_dir).calibration_path() == (CALIB / "calibration_host.json").resolve()
+def test_the_run_keeps_the_calibration_it_was_analysed_with(fused_run_dir, partial_runs):
+    run = xstage_trace.open_run(fused_run_dir)
+    assert run.calibration_path() == fused_run_dir / "calibration.json"
+    assert run.calibration_path().read_bytes() == (CALIB / "calibration_host.json").read_bytes()
+    assert run.calibration_document() == json.loads((CALIB / "calibration_host.json").read_text())
     assert xstage_trace.open_run(partial_runs["no_calibration"]).calibration_path() is None
 
 

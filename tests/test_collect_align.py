@@ -10,6 +10,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
+from xstage_trace.base.errors import InputError
+
 from conftest import CALIB
 from xstage_trace.collectors.align import align_dumps
 from xstage_trace.collectors.collect import collect
@@ -93,10 +95,10 @@ def test_failed_write_leaves_no_run_dir(quick_run, tmp_path, monkeypatch):
     import pyarrow.parquet as pq
 
     def boom(*a, **k):
-        raise OSError("disk full")
+        raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(pq, "write_table", boom)
-    with pytest.raises(OSError):
+    with pytest.raises(InputError, match="disk is full"):
         write_run(tmp_path / "never", quick_run.tables, quick_run.manifest)
     assert list(tmp_path.iterdir()) == []
 

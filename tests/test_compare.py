@@ -66,7 +66,7 @@ def test_the_reverse_change_fails_the_gate_unless_accepted(split_runs, tmp_path)
     doc = json.loads(r.stdout)
     regressed = {(c["dest"], c["shape"]) for c in doc["configurations"] if c["verdict"] == "regression"}
     assert regressed == {k for k, v in expected_verdicts().items() if v == "improvement"}
-    r = cli("compare", inter, wave, "--by", "dest,shape,kernel", "--accept", "wave schedule kept for the ablation", "-o", tmp_path / "c.md")
+    r = cli("compare", inter, wave, "--by", "dest,shape,kernel", "--accept", "wave schedule kept for the ablation", "-o", tmp_path / "c.md", "--force")
     assert r.returncode == 0
     md = (tmp_path / "c.md").read_text()
     assert "ACCEPTED (wave schedule kept for the ablation)" in md and "accepted: wave schedule kept for the ablation" in md

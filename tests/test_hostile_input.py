@@ -223,7 +223,7 @@ def test_force_onto_a_run_that_holds_an_input_keeps_the_input(xs, reference_run,
     shutil.copytree(reference_run, run)
     shutil.copyfile(reference_sqlite(), run / "export.sqlite")  # the user keeps an input inside it
     before = snapshot(run)
-    one_line_error(xs("analyze", run / "export.sqlite", "-o", run, "--force"), "old.xstage-run", "--force would delete them")
+    one_line_error(xs("analyze", run / "export.sqlite", "-o", run, "--force"), "old.xstage-run", "replacing it would delete that input")
     assert snapshot(run) == before
 
 

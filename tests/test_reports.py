@@ -19,7 +19,7 @@ from xstage_trace.reports.markdown import render_markdown
 
 @pytest.fixture(scope="module")
 def report_dir(fused_run, tmp_path_factory):
-    out = tmp_path_factory.mktemp("report")
+    out = tmp_path_factory.mktemp("report") / "fused.report"  # report -o names a new folder
     r = subprocess.run([sys.executable, "-m", "xstage_trace", "report", str(fused_run), "-o", str(out)], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     return out

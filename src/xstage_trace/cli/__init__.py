@@ -92,6 +92,10 @@ def main(fast_exit: bool = False) -> None:
         _error(f"{path}: {exc.format_message()} (see {path} --help)")
     except ClickException as exc:
         _error(exc.format_message(), exc.exit_code)
+    except OSError as exc:  # a write that no command path translated (full disk, read-only folder): still one line
+        from xstage_trace.base.output import os_error_line
+
+        _error(os_error_line(exc.filename or "output", exc).one_line())
     except (KeyboardInterrupt, typer.Abort):
         _error("interrupted; nothing was written", 130)
     code = rv if isinstance(rv, int) else 0

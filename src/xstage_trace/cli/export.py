@@ -20,6 +20,7 @@ def export(
     dump: Optional[str] = typer.Option(None, "--dump", help="only the SM tracks of dumps matching this glob (e.g. '*host_S1_wave*')"),
     metric: Optional[List[str]] = typer.Option(None, "--metric", help="GPU metric to export as a counter (repeatable; 'all' for every metric; default: the known ones)"),
     as_json: bool = typer.Option(False, "--json", help="print what was written as one JSON object"),
+    force: bool = typer.Option(False, "--force", help="replace the -o file when it is an earlier export of this format (never anything else)"),
 ):
     """GPU → kernels, NVTX, bursts, metric counters, SMs → CTA slots → tile spans (real ns, per-SM converted probe clock)."""
     from xstage_trace import open_run
@@ -27,8 +28,15 @@ def export(
     from xstage_trace.collectors.nsys_names import METRIC_PATTERNS
     from xstage_trace.reports.trace_model import build_timeline
 
+    from xstage_trace.base.output import check_output
+
     if fmt not in FORMATS:
         raise InputError(None, f"--format {fmt!r} is not one of {', '.join(FORMATS)}", "use --format perfetto or --format chrome")
+    if fmt == "perfetto":
+        from xstage_trace.reports.perfetto_export import is_perfetto_export as ours
+    else:
+        from xstage_trace.reports.chrome_export import is_chrome_export as ours
+    check_output(output, inputs=[run_dir], force=force, ours=ours, example="run.pftrace" if fmt == "perfetto" else "run.json")
     run = open_run(run_dir)
     metrics = None if metric and "all" in metric else (list(metric) if metric else [n for n, _ in METRIC_PATTERNS])
     if metric and metrics:

@@ -120,6 +120,7 @@ def model_partition_sweep(
     n_boot: int = typer.Option(2000, "--n-boot", help="bootstrap replicates of the speedup over the best fixed C"),
     write: Optional[Path] = typer.Option(None, "--write", help="also write the document as JSON here (partition_regret.json)"),
     report: Optional[Path] = typer.Option(None, "-o", "--output", help="also write the Markdown report here (FILE.md)"),
+    force: bool = typer.Option(False, "--force", help="replace --write/-o files that are earlier partition-sweep output (never anything else)"),
     as_json: bool = typer.Option(False, "--json"),
 ):
     """Measured oracle, the selector's C and its regret per workload of a C sweep (docs/model.md §9, ρ measured on a calibration run)."""
@@ -129,18 +130,19 @@ def model_partition_sweep(
         from xstage_trace.base.errors import InputError
 
         raise InputError(None, f"--dest {dest!r} is neither host nor local", "give --dest host or --dest local")
+    from xstage_trace.base.output import check_outputs, contains, write_outputs
+
+    # base/output.py: never onto the sweep or document it reads, never a user's file
+    targets = check_outputs({write: contains(b'"mean_regret_pct"'), report: b"# CTA partition sweep"}, inputs=[folder], force=force)
     if folder.is_file():
         from xstage_trace.reports.partition_sweep import load_regret_doc
 
         doc = load_regret_doc(folder)
     else:
         doc = partition_regret_doc(folder, dest, max_comm_ctas, n_boot)
-    if write is not None:
-        write.write_text(dumps(doc) + "\n")
-    if report is not None:
-        from xstage_trace.reports.partition_sweep import write_partition_sweep_report
+    from xstage_trace.reports.partition_sweep import render_partition_sweep
 
-        write_partition_sweep_report(doc, report)
+    write_outputs(targets, {write: dumps(doc) + "\n", report: render_partition_sweep(doc) if report is not None else None})
     if as_json:
         emit(doc)
         return

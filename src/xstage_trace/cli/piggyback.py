@@ -11,6 +11,7 @@ import typer
 
 from xstage_trace.cli import app, emit, out
 
+MARKDOWN_MARK = b"# xstage-trace piggyback"
 COLUMNS = {
     "shape": "shape", "path": "path", "recovery_gap_us": "G* (µs)", "capacity_ok": "b^iso ≤ Q", "sigma_us": "σ (µs/KV)",
     "m_ub_tokens": "M_ub*", "seqlen": "M", "verdict": "verdict", "gap_median_us": "gap med (µs)", "covered_fraction": "covered",
@@ -49,18 +50,20 @@ def piggyback(
     run_dir: Path = typer.Argument(..., help="run folder written by xstage-trace analyze from FA3 dumps (recipe fa3)"),
     calibration: List[Path] = typer.Option(..., "--calibration", help="calibration JSON of a store path (repeat: host, local)"),
     control: str = typer.Option("local", "--control", help="the dest of the control runs (O in local HBM)"),
-    output: Path = typer.Option(Path("piggyback.md"), "-o", "--output", help="where piggyback.md goes"),
+    output: Optional[Path] = typer.Option(None, "-o", "--output", help="write piggyback.md here (default: nothing is written)"),
     csv: Optional[Path] = typer.Option(None, "--csv", help="also write the per-shape-and-path table as CSV"),
     tiles_csv: Optional[Path] = typer.Option(None, "--tiles-csv", help="also write the per-tile predicted vs measured Q-loops as CSV"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object (the per-shape-and-path rows)"),
+    force: bool = typer.Option(False, "--force", help="replace -o/--csv/--tiles-csv files that are earlier xstage-trace output (never anything else)"),
 ):
     """docs/model.md §7 per shape and store path: G*, M_ub*, verdict, covered bursts; Q-loop predicted vs measured."""
     from xstage_trace import open_run
     from xstage_trace.analysis.piggyback import piggyback_audit, qloop_tiles
-    from xstage_trace.base.atomic import write_text_atomic
     from xstage_trace.base.errors import InputError
+    from xstage_trace.base.output import check_outputs, write_outputs
     from xstage_trace.collectors.calibration_io import load_platforms
 
+    targets = check_outputs({output: MARKDOWN_MARK, csv: None, tiles_csv: None}, inputs=[run_dir, *calibration], force=force)
     run = open_run(run_dir)
     tiles = qloop_tiles(run.probes(), run.dumps())
     if tiles.empty:
@@ -70,13 +73,12 @@ def piggyback(
         raise InputError(run_dir, f"has no control dumps (dest={control})", "trace each shape once with O in local HBM, or name the control's dest with --control")
     per_tile, summary = piggyback_audit(tiles, load_platforms(list(calibration), lambda model: [str(model.store_path)]), control)
     inputs = sorted({str(Path(i["path"]).parent) for i in run.manifest.get("inputs", []) if i.get("kind") == "probe"})
-    write_text_atomic(output, piggyback_markdown(summary, run_dir, inputs, list(calibration)))
-    if csv is not None:
-        write_text_atomic(csv, summary.to_csv(index=False))
-    if tiles_csv is not None:
-        write_text_atomic(tiles_csv, per_tile.to_csv(index=False))
+    texts = {output: piggyback_markdown(summary, run_dir, inputs, list(calibration)), csv: summary.to_csv(index=False),
+             tiles_csv: per_tile.to_csv(index=False)}
+    write_outputs(targets, texts)
     if as_json:
-        emit({"piggyback_md": str(output), "rows": summary.astype(object).where(summary.notna(), None).to_dict("records")})
+        emit({"piggyback_md": str(output) if output else None, "rows": summary.astype(object).where(summary.notna(), None).to_dict("records")})
         return
     out.print(display_frame(summary).to_string(index=False))
-    out.print(f"wrote {output}")
+    if output is not None:
+        out.print(f"wrote {output}")

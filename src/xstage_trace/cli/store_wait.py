@@ -10,6 +10,7 @@ import typer
 
 from xstage_trace.cli import app, emit, out
 
+MARKDOWN_MARK = b"# xstage-trace store-wait"
 COLUMNS = {
     "dest": "D in", "shape": "shape", "tiles": "tiles", "launches": "launches", "rate_model_gbps": "R model (GB/s)",
     "rate_rounds_gbps": "R rounds (GB/s)", "pred_median_us": "pred med", "pred_p90_us": "pred p90",
@@ -46,16 +47,18 @@ def store_wait_markdown(summary, run_dir: Path, calibrations: list[Path]) -> str
 def store_wait(
     run_dir: Path = typer.Argument(..., help="run folder written by xstage-trace analyze"),
     calibration: List[Path] = typer.Option(..., "--calibration", help="calibration JSON of a store path (repeat: host, local control)"),
-    output: Path = typer.Option(Path("store_wait.md"), "-o", "--output", help="where store_wait.md goes"),
+    output: Optional[Path] = typer.Option(None, "-o", "--output", help="write store_wait.md here (default: nothing is written)"),
     csv: Optional[Path] = typer.Option(None, "--csv", help="also write the per-case table as CSV"),
+    force: bool = typer.Option(False, "--force", help="replace -o/--csv files that are earlier xstage-trace output (never anything else)"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object (the per-case rows)"),
 ):
     """Per case (D destination, shape): predicted store stall vs measured store wait and mainloop excess (median, p90, Spearman, MAE)."""
     from xstage_trace import open_run
     from xstage_trace.analysis.stall import store_wait_summary, store_wait_vs_model
-    from xstage_trace.base.atomic import write_text_atomic
     from xstage_trace.base.errors import InputError
+    from xstage_trace.base.output import check_outputs, write_outputs
 
+    targets = check_outputs({output: MARKDOWN_MARK, csv: None}, inputs=[run_dir, *calibration], force=force)
     run = open_run(run_dir)
     tiles, bursts = run.tiles(), run.bursts()
     if tiles.empty or bursts.empty:
@@ -65,11 +68,11 @@ def store_wait(
         raise InputError(calibration[0], f"calibrates none of the run's destinations {sorted(map(str, tiles['dest'].dropna().unique()))}",
                          "pass the calibration of the path the kernel stored to (e.g. calibration_host.json)")
     summary = store_wait_summary(store_wait_vs_model(tiles, bursts, models), bursts)
-    write_text_atomic(output, store_wait_markdown(summary, run_dir, list(calibration)))
-    if csv is not None:
-        write_text_atomic(csv, summary.to_csv(index=False))
+    texts = {output: store_wait_markdown(summary, run_dir, list(calibration)), csv: summary.to_csv(index=False)}
+    write_outputs(targets, texts)
     if as_json:
-        emit({"store_wait_md": str(output), "cases": summary.astype(object).where(summary.notna(), None).to_dict("records")})
+        emit({"store_wait_md": str(output) if output else None, "cases": summary.astype(object).where(summary.notna(), None).to_dict("records")})
         return
     out.print(summary.rename(columns=COLUMNS).to_string(index=False))
-    out.print(f"wrote {output}")
+    if output is not None:
+        out.print(f"wrote {output}")

@@ -185,6 +185,12 @@ def check_document(doc, path: str | Path | None) -> None:
     for key, value in caps.items():
         if _producer_key(key) is None or not _finite(value, 0.0, True):
             raise InputError(path, f"capacity_by_producers_bytes entry {key!r}: {value!r} is not a positive finite capacity", _REFIT)
+    by_k = doc.get("rate_by_producers_gbps") or {}
+    if not isinstance(by_k, dict):
+        raise InputError(path, "rate_by_producers_gbps is not an object", _REFIT)
+    for key, value in by_k.items():
+        if _producer_key(key) is None or not _finite(value, 0.0, True):
+            raise InputError(path, f"rate_by_producers_gbps entry {key!r}: {value!r} is not a positive finite rate", _REFIT)
     conf = doc.get("rate_by_configuration_gbps") or {}
     if not isinstance(conf, dict):
         raise InputError(path, "rate_by_configuration_gbps is not an object", _REFIT)

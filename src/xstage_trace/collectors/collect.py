@@ -373,8 +373,14 @@ def plan_run(inputs: list[str | Path], folder: Path, nsys: str | None = None, al
         aligned = "nsys session start"
     elif dumps:
         aligned = "first probe slice (no nsys report given: probe times are not on the nsys clock)"
-    else:
+    elif exports:
         aligned = "nsys session start"
+    else:  # re-analysis of run folders alone: their own time base (a dumps-only run stays on its probes' clock)
+        bases = sorted({str(man.get("time_base")) for _, _, man, _ in prior if man.get("time_base")})
+        if len(bases) > 1:
+            raise InputError(prior[0][0], f"the run folders given have different time bases ({'; '.join(bases)})",
+                             "re-analyze runs of one time base together, or pass the nsys reports with their dumps")
+        aligned = bases[0] if bases else "nsys session start"
 
     gpus = []
     for e in exports:

@@ -329,7 +329,19 @@ def _gpu_metrics(src, rank: int, shift: int, warnings: list[str]) -> pa.Table:
 
 
 def read_nsys_export(path: str | Path, rank: int = 0) -> NsysExport:
-    """Read an nsys SQLite or parquetdir export into run-dataset tables (session-relative ns + UTC)."""
+    """Read an nsys SQLite or parquetdir export into run-dataset tables (session-relative ns + UTC);
+    a damaged file (pages SQLite cannot read, text that is not UTF-8, values Arrow cannot hold) is an
+    InputError naming it."""
+    import sqlite3
+
+    try:
+        return _read_nsys_export(Path(path), rank)
+    except (sqlite3.Error, UnicodeDecodeError, OverflowError, pa.ArrowException) as exc:
+        raise InputError(path, f"not a readable Nsight Systems export ({exc.__class__.__name__}: {str(exc).splitlines()[0][:100] if str(exc) else ''})",
+                         "export the report again with: nsys export --type sqlite REPORT.nsys-rep") from None
+
+
+def _read_nsys_export(path: Path, rank: int) -> NsysExport:
     path = Path(path)
     if not path.exists():
         raise InputError(path, "no such file or folder", "check the path")

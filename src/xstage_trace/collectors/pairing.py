@@ -45,6 +45,23 @@ class Pairing:
     epoch_ns: int
 
 
+MAX_RESOLUTION_NS = 1000.0  # %globaltimer ticks at 1 µs at worst (32 ns on recent GPUs); nsys at 1 ns
+
+
+def clock_resolution_ns(times_ns: np.ndarray) -> float:
+    """A clock's tick as its readings show it: the largest power of two (≤ MAX_RESOLUTION_NS) that divides
+    every reading (1 ns for a clock with ns resolution). The tolerance of a clock mapping is the sum of
+    both clocks' ticks: a dump cannot be placed more precisely than that, however many dumps there are."""
+    t = np.asarray(times_ns)
+    t = t[np.isfinite(t)].astype(np.int64) if t.dtype.kind == "f" else t.astype(np.int64)
+    if t.size == 0:
+        return 1.0
+    tick = 1
+    while tick * 2 <= MAX_RESOLUTION_NS and not np.any(t % (tick * 2)):
+        tick *= 2
+    return float(tick)
+
+
 def _try(export, device: int, spans_gt: np.ndarray, bounds: AlignBounds) -> tuple[Alignment | None, str]:
     """Align one group against one export: (alignment, "") when it holds the group, else (None, why)."""
     if export.utc_epoch_ns is None:
@@ -64,8 +81,10 @@ def _try(export, device: int, spans_gt: np.ndarray, bounds: AlignBounds) -> tupl
         return None, f"fits them only {a.offset_ns / 1e6:.1f} ms off its clock (a capture allows {bounds.max_offset_ns / 1e6:g} ms)"
     if abs(a.drift) * 1e6 > bounds.max_drift_ppm:
         return None, f"fits them only with a drift of {a.drift * 1e6:.0f} ppm (a capture allows {bounds.max_drift_ppm:g})"
-    if a.residual_ns > 0:
-        return None, f"fits each dump but no single clock line places them all (residual {a.residual_ns:.0f} ns)"
+    tolerance = clock_resolution_ns(spans_gt.ravel()) + clock_resolution_ns(np.r_[ks, ke])
+    if a.residual_ns > tolerance:
+        return None, (f"fits each dump but no single clock line places them all (residual {a.residual_ns:.0f} ns, "
+                      f"more than the clocks' resolution of {tolerance:.0f} ns)")
     # Index into this export's kernel table (not the device-filtered one).
     dev_rows = np.flatnonzero(k["device_id"].to_numpy(zero_copy_only=False) == device)
     a.kernel_of_dump = np.where(a.kernel_of_dump >= 0, dev_rows[np.maximum(a.kernel_of_dump, 0)], -1)

@@ -107,6 +107,9 @@ def read_header(path: Path, raw: np.ndarray) -> tuple[np.void, list[str], np.nda
         )
     if int(h["record_bytes"]) != RECORD_BYTES:
         _fail(path, f"corrupt probe dump header (record size {int(h['record_bytes'])}, expected 16)", regen)
+    for name in ("rank", "device_index", "sm_count"):
+        if not 0 <= int(h[name]) < 1 << 31:
+            _fail(path, f"corrupt probe dump header ({name} {int(h[name])})", regen)
     n_ev, n_sl = int(h["num_events"]), int(h["num_slices"])
     expect_hdr = HEADER_DTYPE.itemsize + EVENT_NAME_BYTES * n_ev + SLICE_DTYPE.itemsize * n_sl
     if int(h["header_bytes"]) != expect_hdr or n_ev > 256:
@@ -210,8 +213,7 @@ def read_dump_bytes(path: Path, limit: int | None = None) -> np.ndarray:
                 return np.frombuffer(fh.read(limit), dtype=np.uint8)
         if compressed:
             try:
-                with pa.input_stream(str(path), compression="zstd") as fh:
-                    return np.frombuffer(fh.read() if limit is None else fh.read(limit), dtype=np.uint8)
+                return _read_zstd_dump(path, limit)
             except (OSError, pa.ArrowException) as exc:
                 _fail(path, f"corrupt zstd-compressed probe dump ({exc})", "copy the whole file again or decompress it with zstd -d and pass the .xsp")
         # Large dumps are mapped (no copy; pages come in as the columns are computed), small ones read.
@@ -219,6 +221,53 @@ def read_dump_bytes(path: Path, limit: int | None = None) -> np.ndarray:
         return np.memmap(path, dtype=np.uint8, mode="r") if size >= MMAP_MIN_BYTES else np.fromfile(path, dtype=np.uint8)
     except OSError as exc:
         raise InputError(path, f"cannot read probe dump ({exc.strerror or exc})", "check the path and its permissions") from None
+
+
+def _table_bytes(path: Path, h: np.void) -> int:
+    """The size of a dump's header, event-name and slice tables from its header, decided before they are
+    allocated (a slice count over the record limit is refused: no real dump has more slices than records)."""
+    n_ev, n_sl = int(h["num_events"]), int(h["num_slices"])
+    if n_ev > 256 or n_sl > max_dump_records():
+        _fail(path, f"corrupt probe dump header ({n_ev} events, {n_sl} slices)", "re-run the instrumented program to write a fresh dump")
+    return HEADER_DTYPE.itemsize + EVENT_NAME_BYTES * n_ev + SLICE_DTYPE.itemsize * n_sl
+
+
+def _read_zstd_dump(path: Path, limit: int | None) -> np.ndarray:
+    """A ``.xsp.zst`` dump decompressed as a stream, never past a cap decided before allocating: the
+    header's tables, then the records its slices declare (at most $XSTAGE_MAX_DUMP_RECORDS); a frame
+    that declares (or turns out to hold) more than that is refused, so a decompression bomb costs
+    nothing. ``limit``: only that many leading bytes (header reads)."""
+    from xstage_trace.collectors.compressed import zstd_content_size
+
+    with pa.input_stream(str(path), compression="zstd") as fh:
+        head = fh.read(HEADER_DTYPE.itemsize if limit is None else min(limit, HEADER_DTYPE.itemsize))
+        if len(head) < HEADER_DTYPE.itemsize or bytes(head[:8]) != MAGIC:
+            return np.frombuffer(head, dtype=np.uint8)  # read_header names what is wrong
+        h = np.frombuffer(head, HEADER_DTYPE)[0]
+        tables = _table_bytes(path, h)
+        if limit is not None:
+            return np.frombuffer(head + fh.read(max(0, min(limit, tables) - len(head))), dtype=np.uint8)
+        raw = head + fh.read(tables - len(head))
+        if len(raw) < tables:
+            return np.frombuffer(raw, dtype=np.uint8)  # truncated: decode_probe_dump says so
+        sl = np.frombuffer(raw[tables - SLICE_DTYPE.itemsize * int(h["num_slices"]):], SLICE_DTYPE)
+        stored = int(np.minimum(sl["count"].astype(np.int64), int(h["capacity"])).sum())
+        records = max_dump_records()
+        if stored > records:
+            _fail(path, f"dump holds {stored} records, more than the {records} one dump may hold (analysis needs about {stored * BYTES_PER_RECORD / 1e9:.1f} GB of memory)",
+                  f"set {MAX_RECORDS_ENV}={stored} if this machine has the memory, or capture fewer records (smaller capacity or fewer slices)")
+        need = tables + RECORD_BYTES * stored
+        declared = zstd_content_size(path)
+        if declared is not None and declared != need:
+            _fail(path, f"corrupt probe dump (its zstd frame declares {declared} bytes, its header {need})", "re-run the instrumented program to write a fresh dump")
+        out = np.empty(need, dtype=np.uint8)  # the one allocation, of the size the header allows
+        out[:tables] = np.frombuffer(raw, dtype=np.uint8)
+        got, view = tables, memoryview(out)
+        while got < need and (n := fh.readinto(view[got:])):
+            got += n
+        if got == need and fh.read(1):
+            _fail(path, "corrupt probe dump (bytes beyond the last record)", "re-run the instrumented program to write a fresh dump")
+    return out[:got]
 
 
 def _header_bytes(path: Path) -> np.ndarray:
@@ -237,6 +286,8 @@ def decode_probe_dump(path: str | Path, rank: int | None = None, allow_overflow:
     path = Path(path)
     raw = read_dump_bytes(path) if records else _header_bytes(path)
     h, names, sl = read_header(path, raw)
+    if len(sl) == 0:  # nothing places it in time: no kernel could be said to hold it
+        _fail(path, "holds no probe slices (no CTA opened one)", "re-run the instrumented program with the probes compiled in (-DXSTAGE_TRACE), or leave this dump out")
     warnings: list[str] = []
     cap = int(h["capacity"])
     count = sl["count"].astype(np.int64)

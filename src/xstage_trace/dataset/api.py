@@ -19,7 +19,6 @@ Tables are read lazily, once each, from the folder's Parquet files; nothing is r
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
@@ -32,13 +31,14 @@ class Run:
     """One run dataset folder written by ``xstage-trace analyze``."""
 
     def __init__(self, run_dir: str | Path):
-        from xstage_trace.dataset.run_folder import read_manifest
+        from xstage_trace.dataset.run_folder import check_run_files, read_manifest
 
         self.path = Path(run_dir)
         self._read: dict[str, pa.Table] = {}
         # manifest.json: inputs with their hashes, GPUs, alignment per rank, warnings, table sizes.
         # Read here: not a run, a damaged or a newer manifest is a one-line error before any table is read.
         self.manifest: dict = read_manifest(self.path)
+        check_run_files(self.path, self.manifest)  # exactly its manifest: nothing unlisted, nothing missing
 
     def __repr__(self) -> str:
         return f"Run({str(self.path)!r})"
@@ -101,9 +101,10 @@ class Run:
 
     def _result(self, name: str) -> pd.DataFrame:
         from xstage_trace.base.schema import RESULTS
+        from xstage_trace.dataset.run_folder import check_listed_file
 
-        f = self.path / f"{name}.parquet"
-        return pd.read_parquet(f) if f.is_file() else RESULTS[name].empty_table().to_pandas()
+        f = check_listed_file(self.path, self.manifest, f"{name}.parquet")  # only the bytes the manifest hashed
+        return _read_result(f, pd.read_parquet) if f else RESULTS[name].empty_table().to_pandas()
 
     def probe_spans(self, dump: str, events=("mainloop", "slot_wait", "rs"), start_ns: float | None = None,
                     end_ns: float | None = None) -> pd.DataFrame:
@@ -133,26 +134,48 @@ class Run:
         return s[cols].reset_index(drop=True)
 
     def calibration_path(self) -> Path | None:
-        """Where the calibration JSON the run was analyzed with (manifest ``calibration``) is now:
-        a relative path is tried from the current folder, then from the run folder's parent;
-        None when there was none or it is gone."""
+        """The calibration JSON the run was analysed with: the run's own copy (calibration.json, checked
+        against the manifest's sha256) when it has one; for runs written before the copy, the file the
+        manifest names (``calibration``), tried from the current folder, then from the run folder's
+        parent; None when there was none or it is gone."""
+        from xstage_trace.dataset.run_folder import CALIBRATION_COPY, check_listed_file
+
+        if self.manifest.get("calibration_file") == CALIBRATION_COPY:
+            return check_listed_file(self.path, self.manifest, CALIBRATION_COPY)
+        return self.calibration_origin()
+
+    def calibration_origin(self) -> Path | None:
+        """The user's calibration file the manifest names (``calibration``), where it is now: tried from
+        the current folder, then from the run folder's parent (the folder beside it may hold the
+        calibration's own points); None when there was none or it is gone."""
         name = self.manifest.get("calibration")
-        if not name:
+        if not name or not isinstance(name, str):
             return None
         return next((f.resolve() for f in (Path(name), self.path.parent / name) if f.is_file()), None)
 
     def calibration_document(self) -> dict | None:
-        """That calibration JSON as a dict, or None (no calibration, file gone or unreadable)."""
+        """That calibration JSON as a dict, read with the checks of a user's calibration file
+        (collectors/calibration_io.read_document: InputError when the run's copy is damaged), or None
+        (no calibration, an older run whose file is gone or unreadable)."""
+        from xstage_trace.collectors.calibration_io import read_document
+        from xstage_trace.dataset.run_folder import CALIBRATION_COPY
+
         f = self.calibration_path()
+        if f is None:
+            return None
+        if self.manifest.get("calibration_file") == CALIBRATION_COPY:
+            return read_document(f)
         try:
-            return json.loads(f.read_text()) if f else None
-        except (OSError, ValueError):
+            return read_document(f)
+        except InputError:
             return None
 
     def calibration(self) -> pd.DataFrame:
         """Calibration points reduced from calibration-benchmark dumps (empty for other runs)."""
-        f = self.path / "calibration_points.csv"
-        return pd.read_csv(f) if f.is_file() else pd.DataFrame()
+        from xstage_trace.dataset.run_folder import check_listed_file
+
+        f = check_listed_file(self.path, self.manifest, "calibration_points.csv")
+        return _read_result(f, pd.read_csv) if f else pd.DataFrame()
 
     def _calibrations(self, calibrations) -> list[Path]:
         """The calibration files an analysis of this run uses: ``calibrations``, else the run's own."""
@@ -224,6 +247,14 @@ class Run:
     def warnings(self) -> list[str]:
         """What went wrong or was approximated while the run was collected."""
         return list(self.manifest.get("warnings") or [])
+
+
+def _read_result(path: Path, reader) -> pd.DataFrame:
+    """A result file of the run (table3.parquet, calibration_points.csv); InputError naming it when unreadable."""
+    try:
+        return reader(path)
+    except Exception as exc:  # pandas and pyarrow raise many parser types
+        raise InputError(path, f"not readable ({exc.__class__.__name__})", "re-run xstage-trace analyze on the original inputs to write the run again") from None
 
 
 def _in_values(column: pa.ChunkedArray, values: list[str]) -> pa.ChunkedArray:

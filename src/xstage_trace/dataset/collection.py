@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Iterable
 
 from xstage_trace.base.errors import InputError
 from xstage_trace.base.schema import TABLES
-from xstage_trace.dataset.run_folder import MANIFEST, read_manifest
+from xstage_trace.dataset.run_folder import MANIFEST, check_run_files, read_manifest
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -85,11 +85,11 @@ def _calibration_doc(path: Path) -> dict | None:
 
 
 def _table_files(run: Path, name: str) -> list[Path]:
-    """The Parquet files of one table of one run: ``NAME.parquet`` or ``NAME/rank=R/*.parquet``."""
-    single = run / f"{name}.parquet"
-    if single.is_file():
-        return [single]
-    return sorted((run / name).glob("rank=*/*.parquet")) if (run / name).is_dir() else []
+    """The Parquet files of one table of one run that its manifest lists: ``NAME.parquet`` or
+    ``NAME/rank=R/*.parquet`` (a file the manifest does not list is never read)."""
+    from xstage_trace.dataset.run_folder import table_files
+
+    return [Path(f) for f in table_files(run, name, read_manifest(run))]
 
 
 class Collection:
@@ -101,12 +101,18 @@ class Collection:
         self.roots = [Path(r) for r in roots]
         self.run_dirs, calibration_files = find_runs(self.roots)
         self.manifests = {str(r): read_manifest(r) for r in self.run_dirs}
+        for r in self.run_dirs:  # each run exactly its manifest (hashes: DuckDB reads the files as they are)
+            check_run_files(r, self.manifests[str(r)])
         self.calibration_files = {str(p): d for p in calibration_files if (d := _calibration_doc(p)) is not None}
         self.con = duckdb.connect()
         self._built: set[str] = set()
 
     def __repr__(self) -> str:
         return f"Collection({len(self.run_dirs)} runs, {len(self.calibration_files)} calibrations)"
+
+    def _lists(self, run: Path, rel: str) -> bool:
+        """True when ``run``'s manifest lists ``rel`` (only listed files are read)."""
+        return rel in (self.manifests[str(run)].get("files") or {})
 
     # -- views (each built on first use: binding a view reads the footer of every file it covers) --
 
@@ -182,7 +188,7 @@ class Collection:
             FROM _manifests m LEFT JOIN k USING (run) LEFT JOIN p USING (run)""")
 
     def _build_calibration_points(self) -> None:
-        points = [str(r / POINTS_FILE) for r in self.run_dirs if (r / POINTS_FILE).is_file()]
+        points = [str(r / POINTS_FILE) for r in self.run_dirs if self._lists(r, POINTS_FILE)]
         if points:
             self.con.execute(f"""CREATE VIEW calibration_points AS
                 SELECT f.run, t.* EXCLUDE (filename) FROM read_csv({points!r}, filename = true, union_by_name = true) t
@@ -231,10 +237,10 @@ class Collection:
         import pandas as pd
         import pyarrow as pa
 
-        stored = [r for r in self.run_dirs if (r / TABLE3_FILE).is_file()]
+        stored = [r for r in self.run_dirs if self._lists(r, TABLE3_FILE)]
         # a run without tiles has an empty Table 3 (Run.table3)
         computed = [_computed_table3(r) for r in self.run_dirs
-                    if not (r / TABLE3_FILE).is_file() and (self.manifests[str(r)].get("tables") or {}).get("tiles") != 0]
+                    if not self._lists(r, TABLE3_FILE) and (self.manifests[str(r)].get("tables") or {}).get("tiles") != 0]
         computed = [f for f in computed if len(f)]
         parts = []
         if stored:
@@ -251,22 +257,77 @@ class Collection:
         try:
             self.con.execute("CREATE VIEW table3 AS " + " UNION ALL BY NAME ".join(parts))
         except duckdb.Error as exc:  # a run's table3.parquet that DuckDB cannot read (it names the file)
-            raise InputError(None, f"reading the runs failed: {str(exc).splitlines()[0]}", "re-run xstage-trace analyze for the run folder named there") from None
+            raise self._read_error(exc) from None
 
     # -- queries -------------------------------------------------------------------------------
 
     def sql(self, query: str) -> pd.DataFrame:
-        """Any DuckDB SQL over the views (runs, table3, kernels, nvtx, gpu_metrics, probes, probe_slices,
-        bursts, tiles, calibration_points, calibrations) as a DataFrame."""
+        """The user's SQL (``collection --sql``), sandboxed: exactly one SELECT over the views (runs,
+        table3, kernels, nvtx, gpu_metrics, probes, probe_slices, bursts, tiles, calibration_points,
+        calibrations) as a DataFrame. Before it runs, the connection may reach only the run tables' own
+        files (``allowed_paths``), external access and extension loading are off and the configuration
+        is locked, so COPY, ATTACH, INSTALL, SET, reading other files or writing any are refused."""
         import duckdb
 
         try:
-            self._ensure(query)  # by name (duckdb.get_table_names cannot bind USING joins)
+            statements = self.con.extract_statements(query)
+        except duckdb.Error as exc:
+            raise InputError(None, f"query failed: {str(exc).splitlines()[0]}", "check the SQL; tables: " + ", ".join(self.tables())) from None
+        if len(statements) != 1 or statements[0].type != duckdb.StatementType.SELECT:
+            what = f"{len(statements)} statements" if len(statements) != 1 else f"a {statements[0].type.name} statement"
+            raise InputError(None, f"--sql refused {what}", f"--sql runs exactly one SELECT over the views ({', '.join(self.tables())}); "
+                                                             "no COPY, ATTACH, INSTALL, LOAD, SET, PRAGMA or writes")
+        try:
+            self._ensure(query)  # views first (by name: duckdb.get_table_names cannot bind USING joins)
+        except duckdb.Error as exc:
+            raise self._read_error(exc) from None
+        self._lock()
+        return self._run(query, user=True)
+
+    def _lock(self) -> None:
+        """Limit the connection to the run tables' files and lock its configuration (once)."""
+        if "_locked" in self._built:
+            return
+        files = [str(r / rel) for r, doc in ((r, self.manifests[str(r)]) for r in self.run_dirs) for rel in (doc.get("files") or {})]
+        self.con.execute("SET autoinstall_known_extensions = false")
+        self.con.execute("SET autoload_known_extensions = false")
+        self.con.execute("SET allowed_paths = ?", [files])
+        self.con.execute("SET enable_external_access = false")
+        self.con.execute("SET lock_configuration = true")
+        self._built.add("_locked")
+
+    def _read_error(self, exc) -> InputError:
+        """A run file DuckDB could not read: the one line names it and its run folder when the message does."""
+        line = str(exc).splitlines()[0]
+        named = next((r for r in self.run_dirs if str(r) in line), None)
+        if named is not None:
+            return InputError(named, f"a file of this run cannot be read ({line})", "re-run xstage-trace analyze for this run folder")
+        return InputError(None, f"reading the runs failed ({line})", "check the run folders (xstage-trace collection ROOTS --query runs) and re-analyze a damaged one")
+
+    def _run(self, query: str, user: bool = False) -> pd.DataFrame:
+        import duckdb
+
+        try:
             return self.con.sql(query).df()
         except (duckdb.ParserException, duckdb.BinderException, duckdb.CatalogException) as exc:
             raise InputError(None, f"query failed: {str(exc).splitlines()[0]}", "check the SQL; tables: " + ", ".join(self.tables())) from None
-        except duckdb.Error as exc:  # a run's file that DuckDB cannot read (it names the file)
-            raise InputError(None, f"reading the runs failed: {str(exc).splitlines()[0]}", "re-run xstage-trace analyze for the run folder named there") from None
+        except (duckdb.PermissionException, duckdb.InvalidInputException) as exc:
+            if not user:
+                raise
+            raise InputError(None, f"--sql refused: {str(exc).splitlines()[0]}",
+                             f"--sql reads only the views ({', '.join(self.tables())}); no other files, extensions or settings") from None
+        except duckdb.Error as exc:  # a run's file that DuckDB cannot read
+            raise self._read_error(exc) from None
+
+    def _sql(self, query: str) -> pd.DataFrame:
+        """This module's own queries over the views (built first)."""
+        import duckdb
+
+        try:
+            self._ensure(query)
+        except duckdb.Error as exc:
+            raise self._read_error(exc) from None
+        return self._run(query)
 
     def tables(self) -> list[str]:
         """Names of the views that ``sql`` can query."""
@@ -274,13 +335,13 @@ class Collection:
 
     def runs(self) -> pd.DataFrame:
         """One row per run folder: capture time, tool and schema version, GPUs, calibration, row counts."""
-        return self.sql("SELECT * FROM runs ORDER BY captured_utc, run")
+        return self._sql("SELECT * FROM runs ORDER BY captured_utc, run")
 
     def table3(self) -> pd.DataFrame:
         """docs/model.md §5 Table 3 of every run (one row per run and configuration), oldest capture first."""
         self._ensure("table3")
         order = ["r.captured_utc", "t.run"] + [f"t.{c}" for c in ("dest", "shape") if c in self._columns("table3")]
-        return self.sql(f"SELECT r.captured_utc, t.* FROM table3 t JOIN runs r USING (run) ORDER BY {', '.join(order)}")
+        return self._sql(f"SELECT r.captured_utc, t.* FROM table3 t JOIN runs r USING (run) ORDER BY {', '.join(order)}")
 
     def _columns(self, view: str) -> list[str]:
         return [row[0] for row in self.con.execute(f"DESCRIBE {view}").fetchall()]
@@ -290,7 +351,7 @@ class Collection:
         the noise), most first; a configuration is a tile's dest, shape, schedule and variant (not its
         rank), so the ranks of one launch count together."""
         lim = "" if limit is None else f"LIMIT {int(limit)}"
-        return self.sql(f"""
+        return self._sql(f"""
             WITH per_file AS (
                 SELECT filename, dest, shape, schedule, variant, dump, rank, count(*) AS tiles, count(*) FILTER (WHERE backpressured) AS bp,
                        sum(predicted_stall_ns) AS pred_sum, count(predicted_stall_ns) AS pred_n, max(predicted_stall_ns) AS pred_max,
@@ -313,7 +374,7 @@ class Collection:
     def calibration_drift(self) -> pd.DataFrame:
         """The fitted platform model M_X (docs/model.md §3: R, Q, T_iss^0) of every calibration JSON per
         (platform, store path), oldest first, with its drift from the first fit in percent."""
-        return self.sql("""
+        return self._sql("""
             WITH c AS (
                 SELECT c.*, coalesce(r.captured_utc, make_timestamp(c.mtime_ns // 1000)) AS measured_utc,
                        CASE WHEN r.captured_utc IS NOT NULL THEN 'run beside it' ELSE 'file mtime' END AS measured_from
@@ -333,7 +394,7 @@ class Collection:
         earliest run that measured it: per run and store path, the points, how many of them an earlier
         run measured, and over those the median drift of the issue time and of the period in percent."""
         keys = ", ".join(POINT_KEYS)
-        return self.sql(f"""
+        return self._sql(f"""
             WITH p AS (SELECT p.*, r.captured_utc FROM calibration_points p JOIN runs r USING (run)),
                  d AS (SELECT run, captured_utc, dest, row_number() OVER w > 1 AS compared,
                               100 * (tiss_med_ns / first_value(tiss_med_ns) OVER w - 1) AS tiss_drift_pct,

@@ -14,16 +14,17 @@ xstage-trace), only with ``force``, and then in one atomic exchange.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from xstage_trace.base.atomic import atomic_dir
-from xstage_trace.base.errors import InputError
+from xstage_trace.base.errors import InputError, printable
 from xstage_trace.base.hashing import hash_all, sha256_of
 from xstage_trace.base.jsonable import dumps, loads
 from xstage_trace.base.schema import RESULTS, SCHEMA_VERSION, TABLES, conform, empty_table
@@ -107,46 +108,82 @@ def check_output_dir(run_dir: str | Path, force: bool = False) -> Path:
     return run_dir
 
 
-def write_run(run_dir: str | Path, tables: dict[str, pa.Table], manifest: dict | Callable[[], dict],
-              extra_files: dict[str, str] | Callable[[], dict[str, str]] | None = None,
-              results: dict | Callable[[], dict] | None = None, fill: Callable[[Path], dict[str, int]] | None = None,
-              force: bool = False) -> dict[str, int]:
-    """Write every table of TABLES (empty ones too, so the schema is always there), the manifest,
-    ``extra_files`` (name → text, e.g. calibration_points.csv) and ``results`` (name → DataFrame, written
-    as NAME.parquet, e.g. table3), all inside the one atomic rename; returns the row count per table.
-    ``fill(tmp)``, when given, runs first inside the temporary folder (a streaming analyze writes its
-    probe parts there) and returns the row counts of the tables it wrote, which are not written again;
-    ``manifest``, ``extra_files`` and ``results`` may then be functions called after it. An existing
-    ``run_dir`` is replaced only when it is an earlier run and ``force`` is set; manifest.json records
-    every file's sha256."""
-    run_dir = check_output_dir(run_dir, force)
-    try:
-        counts = _write_run(run_dir, tables, manifest, extra_files, results, fill, force)
-    except FileExistsError:
-        raise InputError(run_dir, "appeared or changed while the run was written; nothing was replaced", "run again, or name another folder with -o") from None
-    return counts
+CALIBRATION_COPY = "calibration.json"
 
 
-def _write_run(run_dir, tables, manifest, extra_files, results, fill, force) -> dict[str, int]:
-    with atomic_dir(run_dir, replaceable=is_run_dir if force else None) as tmp:
-        streamed = fill(tmp) if fill else {}
+class RunStage:
+    """The temporary folder of a run being written (``staged_run``): the pipeline writes its tables,
+    results and extra files here, then ``commit`` writes every table not written yet (empty ones too,
+    so the schema is always there) and manifest.json with every file's sha256."""
+
+    def __init__(self, folder: Path):
+        self.folder = Path(folder)
+        self.counts: dict[str, int] = {}
+        self.committed = False
+
+    def add_counts(self, counts: dict[str, int]) -> None:
+        """Row counts of tables written part by part straight into ``folder`` (a streaming analyze)."""
+        self.counts.update(counts)
+
+    def write_table(self, name: str, table: pa.Table | None) -> None:
+        """One run-dataset table (TABLES), written once."""
+        table = table if table is not None else empty_table(name)
+        write_table(self.folder, name, table)
+        self.counts[name] = table.num_rows
+
+    def write_result(self, name: str, frame) -> None:
+        """A result DataFrame as NAME.parquet (e.g. table3)."""
+        table = pa.Table.from_pandas(frame, preserve_index=False)
+        pq.write_table(conform(name, table) if name in RESULTS else table, self.folder / f"{name}.parquet", compression="zstd")
+
+    def write_text(self, name: str, text: str) -> None:
+        """An extra text file (e.g. calibration_points.csv)."""
+        (self.folder / name).write_text(text)
+
+    def copy_calibration(self, path: str | Path) -> None:
+        """Keep the bytes of the calibration JSON the run is analysed with (calibration.json, hashed
+        in the manifest; ``Run.calibration_document`` reads it back with the user file's checks)."""
+        (self.folder / CALIBRATION_COPY).write_bytes(Path(path).read_bytes())
+
+    def commit(self, manifest: dict) -> dict[str, int]:
+        """Write the tables not written yet (empty) and manifest.json; returns the row count per table.
+        The folder becomes the run when the ``staged_run`` block is left."""
         for name in TABLES:
-            if name not in streamed:
-                write_table(tmp, name, tables[name] if tables.get(name) is not None else empty_table(name))
-        counts = {n: (tables[n].num_rows if tables.get(n) is not None else 0) for n in TABLES}
-        counts.update(streamed)
-        for name, frame in ((results() if callable(results) else results) or {}).items():
-            table = pa.Table.from_pandas(frame, preserve_index=False)
-            pq.write_table(conform(name, table) if name in RESULTS else table, tmp / f"{name}.parquet", compression="zstd")
-        for name, text in ((extra_files() if callable(extra_files) else extra_files) or {}).items():
-            (tmp / name).write_text(text)
-        written = [q for q in sorted(tmp.rglob("*")) if q.is_file()]
-        files = dict(zip((q.relative_to(tmp).as_posix() for q in written), hash_all(sha256_of, written)))
-        doc = dict(manifest() if callable(manifest) else manifest, tool=TOOL, schema_version=SCHEMA_VERSION, tables=counts, files=files)
-        (tmp / MANIFEST).write_text(dumps(doc, indent=2, sort_keys=True))
+            if name not in self.counts:
+                self.write_table(name, None)
+        counts = {n: self.counts[n] for n in TABLES}
+        written = [q for q in sorted(self.folder.rglob("*")) if q.is_file()]
+        files = dict(zip((q.relative_to(self.folder).as_posix() for q in written), hash_all(sha256_of, written)))
+        doc = dict(manifest, tool=TOOL, schema_version=SCHEMA_VERSION, tables=counts, files=files)
+        (self.folder / MANIFEST).write_text(dumps(doc, indent=2, sort_keys=True))
+        self.committed = True
+        return counts
+
+
+@contextlib.contextmanager
+def staged_run(run_dir: str | Path, force: bool = False) -> Iterator[RunStage]:
+    """``with staged_run(dir, force) as stage: ... stage.commit(manifest)``: a run written in a temporary
+    folder beside ``run_dir`` and renamed to it in one step when the block ends after ``commit``; any
+    error (a full disk included: one InputError line) leaves nothing behind. An existing ``run_dir`` is
+    replaced only when it is an earlier run and ``force`` is set (check_output_dir)."""
+    from xstage_trace.base.output import translated_os_errors
+
+    run_dir = check_output_dir(run_dir, force)
+    with translated_os_errors(run_dir), atomic_dir(run_dir, replaceable=is_run_dir if force else None) as tmp:
+        stage = RunStage(tmp)
+        yield stage
+        if not stage.committed:
+            raise RuntimeError("staged_run block left without stage.commit()")
+
+
+def write_run(run_dir: str | Path, tables: dict[str, pa.Table], manifest: dict, force: bool = False) -> dict[str, int]:
+    """Write a run of in-memory ``tables`` (the others empty) and ``manifest`` in one transaction."""
+    with staged_run(run_dir, force) as stage:
+        for name, table in tables.items():
+            if name in TABLES:
+                stage.write_table(name, table)
+        counts = stage.commit(manifest)
     return counts
-
-
 
 
 def unlisted_files(run_dir: Path) -> list[str]:
@@ -193,9 +230,41 @@ def read_manifest(run_dir: str | Path) -> dict:
         raise InputError(path, f"schema_version {version!r} is not an integer", _REWRITE)
     if version > SCHEMA_VERSION:
         raise InputError(run_dir, f"run dataset schema {version} is newer than this xstage-trace ({SCHEMA_VERSION})", "upgrade xstage-trace")
-    if not isinstance(doc.get("tables", {}), dict):
+    tables = doc.get("tables", {})
+    if not isinstance(tables, dict) or not all(_is_count(v) for v in tables.values()):
         raise InputError(path, "\"tables\" is not an object of row counts", _REWRITE)
+    for field, (test, what) in _FIELDS.items():
+        if field in doc and not test(doc[field]):
+            raise InputError(path, f"\"{field}\" is not {what} ({printable(repr(doc[field]))[:60]})", _REWRITE)
     return doc
+
+
+def _is_count(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _text_or_none(v) -> bool:
+    return v is None or isinstance(v, str)
+
+
+def _list_of(kind):
+    return lambda v: isinstance(v, list) and all(isinstance(x, kind) for x in v)
+
+
+_FIELDS = {  # the manifest fields readers use, with the type they need (garbage there is an error naming the field)
+    "gpus": (_list_of(str), "a list of GPU names"),
+    "inputs": (_list_of(dict), "a list of input objects"),
+    "warnings": (_list_of(str), "a list of warning texts"),
+    "nsys_versions": (lambda v: isinstance(v, list), "a list"),
+    "alignment": (lambda v: isinstance(v, dict) and all(isinstance(a, dict) for a in v.values()), "an object of alignments per rank"),
+    "calibration": (_text_or_none, "a path or null"),
+    "calibration_file": (lambda v: v in (None, CALIBRATION_COPY), f"null or {CALIBRATION_COPY!r}"),
+    "time_base": (_text_or_none, "a text or null"),
+    "tool_version": (_text_or_none, "a version text"),
+    "warmup_launches": (_is_count, "a count"),
+    "calibration_points": (_is_count, "a count"),
+    "files": (lambda v: isinstance(v, dict) and all(isinstance(d, str) for d in v.values()), "an object of sha256 sums"),
+}
 
 
 def is_run_dir(path: str | Path) -> bool:
@@ -221,27 +290,72 @@ def _read_table_file(name: str, path: Path, partitioned: bool) -> pa.Table:
         raise InputError(path, f"columns do not match the {name} schema ({exc.__class__.__name__})", _REWRITE) from None
 
 
-def _check_files(run_dir: Path, manifest: dict, tables: list[str] | None = None) -> None:
-    """Every file the manifest lists (``files``: relative path → sha256) is there with those bytes
-    (only the files of ``tables`` when given)."""
-    files = manifest.get("files") or {}
-    if not isinstance(files, dict):
+def _listed(run_dir: Path, manifest: dict) -> dict[str, str]:
+    """The manifest's ``files`` (relative path → sha256), checked to be an object of strings inside the folder."""
+    files = manifest.get("files")
+    if not isinstance(files, dict) or not files:
         raise InputError(run_dir / MANIFEST, "\"files\" is not an object of sha256 sums", _REWRITE)
-    for rel in files:
-        if ".." in Path(rel).parts or Path(rel).is_absolute():
-            raise InputError(run_dir / MANIFEST, f"lists a file outside the run folder ({rel!r})", _REWRITE)
+    for rel, digest in files.items():
+        if not isinstance(digest, str) or ".." in Path(rel).parts or Path(rel).is_absolute() or not rel:
+            raise InputError(run_dir / MANIFEST, f"lists a file outside the run folder or without a sha256 ({printable(str(rel))[:80]!r})", _REWRITE)
+    return files
+
+
+def _check_one(run_dir: Path, rel: str, digest: str) -> Path:
+    path = run_dir / rel
+    if path.is_symlink() or not path.is_file():
+        what = "is not a regular file" if os.path.lexists(path) else "is missing from the run folder"
+        raise InputError(path, f"{what} (manifest.json lists it)", _REWRITE)
+    if sha256_of(path) != digest:
+        raise InputError(path, "does not match the sha256 that manifest.json recorded (changed after the run was written)", _REWRITE)
+    return path
+
+
+def check_listed_file(run_dir: str | Path, manifest: dict, rel: str) -> Path | None:
+    """The path of one file the manifest lists, checked against its sha256; None when it lists no such file."""
+    run_dir = Path(run_dir)
+    files = _listed(run_dir, manifest)
+    return _check_one(run_dir, rel, files[rel]) if rel in files else None
+
+
+def _check_files(run_dir: Path, manifest: dict, tables: list[str] | None = None) -> None:
+    """A run folder is exactly its manifest: a file there that ``files`` does not list is an error (it
+    would never be read, and it must not be mistaken for the hashed one); every listed file (only those
+    of ``tables`` when given) is there with those bytes."""
+    files = _listed(run_dir, manifest)
+    foreign = unlisted_files(run_dir)  # anywhere in the folder, whichever tables are read
+    if foreign:
+        raise InputError(run_dir / foreign[0], "is in the run folder but manifest.json does not list it; a run folder holds only what analyze wrote",
+                         "move it out of the run folder, or re-run xstage-trace analyze on the original inputs")
     if tables is not None:
         files = {rel: d for rel, d in files.items() if rel.split("/")[0].removesuffix(".parquet") in tables}
     for rel, digest in files.items():
+        _check_one(run_dir, rel, digest)
+
+
+def check_run_files(run_dir: str | Path, manifest: dict) -> None:
+    """InputError unless the folder holds exactly the files its manifest lists (present, regular, not
+    symlinks; no others). Hashes are checked when a file is read (a 10 GB run opens without reading it)."""
+    run_dir = Path(run_dir)
+    files = _listed(run_dir, manifest)
+    foreign = unlisted_files(run_dir)
+    if foreign:
+        raise InputError(run_dir / foreign[0], "is in the run folder but manifest.json does not list it; a run folder holds only what analyze wrote",
+                         "move it out of the run folder, or re-run xstage-trace analyze on the original inputs")
+    for rel in files:
         path = run_dir / rel
-        if not path.is_file() or path.is_symlink():
-            raise InputError(path, "is missing from the run folder (manifest.json lists it)", _REWRITE)
-        if sha256_of(path) != digest:
-            raise InputError(path, "does not match the sha256 that manifest.json recorded (changed after the run was written)", _REWRITE)
+        if path.is_symlink() or not path.is_file():
+            what = "is not a regular file" if os.path.lexists(path) else "is missing from the run folder"
+            raise InputError(path, f"{what} (manifest.json lists it)", _REWRITE)
 
 
-def table_files(run_dir: Path, name: str) -> list[str]:
-    """The Parquet files of one table of a run folder (NAME.parquet, or NAME/rank=*/*.parquet)."""
+def table_files(run_dir: Path, name: str, manifest: dict | None = None) -> list[str]:
+    """The Parquet files of one table of a run folder (NAME.parquet, or NAME/rank=*/*.parquet): those
+    the manifest lists when given, else what is on disk."""
+    if manifest is not None:
+        files = _listed(Path(run_dir), manifest)
+        return [str(Path(run_dir) / rel) for rel in sorted(files)
+                if rel == f"{name}.parquet" or (rel.startswith(f"{name}/rank=") and rel.endswith(".parquet") and rel.count("/") == 2)]
     single = Path(run_dir) / f"{name}.parquet"
     if single.is_file():
         return [str(single)]
@@ -272,7 +386,7 @@ def iter_table_files(run_dir: str | Path, manifest: dict, name: str, checked: bo
     run_dir = Path(run_dir)
     if not checked:
         _check_files(run_dir, manifest, [name])
-    files = table_files(run_dir, name)
+    files = table_files(run_dir, name, manifest)
     rows = 0
     for f in files:
         table = _read_table_file(name, Path(f), True)

@@ -10,7 +10,7 @@ import numpy as np
 
 from xstage_trace.base.errors import InputError
 from xstage_trace.base.paths import input_kind
-from xstage_trace.base.table_files import check_numbers, read_table_file
+from xstage_trace.base.table_files import check_numbers, read_table_file, require_numeric
 
 MIB = float(1 << 20)
 MAX_VALUE = 1e18      # larger flags overflow the model's products (bytes × ns) long before they mean anything
@@ -68,6 +68,7 @@ def stall_doc(span_us, cover_us, tiles: Path | None, by: str | None) -> dict:
             raise InputError(None, "model stall needs --span-us and --cover-us, or --tiles", "give one of them")
         return {"span_us": span_us, "cover_us": cover_us, "predicted_stall_us": float(predicted_stall_ns(span_us, cover_us))}
     df = read_table_file(tiles)
+    require_numeric(df, tiles, ("span_us", "cover_us", "rs_span_ns", "cover_ns", "epilogue_lead_ns"))
     if "rs_span_ns" not in df and "span_us" in df:
         df["rs_span_ns"] = df["span_us"] * 1e3
     if "cover_ns" not in df and "cover_us" in df:

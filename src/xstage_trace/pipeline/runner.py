@@ -38,48 +38,43 @@ def analyze_inputs(inputs: list[Path], output: Path | None, nsys=None, calibrati
     from xstage_trace.base.malloc import keep_freed_memory
     from xstage_trace.collectors.calibration_io import link_model_of_document, load_platform, read_document
     from xstage_trace.collectors.collect import plan_run
-    from xstage_trace.dataset.run_folder import check_output_against_inputs, check_output_dir, write_run
+    from xstage_trace.dataset.run_folder import check_output_against_inputs, check_output_dir, staged_run
     from xstage_trace.collectors.nvtx_filter import restrict_to_nvtx
     from xstage_trace.pipeline.stream import analyze_streaming, early_pool
 
     keep_freed_memory()  # this process reads every dump's header and, for a small run, analyzes it
     run_dir = Path(output) if output else _default_run_dir(Path(inputs[0]))
+    check_output_against_inputs(run_dir, [*inputs, calibration] if calibration else inputs)  # first: --force cannot help here
     check_output_dir(run_dir, force)
-    check_output_against_inputs(run_dir, [*inputs, calibration] if calibration else inputs)
     ctx = AnalysisContext(model=load_platform(calibration) if calibration else None,
                           link=link_model_of_document(read_document(calibration), calibration) if calibration else None,
                           warmup_launches=warmup_launches)
-    tables: dict = {}
-    state: dict = {}
-    with early_pool(inputs, workers, scheduler) as pool:  # workers start while the plan is made
-
-        def fill(tmp: Path) -> dict[str, int]:
-            plan = plan_run(inputs, tmp, nsys=nsys, allow_overflow=allow_overflow, rank_overrides=rank_overrides)  # writes probe_slices
-            plan = restrict_to_nvtx(plan, nvtx, nvtx_domain) if (nvtx, nvtx_domain) != (None, None) else plan
-            state["plan"] = plan
-            tables.update(plan.tables)
-            tick = progress("analyzing probe dumps", len(plan.tasks)) if (progress and plan.tasks) else None
-            steps = dict(tables, probe_slices=plan.slice_summary)  # one row per dump: what the steps read of its slices
-            result = analyze_streaming(plan.tasks, tmp, steps, ctx, workers, tick, scheduler, pool)
-            state["result"] = result
-            state["warnings"] = plan.warnings + result.warnings
-            points = result.calibration_points
-            if len(points):
-                points = points.sort_values(["dest", "mode", "K", "B", "gap_ns"]).reset_index(drop=True)
-            state["points"] = points
-            return {**result.counts, **({"probe_slices": plan.slice_rows} if plan.slice_parts else {})}  # none: write_run writes it empty
-
-        def manifest() -> dict:
-            return dict(state["plan"].manifest, calibration=str(calibration) if calibration else None, warnings=state["warnings"],
-                        warmup_launches=warmup_launches, calibration_points=int(len(state["points"])))
-
-        written = write_run(run_dir, tables, manifest,
-                            extra_files=lambda: {"calibration_points.csv": state["points"].to_csv(index=False)} if len(state["points"]) else {},
-                            results=lambda: {"table3": state["result"].table3, "verdicts": config_verdicts(state["result"].table3)}
-                            if len(state["result"].table3) else {},
-                            fill=fill, force=force)
-    plan = state["plan"]
-    table3 = state["result"].table3
+    with early_pool(inputs, workers, scheduler) as pool, staged_run(run_dir, force) as stage:  # workers start while the plan is made
+        plan = plan_run(inputs, stage.folder, nsys=nsys, allow_overflow=allow_overflow, rank_overrides=rank_overrides)  # writes probe_slices
+        plan = restrict_to_nvtx(plan, nvtx, nvtx_domain) if (nvtx, nvtx_domain) != (None, None) else plan
+        tables = dict(plan.tables)
+        tick = progress("analyzing probe dumps", len(plan.tasks)) if (progress and plan.tasks) else None
+        steps = dict(tables, probe_slices=plan.slice_summary)  # one row per dump: what the steps read of its slices
+        result = analyze_streaming(plan.tasks, stage.folder, steps, ctx, workers, tick, scheduler, pool)
+        warnings = plan.warnings + result.warnings
+        points = result.calibration_points
+        if len(points):
+            points = points.sort_values(["dest", "mode", "K", "B", "gap_ns"]).reset_index(drop=True)
+        stage.add_counts({**result.counts, **({"probe_slices": plan.slice_rows} if plan.slice_parts else {})})  # none: commit writes it empty
+        for name, table in tables.items():
+            if name not in stage.counts:
+                stage.write_table(name, table)
+        if len(result.table3):
+            stage.write_result("table3", result.table3)
+            stage.write_result("verdicts", config_verdicts(result.table3))
+        if len(points):
+            stage.write_text("calibration_points.csv", points.to_csv(index=False))
+        if calibration:
+            stage.copy_calibration(calibration)
+        written = stage.commit(dict(plan.manifest, calibration=str(calibration) if calibration else None, warnings=warnings,
+                                    warmup_launches=warmup_launches, calibration_points=int(len(points)),
+                                    calibration_file="calibration.json" if calibration else None))
+    table3 = result.table3
     gm = tables["gpu_metrics"]
     metric_counts = {}
     if gm.num_rows:
@@ -94,14 +89,14 @@ def analyze_inputs(inputs: list[Path], output: Path | None, nsys=None, calibrati
         "probes": written["probes"],
         "dumps": tables["dumps"].num_rows,
         "bursts": written["bursts"],
-        "backpressured_tiles": state["result"].backpressured,
+        "backpressured_tiles": result.backpressured,
         "tiles": written["tiles"],
-        "calibration_points": int(len(state["points"])),
+        "calibration_points": int(len(points)),
         "table3": table3.round(3).astype(object).where(table3.notna(), None).to_dict("records"),  # NaN → null
         "verdicts": verdict_records(config_verdicts(table3)),
         "alignment": plan.manifest["alignment"],
         "time_base": plan.manifest["time_base"],
-        "warnings": state["warnings"],
+        "warnings": warnings,
     }
 
 
@@ -118,7 +113,42 @@ def verdict_records(verdicts: pd.DataFrame) -> list[dict]:
 
 
 POINT_COLUMNS = ("dest", "mode", "K", "B", "V", "gap_ns", "tiss_med_ns", "tiss_p90_ns", "period_med_ns")
+POINT_OPTIONAL = ("store", "bursts")  # what the fit reads beyond POINT_COLUMNS; other columns are never parsed
+POINT_TEXT = ("dest", "mode", "store")
 POINT_MODES = ("periodic", "isolated")
+MAX_POINTS_ENV = "XSTAGE_MAX_CALIBRATION_POINTS"
+DEFAULT_MAX_FIT_POINTS = 1024  # points of one store path and instruction a fit takes (benchmarks/README.md: memory and time at the limit)
+FILE_ROWS_PER_FIT_POINT = 1024  # a points file may hold this many times more rows (other paths, instructions), read column-wise
+
+
+def max_fit_points() -> int:
+    """The most calibration points one fit takes: $XSTAGE_MAX_CALIBRATION_POINTS, else DEFAULT_MAX_FIT_POINTS."""
+    text = os.environ.get(MAX_POINTS_ENV, "").strip()
+    try:
+        value = int(text) if text else DEFAULT_MAX_FIT_POINTS
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise InputError(None, f"{MAX_POINTS_ENV}={text!r} is not a positive integer", f"set it to a point count, e.g. {MAX_POINTS_ENV}={DEFAULT_MAX_FIT_POINTS}")
+    return value
+
+
+def _read_points(path: Path, what: str) -> pd.DataFrame:
+    """A calibration points table, only the columns the fit reads, text as categories, its size checked first."""
+    return read_table_file(path, what, columns=POINT_COLUMNS + POINT_OPTIONAL, categories=POINT_TEXT,
+                           max_rows=max_fit_points() * FILE_ROWS_PER_FIT_POINT, limit_env=MAX_POINTS_ENV)
+
+
+def check_fit_size(pts: pd.DataFrame, path: Path, dest: str, store: str) -> None:
+    """InputError when the points of (``dest``, ``store``) are more than one fit takes (its Q grid and
+    bootstrap grow with them: benchmarks/README.md), decided before the fit allocates anything."""
+    from xstage_trace.analysis.calibration_fit import store_of
+
+    n = int(((pts["dest"].astype(str) == dest) & (store_of(pts) == store)).sum())
+    limit = max_fit_points()
+    if n > limit:
+        raise InputError(path, f"holds {n} calibration points of {dest}/{store}, more than the {limit} one fit takes",
+                         f"fit one sweep at a time (a sweep has a few hundred launches), or set {MAX_POINTS_ENV}={n} if this machine has the memory")
 
 
 def load_measurements(path: Path) -> pd.DataFrame:
@@ -132,12 +162,12 @@ def load_measurements(path: Path) -> pd.DataFrame:
     source = path
     if input_kind(path) == "dir" and (path / "calibration_points.csv").is_file():
         source = path / "calibration_points.csv"
-        pts = read_table_file(source, "the calibration_points.csv written by analyze")
+        pts = _read_points(source, "the calibration_points.csv written by analyze")
     elif path.is_dir():
         c = collect([path])
         pts = calibration_points(*(c.tables[n].to_pandas() for n in ("probes", "probe_slices", "dumps")))
     else:
-        pts = read_table_file(path, "the calibration points CSV/Parquet or a folder of calibration dumps")
+        pts = _read_points(path, "the calibration points CSV/Parquet or a folder of calibration dumps")
     missing = set(POINT_COLUMNS) - set(pts.columns)
     if missing:
         raise InputError(source, f"calibration points lack columns {sorted(missing)}", "use the columns of h200_burst_gap_sweep.csv or pass calibration dumps")
@@ -175,21 +205,22 @@ def _store_instruction_of(pts: pd.DataFrame, path: Path, dest: str, store: str |
     return _one_of(store_of(pts[pts["dest"].astype(str) == dest]), path, store, option, "store instructions", f" of {dest}")
 
 
-def check_calibration_output(output: Path, force: bool) -> None:
-    """``calibrate fit -o`` never replaces a user's file: only an earlier calibration JSON, with ``force``."""
+def _is_calibration_json(path: Path) -> bool:
     from xstage_trace.collectors.calibration_io import read_document
 
-    output = Path(output)
-    if not os.path.lexists(output):
-        return
-    if output.is_symlink() or not output.is_file():
-        raise InputError(output, "exists and is not a regular file; -o never replaces it", "name a new file, e.g. -o calib.json")
     try:
-        read_document(output)
+        read_document(path)
     except InputError:
-        raise InputError(output, "exists and is not a calibration JSON; -o never replaces it", "name a new file, e.g. -o calib.json") from None
-    if not force:
-        raise InputError(output, "already holds a calibration JSON", "pass --force to replace it, or name another file with -o")
+        return False
+    return True
+
+
+def check_calibration_output(output: Path, force: bool, inputs: tuple = ()) -> None:
+    """``calibrate fit -o`` (base/output.check_output): never an input, never a user's file; only an
+    earlier calibration JSON, with ``force``."""
+    from xstage_trace.base.output import check_output
+
+    check_output(output, inputs=inputs, force=force, ours=_is_calibration_json, example="calib.json")
 
 
 def fit_measurements(path: Path, dest: str | None, output: Path | None, platform: str = "",
@@ -205,7 +236,7 @@ def fit_measurements(path: Path, dest: str | None, output: Path | None, platform
     from xstage_trace.base.hashing import sha256_of
 
     if output:
-        check_calibration_output(output, force)
+        check_calibration_output(output, force, (path, validate))
     pts = load_measurements(path)
     dest = _store_path_of(pts, path, dest, "--dest")
     store = _store_instruction_of(pts, path, dest, store, "--store")
@@ -214,6 +245,9 @@ def fit_measurements(path: Path, dest: str | None, output: Path | None, platform
         other = load_measurements(validate)
         validate_dest = _store_path_of(other, validate, validate_dest or (dest if dest in set(other["dest"].astype(str)) else None), "--validate-dest")
         validate_store = _store_instruction_of(other, validate, validate_dest, validate_store or store, "--validate-store")
+    check_fit_size(pts, path, dest, store)
+    if other is not None:
+        check_fit_size(other, validate, validate_dest, validate_store)
     fit = fit_calibration(pts, platform=platform, store_path=dest, store=store)
     vdoc = None
     if other is not None:
@@ -232,7 +266,9 @@ def fit_measurements(path: Path, dest: str | None, output: Path | None, platform
         raise InputError(path, f"the fit is not a usable platform model ({exc.problem})",
                          "the points do not determine M_X: include zero-gap periodic launches and recovered (large-gap or isolated) ones") from None
     if output:
-        write_text_atomic(Path(output), dumps(doc, indent=2))
+        from xstage_trace.base.output import write_output
+
+        write_output(Path(output), dumps(doc, indent=2))
     return doc
 
 

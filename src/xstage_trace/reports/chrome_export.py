@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from xstage_trace.base.atomic import atomic_file
+from xstage_trace.base.output import output_file
 from xstage_trace.reports.trace_model import Timeline, pack_lanes
 
 ARG_SKIP = ("track_id", "name", "start_ns", "end_ns", "lane")
@@ -92,11 +92,26 @@ def chrome_events(tl: Timeline) -> tuple[list[dict], float]:
     return events, t0
 
 
+PRODUCER_MARK = b'"producer":"xstage-trace"'
+
+
+def is_chrome_export(path: str | Path) -> bool:
+    """True for a Chrome JSON written by ``write_chrome`` (its otherData, at the end, names xstage-trace)."""
+    try:
+        with open(path, "rb") as fh:
+            if not fh.read(16).startswith(b'{"traceEvents":'):
+                return False
+            fh.seek(max(0, fh.seek(0, 2) - 4096))
+            return PRODUCER_MARK in fh.read()
+    except OSError:
+        return False
+
+
 def write_chrome(tl: Timeline, path: str | Path) -> dict:
     """Write ``tl`` as Chrome JSON at ``path`` (atomically); returns counts written."""
     events, t0 = chrome_events(tl)
     doc = {"traceEvents": events, "displayTimeUnit": "ns",
            "otherData": {"producer": "xstage-trace", "t0_session_ns": t0, "t0_utc_ns": (tl.epoch_utc_ns + round(t0)) if tl.epoch_utc_ns is not None else None}}
-    with atomic_file(Path(path), "w") as fh:
+    with output_file(Path(path), "w") as fh:
         fh.write(json.dumps(doc, separators=(",", ":")))  # dumps: the C encoder (dump streams through the Python one)
     return {"events": len(events), "slices": len(tl.spans), "counter_samples": len(tl.counters), "t0_session_ns": t0}

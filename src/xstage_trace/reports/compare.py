@@ -30,6 +30,7 @@ than the base run's is a regression.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -246,6 +247,19 @@ def compare_runs(base, new, cfg: GateConfig = GateConfig()) -> pd.DataFrame:
             out[f"{c}_base"] = out[f"{c}_new"] = np.nan
         out[f"{c}_delta"] = out[f"{c}_new"] - out[f"{c}_base"]
     return out
+
+
+MARKDOWN_MARK = b"# xstage-trace compare"
+MAX_GATE_PCT = 100.0
+
+
+def check_gate(gate_pct: float, accept: str | None) -> None:
+    """InputError unless ``--gate`` is a finite percentage in [0, MAX_GATE_PCT] and ``--accept``, when
+    given, is a reason (not blank, one line): a gate of inf or nan, or a blank reason, would pass any regression."""
+    if not (math.isfinite(gate_pct) and 0 <= gate_pct <= MAX_GATE_PCT):
+        raise InputError(None, f"--gate {gate_pct} is not a percentage between 0 and {MAX_GATE_PCT:g}", "give the gate as a finite percentage, e.g. --gate 2")
+    if accept is not None and (not accept.strip() or not accept.isprintable()):
+        raise InputError(None, f"--accept {accept!r} gives no reason (blank or not one line)", "write why the regression is accepted, e.g. --accept 'larger tiles, see PR 123'")
 
 
 def gate_outcome(table: pd.DataFrame, accept: str | None, tiles: pd.DataFrame | None = None) -> tuple[int, str]:

@@ -86,6 +86,6 @@ def render_partition_sweep(doc: dict, title: str = "CTA partition sweep: the sel
 
 def write_partition_sweep_report(doc: dict, path: Path) -> Path:
     """Write ``render_partition_sweep(doc)`` to ``path`` (docs/model.md §9)."""
-    path = Path(path)
-    path.write_text(render_partition_sweep(doc))
-    return path
+    from xstage_trace.base.output import write_output
+
+    return write_output(Path(path), render_partition_sweep(doc))  # temporary, then rename

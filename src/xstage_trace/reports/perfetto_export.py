@@ -11,7 +11,7 @@ import pandas as pd
 from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TrackDescriptor, TracePacket, TrackEvent
 from perfetto.trace_builder.proto_builder import StreamingTraceProtoBuilder
 
-from xstage_trace.base.atomic import atomic_file
+from xstage_trace.base.output import output_file
 from xstage_trace.reports.trace_model import Timeline
 
 SEQUENCE_ID = 1
@@ -45,6 +45,29 @@ def _arg_columns(spans: pd.DataFrame) -> list[tuple[str, str, list]]:
     return out
 
 
+def is_perfetto_export(path: str | Path) -> bool:
+    """True for a Perfetto trace written by ``write_perfetto``: its first packet describes a track
+    whose uuid carries UUID_BASE (how ``export --force`` tells its own earlier output)."""
+    from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace
+
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(1 << 16)
+        if not head.startswith(b"\x0a"):  # field 1 (packet), length-delimited
+            return False
+        size, pos, shift = 0, 1, 0
+        while pos < len(head) and shift < 35:
+            byte = head[pos]
+            size |= (byte & 0x7F) << shift
+            pos, shift = pos + 1, shift + 7
+            if not byte & 0x80:
+                break
+        trace = Trace.FromString(head[: pos + size])
+    except Exception:  # not a file, not protobuf: not ours
+        return False
+    return bool(trace.packet) and trace.packet[0].track_descriptor.uuid >> 24 == UUID_BASE >> 24
+
+
 def write_perfetto(tl: Timeline, path: str | Path) -> dict:
     """Write ``tl`` as a Perfetto protobuf trace at ``path`` (atomically); returns counts written."""
     offset = tl.epoch_utc_ns if tl.epoch_utc_ns is not None else -int(min(tl.spans["start_ns"].min() if len(tl.spans) else 0,
@@ -69,7 +92,7 @@ def write_perfetto(tl: Timeline, path: str | Path) -> dict:
     c_ts = np.rint(counters["t_ns"].to_numpy(float)).astype(np.int64) + offset
     c_tr = counters["track_id"].to_numpy(np.int64)
     c_val = counters["value"].to_numpy(float)
-    with atomic_file(Path(path), "wb") as fh:
+    with output_file(Path(path), "wb") as fh:
         b = StreamingTraceProtoBuilder(fh)
         first = True
         for t in tl.tracks.itertuples(index=False):  # descriptors first

@@ -35,6 +35,27 @@ def _figures(run, sections):
     return static, live
 
 
+REPORT_FILES = ("report.md", "report.html", "figures")
+MARKDOWN_MARK = b"# xstage-trace report"
+
+
+def is_report_dir(path: str | Path) -> bool:
+    """True for a folder ``write_run_report`` wrote: report.md (its heading), report.html and figures/
+    of SVG and PNG files, nothing else (``report --force`` replaces only such a folder)."""
+    path = Path(path)
+    if path.is_symlink() or not path.is_dir():
+        return False
+    try:
+        names = {p.name for p in path.iterdir()}
+        figures = list((path / "figures").iterdir()) if (path / "figures").is_dir() else []
+        with open(path / "report.md", "rb") as fh:
+            head = fh.read(len(MARKDOWN_MARK))
+    except OSError:
+        return False
+    return (names <= set(REPORT_FILES) and head == MARKDOWN_MARK and not (path / "figures").is_symlink()
+            and all(f.is_file() and not f.is_symlink() and f.suffix in (".svg", ".png") for f in figures))
+
+
 def write_run_report(run, out_dir: str | Path, max_bytes: int = 60_000) -> dict[str, list[Path]]:
     """Write ``report.md``, ``figures/<stem>.svg|png`` and ``report.html`` into ``out_dir`` (each
     file through a temporary file); report.md stays under ``max_bytes``. Returns the paths by kind."""

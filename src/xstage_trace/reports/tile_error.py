@@ -11,10 +11,11 @@ from pathlib import Path
 import pandas as pd
 
 from xstage_trace.analysis.tile_error import backpressured_configurations, error_breakdown, error_summary
-from xstage_trace.base.atomic import write_text_atomic
 from xstage_trace.base.errors import InputError
+from xstage_trace.base.output import check_output, starts_with, write_output
 from xstage_trace.reports.markdown import md_table
 
+MARKDOWN_MARK = b"# Per-tile stall error: "
 WORST_TILES = 15
 BREAKDOWNS = (  # (title, grouping keys, Linear-2 tiles only)
     ("by tile kind", ["shape", "tile_kind"], False),
@@ -60,16 +61,19 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m xstage_trace.reports.tile_error", description=__doc__.split("\n\n")[0])
     ap.add_argument("run_dir", type=Path, help="run folder written by xstage-trace analyze")
     ap.add_argument("-o", "--output", type=Path, help="write the Markdown here (default: stdout)")
+    ap.add_argument("--force", action="store_true", help="replace the -o file when it is an earlier tile-error report (never anything else)")
     args = ap.parse_args(argv)
     try:
+        if args.output is not None:
+            check_output(args.output, inputs=[args.run_dir], force=args.force, ours=starts_with(MARKDOWN_MARK), example="tile_error.md")
         text = render(run_timeline(args.run_dir), args.run_dir)
+        if args.output is not None:
+            write_output(args.output, text)
     except InputError as exc:
         sys.stderr.write(exc.one_line() + "\n")
         sys.exit(2)
     if args.output is None:
         sys.stdout.write(text)
-    else:
-        write_text_atomic(args.output, text)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from xstage_trace.base.errors import InputError
 from xstage_trace.analysis.spans import pair_spans
 from xstage_trace.collectors.nsys_names import NVTX_START_END
 from xstage_trace.reports.configs import config_names
@@ -152,7 +153,11 @@ def build_timeline(run, dump_pattern: str | None = None, metrics: list[str] | No
     probes = run.probes()
     if len(probes):
         if dump_pattern:
-            keep = [d for d in probes["dump"].astype(str).unique() if fnmatch.fnmatchcase(d, dump_pattern)]
+            dump_names = sorted(probes["dump"].astype(str).unique())
+            keep = [d for d in dump_names if fnmatch.fnmatchcase(d, dump_pattern)]
+            if not keep:
+                shown = ", ".join(dump_names[:4]) + (f", … ({len(dump_names)} dumps)" if len(dump_names) > 4 else "")
+                raise InputError(run.path, f"--dump {dump_pattern!r} matches none of the run's dumps ({shown})", "pass a glob that matches one of those names, e.g. --dump '*wave*'")
             probes = probes[probes["dump"].astype(str).isin(keep)]
         s = tile_spans(probes, run.tiles()) if len(probes) else pd.DataFrame()
         if len(s):

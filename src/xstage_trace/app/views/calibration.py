@@ -76,7 +76,7 @@ def document_points(run, doc: dict):
     from xstage_trace.base.hashing import sha256_of
     from xstage_trace.base.table_files import read_table_file
 
-    f = run.calibration_path()
+    f = run.calibration_origin()  # the user's file: its points lie beside it (the run keeps only the JSON)
     name = (doc.get("input") or {}).get("name")
     if f is None or not name or not (f.parent / name).is_file():
         return None

@@ -21,6 +21,7 @@ import hashlib
 import json
 import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -372,6 +373,91 @@ def _write(path: Path, data: bytes) -> None:
         os.chmod(path, mode)
 
 
+def _writable(path: Path, folder: bool) -> bool:
+    """Writable by us and not marked read-only (no owner write bit: refused even for root, who ignores modes)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    need = os.W_OK | (os.X_OK if folder else 0)
+    return os.access(path, need) and bool(st.st_mode & stat.S_IWUSR)
+
+
+def check_targets(root: Path, paths: list[Path]) -> None:
+    """InputError before anything is changed when a path ``apply``/``revert`` would write or delete is a
+    symbolic link or lies under one inside the tree (writing would replace the link, and --revert could not
+    bring it back), or it or its folder is read-only."""
+    root = Path(root)
+    for path in paths:
+        rel = path.relative_to(root)
+        for part in [root / q for q in reversed(rel.parents) if q != Path(".")] + [path]:
+            if part.is_symlink():
+                raise InputError(part, "is a symbolic link; instrument never writes through one (--revert could not restore the link)",
+                                 "replace the link with a copy of what it points to, or apply the recipe to the tree it points into")
+        if path.exists() and not _writable(path, False):
+            raise InputError(path, "is read-only; nothing was changed", "make the tree writable (chmod u+w) or apply the recipe to a writable copy")
+        folder = next(p for p in path.parents if p.exists())
+        if not _writable(folder, True):
+            raise InputError(folder, "is a read-only folder; nothing was changed", "make the tree writable (chmod u+w) or apply the recipe to a writable copy")
+
+
+class _Undo:
+    """The writes and deletions of one apply/revert, undone in reverse when one of them fails (a full
+    disk, a file made read-only meanwhile), so the tree is what it was and the error is one line."""
+
+    def __init__(self):
+        self.saved: list[tuple[Path, bytes | None, int | None]] = []
+        self.dirs: list[Path] = []
+
+    def _remember(self, path: Path) -> None:
+        d = path.parent
+        missing = []
+        while not d.exists():
+            missing.append(d)
+            d = d.parent
+        self.dirs += missing
+        self.saved.append((path, path.read_bytes() if path.is_file() else None, path.stat().st_mode & 0o7777 if path.exists() else None))
+
+    def write(self, path: Path, data: bytes) -> None:
+        self._remember(path)
+        _write(path, data)
+
+    def unlink(self, path: Path) -> None:
+        self._remember(path)
+        path.unlink()
+
+    def rollback(self) -> None:
+        for path, data, mode in reversed(self.saved):
+            try:
+                if data is None:
+                    path.unlink(missing_ok=True)
+                else:
+                    _write(path, data)
+                    os.chmod(path, mode)
+            except OSError:
+                pass
+        for d in self.dirs:
+            try:
+                d.rmdir()
+            except OSError:
+                pass
+
+
+def _transaction(root: Path, steps) -> None:
+    """Run ``steps(undo)``; on an OSError undo what was done and raise the one-line InputError."""
+    from xstage_trace.base.output import os_error_line
+
+    undo = _Undo()
+    try:
+        steps(undo)
+    except OSError as exc:
+        undo.rollback()
+        raise os_error_line(exc.filename or root, exc) from None
+    except BaseException:
+        undo.rollback()
+        raise
+
+
 def apply(p: Plan) -> bool:
     """Write the plan into the tree (manifest first, so an interrupted apply can still be
     reverted). Returns False when the tree already held it (nothing written)."""
@@ -385,6 +471,14 @@ def apply(p: Plan) -> bool:
         while d != Path(".") and not (p.root / d).exists():
             created_dirs.add(d.as_posix())
             d = d.parent
+    state_files = [state / f"{p.recipe.name}.json", state / f"{p.recipe.name}.diff"]
+    changed = [p.root / rel for rel, (cur, _, new) in p.patched.items() if cur != new]
+    check_targets(p.root, [*state_files, *changed, *(p.root / rel for rel in p.added)])
+    ours = old.get("added", {})
+    for rel, data in p.added.items():
+        path = p.root / rel
+        if path.is_file() and rel not in ours and path.read_bytes() != data:
+            raise InputError(path, "exists and was not added by this recipe; apply never replaces it", "move it out of the tree, or revert the recipe that added it")
     manifest = {
         "target": p.recipe.name,
         "files": {rel: {"original_sha256": _sha(clean), "patched_sha256": _sha(new), "spans": p.spans[rel]}
@@ -392,13 +486,17 @@ def apply(p: Plan) -> bool:
         "added": {rel: hashlib.sha256(data).hexdigest() for rel, data in p.added.items()},
         "created_dirs": sorted(created_dirs),
     }
-    _write(state / f"{p.recipe.name}.json", _bytes(json.dumps(manifest, indent=1, sort_keys=True) + "\n"))
-    for rel, (cur, _, new) in p.patched.items():
-        if cur != new:
-            _write(p.root / rel, _bytes(new))
-    for rel, data in p.added.items():
-        _write(p.root / rel, data)
-    _write(state / f"{p.recipe.name}.diff", _bytes(p.diff()))
+
+    def steps(undo: _Undo) -> None:
+        undo.write(state / f"{p.recipe.name}.json", _bytes(json.dumps(manifest, indent=1, sort_keys=True) + "\n"))
+        for rel, (cur, _, new) in p.patched.items():
+            if cur != new:
+                undo.write(p.root / rel, _bytes(new))
+        for rel, data in p.added.items():
+            undo.write(p.root / rel, data)
+        undo.write(state / f"{p.recipe.name}.diff", _bytes(p.diff()))
+
+    _transaction(p.root, steps)
     return True
 
 
@@ -427,19 +525,27 @@ def revert(recipe: Recipe, root: Path) -> RevertReport:
             continue
         cur = _read(path)
         cleaned[rel] = (cur, strip(recipe.name, rel, cur, rec["spans"]))
-    for rel, (cur, clean) in cleaned.items():
-        if _sha(clean) != manifest["files"][rel]["original_sha256"]:
-            warnings.append(f"{rel}: changed outside the recipe's code since apply; its other edits are kept")
-        if clean != cur:
-            _write(root / rel, _bytes(clean))
-            restored.append(rel)
-    for rel, digest in manifest.get("added", {}).items():
-        path = root / rel
-        if path.is_file():
-            if hashlib.sha256(path.read_bytes()).digest().hex() != digest:
-                warnings.append(f"{rel}: edited since apply; removed anyway (the recipe added it)")
-            path.unlink()
-            removed.append(rel)
+    state_files = [root / STATE_DIR / f"{recipe.name}{suffix}" for suffix in (".diff", ".json")]
+    added = [root / rel for rel in manifest.get("added", {}) if (root / rel).is_file() or (root / rel).is_symlink()]
+    check_targets(root, [*(root / rel for rel, (cur, clean) in cleaned.items() if clean != cur), *added,
+                         *(f for f in state_files if f.exists())])
+
+    def steps(undo: _Undo) -> None:
+        for rel, (cur, clean) in cleaned.items():
+            if _sha(clean) != manifest["files"][rel]["original_sha256"]:
+                warnings.append(f"{rel}: changed outside the recipe's code since apply; its other edits are kept")
+            if clean != cur:
+                undo.write(root / rel, _bytes(clean))
+                restored.append(rel)
+        for rel, digest in manifest.get("added", {}).items():
+            path = root / rel
+            if path.is_file():
+                if hashlib.sha256(path.read_bytes()).digest().hex() != digest:
+                    warnings.append(f"{rel}: edited since apply; removed anyway (the recipe added it)")
+                undo.unlink(path)
+                removed.append(rel)
+
+    _transaction(root, steps)
     for d in sorted(manifest.get("created_dirs", []), key=lambda s: -s.count("/")):
         try:
             (root / d).rmdir()
