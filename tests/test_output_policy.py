@@ -148,7 +148,7 @@ def test_tile_error_o_onto_a_users_file_is_refused(fused_run, tmp_path):
     user = tmp_path / "notes.md"
     user.write_text("mine\n")
     before = snapshot(tmp_path)
-    p = subprocess.run([sys.executable, "-m", "xstage_trace.reports.tile_error", str(fused_run), "-o", str(user), "--force"],
+    p = subprocess.run([sys.executable, "-m", "xstage_trace", "tile-error", str(fused_run), "-o", str(user), "--force"],
                        capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(SRC)))
     assert p.returncode == 2 and len(p.stderr.splitlines()) == 1 and str(user) in p.stderr and "Traceback" not in p.stderr
     assert snapshot(tmp_path) == before

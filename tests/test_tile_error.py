@@ -1,4 +1,4 @@
-"""Per-tile error breakdown (analysis/tile_error.py, python -m xstage_trace.reports.tile_error): the slot-cycle
+"""Per-tile error breakdown (analysis/tile_error.py, xstage-trace tile-error): the slot-cycle
 terms on a hand-built time line (values worked out by hand in the comments), the grouping on a small
 tile table with a known answer, and the script on the fused-kernel sample."""
 
@@ -184,7 +184,7 @@ def test_script_on_the_fused_sample(fused_run_dir, tmp_path):
     # barrier (the mainloop end is warp 1's clock read, the wait start warp 0's): well under 0.1 µs
     assert (t["pre_wait_ns"].dropna() > -100).all() and (t["post_wait_ns"].dropna() >= 0).all()
     out = tmp_path / "err.md"
-    subprocess.run([sys.executable, "-m", "xstage_trace.reports.tile_error", str(fused_run_dir), "-o", str(out)], check=True)
+    subprocess.run([sys.executable, "-m", "xstage_trace", "tile-error", str(fused_run_dir), "-o", str(out)], check=True)
     text = out.read_text()
     for title in ("## Score", "## Error by tile kind", "## Error by burst in the wave", "largest |error|"):
         assert title in text
@@ -192,7 +192,7 @@ def test_script_on_the_fused_sample(fused_run_dir, tmp_path):
 
 
 def test_script_bad_input_is_one_line_and_exit_2(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "xstage_trace.reports.tile_error", str(tmp_path / "nope"), "-o", str(tmp_path / "x.md")],
+    r = subprocess.run([sys.executable, "-m", "xstage_trace", "tile-error", str(tmp_path / "nope"), "-o", str(tmp_path / "x.md")],
                        capture_output=True, text=True)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
     assert not (tmp_path / "x.md").exists()

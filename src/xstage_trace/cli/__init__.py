@@ -130,3 +130,4 @@ from xstage_trace.cli import export as _export  # noqa: E402,F401
 from xstage_trace.cli import dashboard as _dashboard  # noqa: E402,F401
 from xstage_trace.cli import store_wait as _store_wait  # noqa: E402,F401
 from xstage_trace.cli import piggyback as _piggyback  # noqa: E402,F401
+from xstage_trace.cli import tile_error as _tile_error  # noqa: E402,F401

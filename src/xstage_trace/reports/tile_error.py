@@ -1,18 +1,14 @@
-"""``python -m xstage_trace.reports.tile_error RUN_DIR [-o FILE.md]``: where the per-tile stall error of a run
-comes from (docs/tile-error.md). Reads the run through ``open_run``, lays each tile's slot cycle out
-with ``analysis.tile_error`` and prints (or writes, atomically) the breakdown as Markdown tables."""
+"""The tile-error report (``xstage-trace tile-error RUN [-o FILE.md]``): where the per-tile stall error of a run
+comes from (docs/tile-error.md), from ``Run.tile_timeline`` (each tile's slot cycle laid out by
+``analysis.tile_error``), as Markdown tables."""
 
 from __future__ import annotations
 
-import argparse
-import sys
 from pathlib import Path
 
 import pandas as pd
 
 from xstage_trace.analysis.tile_error import backpressured_configurations, error_breakdown, error_summary
-from xstage_trace.base.errors import InputError
-from xstage_trace.base.output import check_output, starts_with, write_output
 from xstage_trace.reports.markdown import md_table
 
 MARKDOWN_MARK = b"# Per-tile stall error: "
@@ -54,27 +50,3 @@ def render(timeline: pd.DataFrame, run_dir: Path) -> str:
     worst = bp.assign(abs_err=bp["error_ns"].abs()).nlargest(WORST_TILES, "abs_err")[WORST_COLUMNS]
     parts += ["", f"## The {WORST_TILES} tiles with the largest |error| (ns)", "", _table(worst)]
     return "\n".join(parts) + "\n"
-
-
-def main(argv: list[str] | None = None) -> None:
-    """Entry point; bad input is one line on stderr and exit code 2."""
-    ap = argparse.ArgumentParser(prog="python -m xstage_trace.reports.tile_error", description=__doc__.split("\n\n")[0])
-    ap.add_argument("run_dir", type=Path, help="run folder written by xstage-trace analyze")
-    ap.add_argument("-o", "--output", type=Path, help="write the Markdown here (default: stdout)")
-    ap.add_argument("--force", action="store_true", help="replace the -o file when it is an earlier tile-error report (never anything else)")
-    args = ap.parse_args(argv)
-    try:
-        if args.output is not None:
-            check_output(args.output, inputs=[args.run_dir], force=args.force, ours=starts_with(MARKDOWN_MARK), example="tile_error.md")
-        text = render(run_timeline(args.run_dir), args.run_dir)
-        if args.output is not None:
-            write_output(args.output, text)
-    except InputError as exc:
-        sys.stderr.write(exc.one_line() + "\n")
-        sys.exit(2)
-    if args.output is None:
-        sys.stdout.write(text)
-
-
-if __name__ == "__main__":
-    main()
