@@ -112,7 +112,7 @@ def test_a_drift_beyond_the_bound_is_refused():
 def test_no_single_clock_line_is_refused_with_its_residual():
     ks = [(0, 1_000_000 * i, 1_000_000 * i + 100_000) for i in range(3)]
     dumps = [_dump(f"d{i}.xsp", 0, 0, s + 1_000 + (15_000 if i == 1 else 0), e - 1_000 + (15_000 if i == 1 else 0)) for i, (_, s, e) in enumerate(ks)]
-    with pytest.raises(InputError, match=r"no single clock line places them all \(residual 6500 ns\)"):
+    with pytest.raises(InputError, match=r"no single clock line places them all \(residual 6500 ns, more than the clocks' resolution"):
         pair_dumps([_export("cap.nsys-rep", ks)], dumps)
 
 
@@ -193,13 +193,17 @@ def test_the_offset_refusal_reports_ms_to_a_tenth():
     assert "cap.nsys-rep fits them only 7.1 ms off its clock (a capture allows 7 ms)" in e.value.problem
 
 
-def test_a_residual_under_a_nanosecond_is_still_refused():
-    """As in test_no_single_clock_line...: ends ±1 µs, the middle dump 2.001 µs late: m = (2000 − 2001)/2,
-    a residual of 0.5 ns: no clock line holds the three, however small the miss."""
+def test_a_residual_within_the_clocks_resolution_pairs_and_one_beyond_it_is_refused():
+    """As in test_no_single_clock_line...: ends ±1 µs, the middle dump late by 2.001 µs (m = (2000 − 2001)/2, a
+    residual of 0.5 ns: inside the clocks' tick, it pairs) or by 2.4 µs (a residual of 200 ns: refused)."""
     ks = [(0, 1_000_000 * i, 1_000_000 * i + 100_000) for i in range(3)]
-    dumps = [_dump(f"d{i}.xsp", 0, 0, s + 1_000 + (2_001 if i == 1 else 0), e - 1_000 + (2_001 if i == 1 else 0)) for i, (_, s, e) in enumerate(ks)]
+
+    def dumps(late):
+        return [_dump(f"d{i}.xsp", 0, 0, s + 1_000 + (late if i == 1 else 0), e - 1_000 + (late if i == 1 else 0)) for i, (_, s, e) in enumerate(ks)]
+
+    assert len(pair_dumps([_export("cap.nsys-rep", ks)], dumps(2_001))) == 1
     with pytest.raises(InputError, match="no single clock line places them all"):
-        pair_dumps([_export("cap.nsys-rep", ks)], dumps)
+        pair_dumps([_export("cap.nsys-rep", ks)], dumps(2_400))
 
 
 def test_bounds_below_one_are_allowed():
