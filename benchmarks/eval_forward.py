@@ -106,7 +106,7 @@ def event_times_ms(samples: Path) -> dict[tuple[str, str], float]:
         if x["dest"] == "host" and x["protocol"] == "single":
             out["deepgemm_m_grouped_contiguous" if x["shape"].startswith("g") else "deepgemm_gemm_nt", x["shape"]] = x["traced_ms"]
     for kernel in ("fa3", "fa4"):
-        t = pd.read_csv(samples / f"h200_{kernel}" / "times.csv")
+        t = pd.read_csv(samples / f"h200_{kernel}" / "times.csv.gz")
         t = t[(t["dest"] == "host") & (t["build"] == "traced")]
         for (seqlen, causal), g in t.groupby(["seqlen", "causal"]):
             batch = int(g["batch"].iloc[0])

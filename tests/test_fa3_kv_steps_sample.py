@@ -110,7 +110,7 @@ def test_driver_checked_every_bench_dump_and_the_overhead_table_is_the_trials_me
     rec = pd.read_csv(KV / "records_bench.csv")
     assert len(rec) == 20 and (rec["ok"] == 1).all() and (rec["tiles_traced_once"] == rec["tiles"]).all()
     assert (rec["kv_step_records"] > 0).all()
-    times = pd.read_csv(KV / "times.csv")
+    times = pd.read_csv(KV / "times.csv.gz")
     table = pd.read_csv(KV / "overhead.csv").set_index(["dest", "seqlen", "causal"])
     med = times.pivot_table(index=["dest", "seqlen", "causal"], columns="build", values="kernel_ms", aggfunc="median")
     assert (times.groupby(["dest", "seqlen", "causal", "build"]).size() == 300).all()
