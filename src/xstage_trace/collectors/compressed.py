@@ -47,14 +47,9 @@ def zstd_content_size(path: str | Path) -> int | None:
 
 def max_export_bytes() -> int:
     """The largest decompressed export written to the cache: $XSTAGE_MAX_EXPORT_BYTES, else 64 GiB."""
-    text = os.environ.get(MAX_EXPORT_ENV, "").strip()
-    try:
-        value = int(text) if text else DEFAULT_MAX_EXPORT_BYTES
-    except ValueError:
-        value = 0
-    if value <= 0:
-        raise InputError(None, f"{MAX_EXPORT_ENV}={text!r} is not a positive byte count", f"set it to a size in bytes, e.g. {MAX_EXPORT_ENV}={DEFAULT_MAX_EXPORT_BYTES}")
-    return value
+    from xstage_trace.base.limits import positive_int_env
+
+    return positive_int_env(MAX_EXPORT_ENV, DEFAULT_MAX_EXPORT_BYTES, "byte count", "a size in bytes")
 
 
 def decompressed_export(path: Path) -> Path:

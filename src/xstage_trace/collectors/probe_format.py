@@ -7,7 +7,6 @@ numpy array operation (no Python loop over records).
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -79,16 +78,9 @@ def _fail(path: Path, problem: str, fix: str) -> None:
 
 def max_dump_records() -> int:
     """The per-dump record limit: $XSTAGE_MAX_DUMP_RECORDS, else DEFAULT_MAX_RECORDS."""
-    text = os.environ.get(MAX_RECORDS_ENV, "").strip()
-    if not text:
-        return DEFAULT_MAX_RECORDS
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value <= 0:
-        raise InputError(None, f"{MAX_RECORDS_ENV}={text!r} is not a positive integer", f"set it to a record count, e.g. {MAX_RECORDS_ENV}={DEFAULT_MAX_RECORDS}")
-    return value
+    from xstage_trace.base.limits import positive_int_env
+
+    return positive_int_env(MAX_RECORDS_ENV, DEFAULT_MAX_RECORDS, "integer", "a record count")
 
 
 def read_header(path: Path, raw: np.ndarray) -> tuple[np.void, list[str], np.ndarray]:

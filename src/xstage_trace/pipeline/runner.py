@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import tempfile
@@ -123,14 +122,9 @@ FILE_ROWS_PER_FIT_POINT = 1024  # a points file may hold this many times more ro
 
 def max_fit_points() -> int:
     """The most calibration points one fit takes: $XSTAGE_MAX_CALIBRATION_POINTS, else DEFAULT_MAX_FIT_POINTS."""
-    text = os.environ.get(MAX_POINTS_ENV, "").strip()
-    try:
-        value = int(text) if text else DEFAULT_MAX_FIT_POINTS
-    except ValueError:
-        value = 0
-    if value <= 0:
-        raise InputError(None, f"{MAX_POINTS_ENV}={text!r} is not a positive integer", f"set it to a point count, e.g. {MAX_POINTS_ENV}={DEFAULT_MAX_FIT_POINTS}")
-    return value
+    from xstage_trace.base.limits import positive_int_env
+
+    return positive_int_env(MAX_POINTS_ENV, DEFAULT_MAX_FIT_POINTS, "integer", "a point count")
 
 
 def _read_points(path: Path, what: str) -> pd.DataFrame:
