@@ -2,7 +2,7 @@
 the reference kernel: a Table 3 row and a verdict per configuration. Their counts and medians are checked
 against an independent computation from the decoded probe records, written here in a few lines of numpy
 (docs/model.md §12: a tile's measured stall is its wait beyond the control's floor plus its compute span beyond
-the control's median where it is inflated), not against the implementation's own tables."""
+the control's median of the same tile where it is inflated), not against the implementation's own tables."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def _decoded(folder: Path):
 def _by_hand(folder: Path, wait_event: str | None, store_event: str) -> dict[tuple[str, str], dict]:
     """Per (dest, shape): tiles, and the median measured stall by the definition, from the raw records."""
     dumps = _decoded(folder)
-    tiles = []  # (dest, shape, is_control, mainloop, wait or NaN, store span)
+    tiles = []  # (dest, shape, is_control, mainloop, wait or NaN, store span, tile id)
     for cfg, rec in dumps:
         main, store = _spans(rec, "mainloop"), _spans(rec, store_event)
         wait = _spans(rec, wait_event) if wait_event else {}
@@ -47,8 +47,8 @@ def _by_hand(folder: Path, wait_event: str | None, store_event: str) -> dict[tup
             order = list(g["tile"])
             for i, tile in enumerate(order):  # tile i's wait is recorded on tile i+1 (one staging buffer, DeepGEMM)
                 w = wait.get((cta, order[i + 1]), np.nan) if wait_event and i + 1 < len(order) else np.nan
-                tiles.append((cfg.dest, cfg.shape, cfg.is_control, main[(cta, tile)], w, store.get((cta, tile), np.nan)))
-    dest, shape, ctrl, mainloop, wait, span = (np.array(c) for c in zip(*tiles))
+                tiles.append((cfg.dest, cfg.shape, cfg.is_control, main[(cta, tile)], w, store.get((cta, tile), np.nan), tile))
+    dest, shape, ctrl, mainloop, wait, span, tile_id = (np.array(c) for c in zip(*tiles))
     ctrl = ctrl.astype(bool)
     waits_c = wait[ctrl & ~np.isnan(wait)]
     floor = np.median(waits_c) if len(waits_c) else 0.0
@@ -57,8 +57,12 @@ def _by_hand(folder: Path, wait_event: str | None, store_event: str) -> dict[tup
     for key in sorted(set(zip(dest, shape))):
         sel = (dest == key[0]) & (shape == key[1])
         c = ctrl & (shape == key[1])
-        med, p99 = np.median(mainloop[c]), np.percentile(mainloop[c], 99)
-        inflated = mainloop[sel] - p99 > max(noise, INFLATION * p99)
+        # the control of the same tile id: its median over the control's launches, plus the control's own spread
+        med_of = {t: np.median(mainloop[c & (tile_id == t)]) for t in set(tile_id[c])}
+        spread = max(np.percentile([m - med_of[t] for m, t in zip(mainloop[c], tile_id[c])], 99), 0.0)
+        med = np.array([med_of[t] for t in tile_id[sel]])
+        ref = med + spread
+        inflated = mainloop[sel] - ref > np.maximum(noise, INFLATION * ref)
         compute = np.where(inflated, mainloop[sel] - med, 0.0)
         if wait_event:
             slot = np.maximum(np.round(wait[sel] - floor, 3), 0.0)

@@ -263,39 +263,41 @@ def load_steps(rule: str | None, tile: np.ndarray, shape: str | None, extra: str
     return np.ones(n, np.int64)
 
 
-def forward_link_stall_ns(tiles: pd.DataFrame, models: Mapping[str, object]) -> np.ndarray:
-    """docs/model.md §11: per tile the stall the path-drain calibration (``analysis.forward.LinkModel`` per
-    destination in ``models``) predicts for each launch from its tiles' bytes, order and offered compute alone:
-    the load wait that stretches the tile's compute span (``forward_tiles``, operand loads queued behind the host
-    writes issued before them, streamed over the tile's ``load_steps`` with ``load_stages`` in flight), plus, for a
-    lifecycle whose staging buffer is waited for (``cover_tiles`` ≥ 1), the wait for the buffer: the store's
-    acceptance beyond the end of the compute that covers it. The offered compute is the control's median compute
-    span (the tile's own where no control was traced). NaN where no model applies and for tiles whose operands sit
-    in shared memory (``operands`` smem: nothing to queue behind the host writes; ``forward_stall_ns`` predicts those)."""
+def forward_link_launches(tiles: pd.DataFrame, models: Mapping[str, object]) -> Iterator[tuple[np.ndarray, object, np.ndarray]]:
+    """docs/model.md §11: per launch (rank, dump) of ``tiles`` that a path-drain calibration (``analysis.forward.LinkModel``
+    per destination in ``models``) predicts, (its rows in ``tiles``, ``forward_tiles``' result, the per-tile stall):
+    from its tiles' bytes, order and offered compute alone, the load wait that stretches the tile's compute span
+    (operand loads queued behind the host writes issued before them, streamed over the tile's ``load_steps`` with
+    ``load_stages`` in flight), plus, for a lifecycle whose staging buffer is waited for (``cover_tiles`` ≥ 1), the
+    wait for the buffer: the store's acceptance beyond the end of the compute that covers it. The offered compute is
+    the control's compute span of the same tile (``control_compute_ns``; the tile's own where no control was traced),
+    the epilogue before the store is issued the control's epilogue span of the same tile (``control_epilogue_ns``; 0
+    where unknown). Launches whose operands sit in shared memory (``operands`` smem: nothing to queue behind the host
+    writes; ``forward_stall_ns`` predicts those) or without a model are skipped."""
     from xstage_trace.analysis.columnar import shift_back
     from xstage_trace.analysis.forward import forward_tiles
 
     n = len(tiles)
-    out = np.full(n, np.nan)
     if not n or not models:
-        return out
+        return
+
+    def col(name: str, default, dtype) -> np.ndarray:
+        return np.nan_to_num(tiles[name].to_numpy(dtype)) if name in tiles else np.full(n, default, dtype)
+
     launch, _ = text_codes(tiles["dump"].astype(str) + "\0" + tiles["rank"].astype(str))
     dests = tiles["dest"].astype(str).to_numpy()
     offered = tiles["control_compute_ns"].fillna(tiles["mainloop_ns"]).to_numpy(np.float64)
-    nbytes = np.nan_to_num(tiles["rs_bytes"].to_numpy(np.float64)) if "rs_bytes" in tiles else np.zeros(n)
-    steps = tiles["load_steps"].to_numpy(np.int64) if "load_steps" in tiles else np.ones(n, np.int64)
-    stages = tiles["load_stages"].to_numpy(np.int64) if "load_stages" in tiles else np.ones(n, np.int64)
-    cover_tiles = tiles["cover_tiles"].to_numpy(np.int64) if "cover_tiles" in tiles else np.ones(n, np.int64)
+    epilogue, nbytes = col("control_epilogue_ns", 0.0, np.float64), col("rs_bytes", 0.0, np.float64)
+    steps, stages, cover_tiles = col("load_steps", 1, np.int64), col("load_stages", 1, np.int64), col("cover_tiles", 1, np.int64)
     cta, pos = tiles["cta"].to_numpy(np.int64), tiles["position"].to_numpy(np.int64)
     on_chip = (tiles["operands"].astype(str) == "smem").to_numpy() if "operands" in tiles else np.zeros(n, bool)
     for code in np.unique(launch):  # one launch at a time: a few per run
         rows = np.flatnonzero(launch == code)
         model = models.get(dests[rows[0]])
-        if model is None or not np.isfinite(offered[rows]).all():
+        if model is None or not np.isfinite(offered[rows]).all() or on_chip[rows[0]]:
             continue
-        if on_chip[rows[0]]:  # operands in shared memory: no load coupling; the §4 recurrence (forward_stall_ns) applies
-            continue
-        f = forward_tiles(cta[rows], pos[rows], nbytes[rows], offered[rows], model, steps=steps[rows], stages=stages[rows])
+        f = forward_tiles(cta[rows], pos[rows], nbytes[rows], offered[rows], model, epilogue_ns=epilogue[rows], steps=steps[rows],
+                          stages=stages[rows])
         stall = f.stall_ns
         k = int(cover_tiles[rows].max(initial=0))
         if k:  # the buffer's wait: accepted after the covering tile's compute end
@@ -307,8 +309,25 @@ def forward_link_stall_ns(tiles: pd.DataFrame, models: Mapping[str, object]) -> 
             need = shift_back(end, ids, k)
             wait = np.where(nbytes[rows][order] > 0, np.maximum(f.accept_ns[order] - need, 0.0), 0.0)
             stall = stall + np.nan_to_num(wait)[inv]
+        yield rows, f, stall
+
+
+def forward_link_stall_ns(tiles: pd.DataFrame, models: Mapping[str, object]) -> np.ndarray:
+    """docs/model.md §11: per tile the stall the path-drain calibration predicts (``forward_link_launches``); NaN
+    where no model applies."""
+    out = np.full(len(tiles), np.nan)
+    for rows, _, stall in forward_link_launches(tiles, models):
         out[rows] = stall
     return out
+
+
+def forward_link_kernels(tiles: pd.DataFrame, models: Mapping[str, object]) -> pd.DataFrame:
+    """docs/model.md §11: per launch (rank, dump) the predicted kernel time (``kernel_ns``: the first compute start
+    to the last store drained) and the predicted span to the last store issue (``last_issue_ns``) of
+    ``forward_link_launches``."""
+    rows = [(int(tiles["rank"].iloc[r[0]]), str(tiles["dump"].iloc[r[0]]), f.kernel_ns, float(np.nanmax(f.store_issue_ns)))
+            for r, f, _ in forward_link_launches(tiles, models)]
+    return pd.DataFrame(rows, columns=["rank", "dump", "kernel_ns", "last_issue_ns"])
 
 
 def forward_stall_ns(tiles: pd.DataFrame, models: Mapping[str, PlatformModel]) -> np.ndarray:

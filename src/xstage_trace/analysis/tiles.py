@@ -15,9 +15,11 @@ and waited inside the epilogue) measures it as the store span beyond the control
 Measured stall (docs/model.md §12): a tile's ``stall_ns`` counts its slot wait beyond the control's floor
 (``measured_stall_ns``, the paper's measured Δt; for a wait inside the store span, that span beyond the control's
 median where it is beyond the control's spread: its p99 by more than the noise and INFLATION_FRACTION) and its compute span beyond the control's
-(``compute_stall_ns``: the mainloop minus the control's median mainloop of the same shape, tile kind and
-operand path, counted where the mainloop is inflated: beyond the control's p99 by more than the noise
-and more than INFLATION_FRACTION), so a mainloop stretched by pending remote stores is a stall too. The
+(``compute_stall_ns``: the mainloop minus the control's median mainloop of the same tile id — the same work —
+counted where the mainloop is inflated: beyond that median plus the control's own per-tile spread by more than the
+noise and more than INFLATION_FRACTION; Eq. 46. Where the control has no tile of that id, the median and p99 of the
+control's mainloops of the same shape, tile kind and operand path stand in), so a mainloop stretched by pending
+remote stores is a stall too. The
 control is the run's local-store (HBM) launch of the same configuration (``RunConfig.is_control``);
 without one the compute part is not judged (NaN), and without any control in the run the slot-wait
 floor is unknown and the measured stall is NaN, never 0.
@@ -34,7 +36,7 @@ Diagnosis per tile:
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator, Mapping
 
 import numpy as np
@@ -50,7 +52,7 @@ from xstage_trace.base.lifecycle import TileLifecycle
 
 STAGING_SLOTS = 2
 MIN_NOISE_NS = 200.0
-INFLATION_FRACTION = 0.05  # a mainloop is inflated beyond 5 % (or the noise) over the control's p99
+INFLATION_FRACTION = 0.05  # a mainloop is inflated beyond 5 % (or the noise) over the control's (Eq. 46)
 
 
 TILE_KEYS = ["rank", "dump", "cta", "tile"]
@@ -170,7 +172,12 @@ def finish_tiles(t: pd.DataFrame, dumps: pd.DataFrame, noise_ns: float | None = 
         measured = np.where(in_store, excess, measured)
     slot = np.where(np.isnan(measured), 0.0, measured) > noise_ns
     predicted = t["predicted_stall_ns"].to_numpy(np.float64)
-    ctrl_p99, ctrl_median = ctrl["ctrl"], ctrl["ctrl_median"]
+    # the per-tile control where the control traced a tile of the same id (the same work: a causal attention block, a
+    # GEMM tile of its K), else the group's median and p99
+    tile_ml, tile_ep, jitter = _tile_control_lookup(t, control.per_tile)
+    matched = ~np.isnan(tile_ml)
+    ctrl_p99 = np.where(matched, tile_ml + jitter, ctrl["ctrl"])
+    ctrl_median = np.where(matched, tile_ml, ctrl["ctrl_median"])
     mainloop = t["mainloop_ns"].to_numpy(np.float64)
     noise = np.full(n, float(noise_ns))
     inflated = mainloop_inflated(pd.DataFrame({"control_mainloop_ns": ctrl_p99, "mainloop_ns": mainloop, "noise_ns": noise}, copy=False))
@@ -184,6 +191,7 @@ def finish_tiles(t: pd.DataFrame, dumps: pd.DataFrame, noise_ns: float | None = 
     models = models or {}
     spans = t.rename(columns={"rs_ns": "rs_span_ns"})
     spans["control_compute_ns"] = ctrl_median
+    spans["control_epilogue_ns"] = tile_ep
     link = forward_link_stall_ns(spans, {d: m[1] for d, m in models.items() if m[1] is not None})
     recurrence = forward_stall_ns(spans, {d: m[0] for d, m in models.items()})
     cols = {c: t[c].array for c in ("rank", "dump", "dest", "shape", "schedule", "variant", "cta", "position", "tile", "tile_kind", "expert", "wave",
@@ -192,10 +200,21 @@ def finish_tiles(t: pd.DataFrame, dumps: pd.DataFrame, noise_ns: float | None = 
                  "epilogue_lead_ns": lead, "predicted_stall_ns": predicted, "slot_wait_ns": slot_wait,
                  "wait_floor_ns": np.full(n, floor_ns if control.waits else np.nan), "measured_stall_ns": measured, "noise_ns": noise,
                  "backpressured": (predicted > noise_ns) | slot, "control_mainloop_ns": ctrl_p99, "control_compute_ns": ctrl_median,
-                 "compute_stall_ns": compute, "stall_ns": np.where(unmeasured, np.nan, total_stall_ns(measured, compute)),
+                 "control_epilogue_ns": tile_ep, **_forward_inputs(t), "compute_stall_ns": compute, "stall_ns": np.where(unmeasured, np.nan, total_stall_ns(measured, compute)),
                  "forward_stall_ns": np.where(np.isnan(link), recurrence, link),
                  "diagnosis": text_of_codes(np.select([slot, inflated], [0, 1], 2), ["slot_backpressure", "mainloop_inflation", "none"])})
     return pd.DataFrame(cols, copy=False)
+
+
+def _forward_inputs(t: pd.DataFrame) -> dict[str, np.ndarray]:
+    """What the forward prediction reads of a tile beyond its spans (docs/model.md §11, §12): the bytes it stores
+    through the path, its operand-load steps and pipeline stages, and how many compute spans cover its store (the
+    lifecycle's slots); kept in the tiles table so a notebook or a what-if re-runs the prediction from the run."""
+    n = len(t)
+    return {"rs_bytes": t["rs_bytes"].to_numpy(np.float64) if "rs_bytes" in t else np.full(n, np.nan),
+            "load_steps": t["load_steps"].to_numpy(np.int32) if "load_steps" in t else np.ones(n, np.int32),
+            "load_stages": t["load_stages"].to_numpy(np.int32) if "load_stages" in t else np.ones(n, np.int32),
+            "cover_tiles": t["cover_tiles"].to_numpy(np.int32) if "cover_tiles" in t else np.ones(n, np.int32)}
 
 
 def _control_lookup(t: pd.DataFrame, p99: pd.DataFrame) -> dict[str, np.ndarray]:
@@ -225,16 +244,92 @@ def _control_lookup(t: pd.DataFrame, p99: pd.DataFrame) -> dict[str, np.ndarray]
 CONTROL_KEYS = ["shape", "tile_kind", "operands"]
 
 
+def _tile_control_lookup(t: pd.DataFrame, per_tile: Mapping[tuple, TileControl]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per tile of ``t`` its per-tile control (``TileControl`` of its CONTROL_KEYS, the entry of its tile id):
+    median mainloop, median epilogue span and the group's jitter; NaN where the control has no tile of that id."""
+    n = len(t)
+    ml, ep, jitter = np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan)
+    if not per_tile or not n:
+        return ml, ep, jitter
+    codes = [text_codes(t[k]) for k in CONTROL_KEYS]
+    combo = np.zeros(n, np.int64)
+    for c, names in codes:
+        combo = combo * (len(names) + 1) + c + 1
+    tile = t["tile"].to_numpy(np.int64)
+    for g in np.unique(combo):  # a few: shapes × kinds × operand paths
+        key, rest = [], int(g)
+        for c, names in reversed(codes):
+            rest, v = divmod(rest, len(names) + 1)
+            key.append(names[v - 1] if v else None)
+        tc = per_tile.get(tuple(reversed(key)))
+        if tc is None:
+            continue
+        rows = np.flatnonzero(combo == g)
+        at = np.minimum(np.searchsorted(tc.tile, tile[rows]), len(tc.tile) - 1)
+        hit = tc.tile[at] == tile[rows]
+        ml[rows[hit]], ep[rows[hit]], jitter[rows[hit]] = tc.mainloop_ns[at[hit]], tc.epilogue_ns[at[hit]], tc.jitter_ns
+    return ml, ep, jitter
+
+
 @dataclass(frozen=True)
 class ControlStats:
     """What the control runs decide for every tile: slot-wait floor and noise (and how many control waits
     decided them: 0 leaves the floor unknown), per CONTROL_KEYS the mainloop p99 (column ``ctrl``) and median
-    (``ctrl_median``) and the remote-store span's median and p99 (``ctrl_store_median``, ``ctrl_store_p99``)."""
+    (``ctrl_median``) and the remote-store span's median and p99 (``ctrl_store_median``, ``ctrl_store_p99``), and
+    per CONTROL_KEYS the per-tile control (``per_tile``: ``TileControl``, docs/model.md Eq. 46)."""
 
     floor_ns: float
     noise_ns: float
     mainloop_p99: pd.DataFrame
     waits: int = 0
+    per_tile: Mapping[tuple, "TileControl"] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TileControl:
+    """docs/model.md §12, the per-tile control of one (shape, tile kind, operand path): per tile id (sorted,
+    ``tile``) the median mainloop and epilogue span (ns; NaN where none was recorded) of the control's tiles with
+    that id, over its launches, and ``jitter_ns``: the p99 of the control tiles' mainloop beyond their own tile's
+    median (the control's run-to-run spread of one tile; 0 with one launch)."""
+
+    tile: np.ndarray
+    mainloop_ns: np.ndarray
+    epilogue_ns: np.ndarray
+    jitter_ns: float
+
+
+def _medians_by(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted unique keys, the median of the non-NaN values of each key: NaN where it has none), numpy's median."""
+    ok = ~np.isnan(values)
+    uniq = np.unique(keys)
+    k, v = keys[ok], values[ok]
+    order = np.lexsort((v, k))
+    k, v = k[order], v[order]
+    lo = np.searchsorted(k, uniq, side="left")
+    n = np.searchsorted(k, uniq, side="right") - lo
+    has = n > 0
+    a = v[np.minimum(lo + (n - 1) // 2, len(v) - 1)] if len(v) else np.zeros(len(uniq))
+    b = v[np.minimum(lo + n // 2, len(v) - 1)] if len(v) else np.zeros(len(uniq))
+    return uniq, np.where(has, (a + b) / 2, np.nan)
+
+
+def tile_controls(samples: Iterable[ControlSample]) -> dict[tuple, TileControl]:
+    """docs/model.md §12: the per-tile control of each group from the control samples' per-tile values
+    (``ControlSample.tiles``): the tiles with one id over every control launch decide its medians."""
+    parts: dict[tuple, list] = {}
+    for smp in samples:
+        for key, arrays in smp.tiles.items():
+            parts.setdefault(key, []).append(arrays)
+    out = {}
+    for key, arrays in parts.items():  # a few groups
+        tile, mainloop, epilogue = (np.concatenate([a[i] for a in arrays]) for i in range(3))
+        if not len(tile):
+            continue
+        ids, ml = _medians_by(tile, mainloop)
+        _, ep = _medians_by(tile, epilogue)
+        excess = mainloop - ml[np.searchsorted(ids, tile)]
+        out[key] = TileControl(ids, ml, ep, max(float(np.percentile(excess, 99)), 0.0))
+    return out
 
 
 def with_dump_config(t: pd.DataFrame, dumps: pd.DataFrame) -> pd.DataFrame:
@@ -273,20 +368,24 @@ class ControlSample:
     waits_ns: np.ndarray
     mainloops_ns: dict[tuple, np.ndarray]
     stores_ns: dict[tuple, np.ndarray]
+    tiles: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=dict)
 
 
 def control_sample(tiles: pd.DataFrame | Mapping[str, pd.Series]) -> ControlSample:
-    """The control tiles' values in ``tiles`` (with_dump_config's columns, a frame or a mapping of columns)."""
+    """The control tiles' values in ``tiles`` (with_dump_config's columns, a frame or a mapping of columns); per
+    group also each tile's id, mainloop and epilogue span (``ControlSample.tiles``, the per-tile control)."""
     ctrl = np.asarray(tiles["is_control"], bool)
     waits = tiles["slot_wait_ns"].to_numpy(np.float64)[ctrl]
     keys = [(codes[ctrl], names) for codes, names in (text_codes(tiles[k]) for k in CONTROL_KEYS)]  # -1: missing
     mainloop = tiles["mainloop_ns"].to_numpy(np.float64)[ctrl]
     store_col = next((c for c in ("rs_ns", "rs_span_ns") if c in tiles), None)
     store = (tiles[store_col].to_numpy(np.float64) if store_col else np.full(len(ctrl), np.nan))[ctrl]
+    tile = np.asarray(tiles["tile"], np.int64)[ctrl] if "tile" in tiles else None  # without tile ids: no per-tile control
+    epilogue = (np.asarray(tiles["epilogue_span_ns"], np.float64) if "epilogue_span_ns" in tiles else np.full(len(ctrl), np.nan))[ctrl]
     group = np.zeros(len(mainloop), np.int64)
     for codes, names in keys:
         group = group * (len(names) + 1) + codes + 1  # code -1 (missing) → 0
-    groups, stores = {}, {}
+    groups, stores, per_tile = {}, {}, {}
     for g in np.unique(group):  # a few: shapes × kinds × operand paths
         v, s = mainloop[group == g], store[group == g]
         key, rest = [], int(g)
@@ -295,7 +394,10 @@ def control_sample(tiles: pd.DataFrame | Mapping[str, pd.Series]) -> ControlSamp
             key.append(names[c - 1] if c else None)
         groups[tuple(reversed(key))] = v[~np.isnan(v)]
         stores[tuple(reversed(key))] = s[~np.isnan(s)]
-    return ControlSample(waits[~np.isnan(waits)], groups, stores)
+        kept = (group == g) & ~np.isnan(mainloop)
+        if tile is not None:
+            per_tile[tuple(reversed(key))] = (tile[kept], mainloop[kept], epilogue[kept])
+    return ControlSample(waits[~np.isnan(waits)], groups, stores, per_tile)
 
 
 def control_stats_from_samples(samples: Callable[[], Iterable[ControlSample]], cap: int) -> ControlStats:
@@ -303,7 +405,7 @@ def control_stats_from_samples(samples: Callable[[], Iterable[ControlSample]], c
     call), holding at most ``cap`` values of a sample at once (``selection.order_statistics``): the slot-wait
     floor and noise (``_wait_stats``) and the mainloop p99 per (shape, tile kind, operand path), pandas'
     linear-interpolation quantile (NaN for a group with no mainloop). The same numbers as for one sample of
-    all the tiles, whatever the cap."""
+    all the tiles, whatever the cap. The per-tile control (``tile_controls``: 24 B per control tile) is held whole."""
     def chunks() -> Iterator[dict]:
         for s in samples():
             yield {"waits": s.waits_ns, **{("mainloop", k): v for k, v in s.mainloops_ns.items()},
@@ -321,7 +423,7 @@ def control_stats_from_samples(samples: Callable[[], Iterable[ControlSample]], c
              linear_quantile_of(found.get(("store", k[1]), {}), n.get(("store", k[1]), 0), 0.99)] for k in order]
     p99 = pd.DataFrame(rows, columns=[*CONTROL_KEYS, "ctrl", "ctrl_median", "ctrl_store_median", "ctrl_store_p99"]).astype(
         {"ctrl": float, "ctrl_median": float, "ctrl_store_median": float, "ctrl_store_p99": float, **{k: "str" for k in CONTROL_KEYS}})  # text, NaN where missing
-    return ControlStats(floor_ns, noise_ns, p99, int(n.get("waits", 0)))
+    return ControlStats(floor_ns, noise_ns, p99, int(n.get("waits", 0)), tile_controls(samples()))
 
 
 def control_stats(tiles: pd.DataFrame | Mapping[str, pd.Series]) -> ControlStats:
