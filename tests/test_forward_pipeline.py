@@ -59,3 +59,20 @@ def test_plain_gemms_median_stall_within_15_percent_of_the_measured(deepgemm):
         row = t3.loc[("host", shape)]
         assert row["forward_stall_ns"] == pytest.approx(row["stall_ns"], rel=0.15), shape
     assert t3.loc[("local", "m8192n4096k7168"), "forward_stall_ns"] != t3.loc[("local", "m8192n4096k7168"), "forward_stall_ns"]  # NaN: not calibrated
+
+
+def test_plain_stores_of_one_round_complete_when_the_round_has_drained_by_hand():
+    """docs/model.md Eq. 48 on three CTAs with one tile each (one round): every store is issued at C + E and the
+    round's 3·B bytes drain at R from there, and each tile waits for the whole round, 3·B/R, not for its FIFO place."""
+    import pandas as pd
+
+    from xstage_trace.analysis.forward import LinkModel
+    from xstage_trace.analysis.stall import forward_link_stall_ns
+
+    rate_gbps, b, c, e = 50.0, 100_000.0, 10_000.0, 500.0  # bytes/ns, bytes, ns, ns
+    t = pd.DataFrame({"rank": 0, "dump": "d", "dest": "host", "cta": [0, 1, 2], "position": 0, "mainloop_ns": 1.0,
+                      "control_compute_ns": c, "control_epilogue_ns": e, "rs_bytes": b, "load_steps": 1, "load_stages": 1,
+                      "cover_tiles": 0, "plain_store": True})
+    link = LinkModel(rate_gbps=rate_gbps, capacity_bytes=1e9)  # a capacity that accepts everything: only Eq. 48 can wait
+    np.testing.assert_allclose(forward_link_stall_ns(t, {"host": link}), 3 * b / rate_gbps)
+    assert (forward_link_stall_ns(t.assign(plain_store=False), {"host": link}) == 0).all()

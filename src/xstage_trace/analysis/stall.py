@@ -269,7 +269,8 @@ def forward_link_launches(tiles: pd.DataFrame, models: Mapping[str, object]) -> 
     from its tiles' bytes, order and offered compute alone, the load wait that stretches the tile's compute span
     (operand loads queued behind the host writes issued before them, streamed over the tile's ``load_steps`` with
     ``load_stages`` in flight), plus, for a lifecycle whose staging buffer is waited for (``cover_tiles`` ≥ 1), the
-    wait for the buffer: the store's acceptance beyond the end of the compute that covers it. The offered compute is
+    wait for the buffer: the store's acceptance beyond the end of the compute that covers it, and for plain stores
+    (``plain_store``, Eq. 48) the wait inside the store span: its issue round's drain beyond its issue. The offered compute is
     the control's compute span of the same tile (``control_compute_ns``; the tile's own where no control was traced),
     the epilogue before the store is issued the control's epilogue span of the same tile (``control_epilogue_ns``; 0
     where unknown). Launches whose operands sit in shared memory (``operands`` smem: nothing to queue behind the host
@@ -291,6 +292,7 @@ def forward_link_launches(tiles: pd.DataFrame, models: Mapping[str, object]) -> 
     steps, stages, cover_tiles = col("load_steps", 1, np.int64), col("load_stages", 1, np.int64), col("cover_tiles", 1, np.int64)
     cta, pos = tiles["cta"].to_numpy(np.int64), tiles["position"].to_numpy(np.int64)
     on_chip = (tiles["operands"].astype(str) == "smem").to_numpy() if "operands" in tiles else np.zeros(n, bool)
+    plain = tiles["plain_store"].to_numpy(bool) if "plain_store" in tiles else np.zeros(n, bool)
     for code in np.unique(launch):  # one launch at a time: a few per run
         rows = np.flatnonzero(launch == code)
         model = models.get(dests[rows[0]])
@@ -309,6 +311,11 @@ def forward_link_launches(tiles: pd.DataFrame, models: Mapping[str, object]) -> 
             need = shift_back(end, ids, k)
             wait = np.where(nbytes[rows][order] > 0, np.maximum(f.accept_ns[order] - need, 0.0), 0.0)
             stall = stall + np.nan_to_num(wait)[inv]
+        if plain[rows[0]]:  # Eq. 48: plain stores of one round share the link; each completes when its round has drained
+            rnd = np.unique(pos[rows], return_inverse=True)[1]
+            done = np.full(rnd.max(initial=-1) + 1, -np.inf)
+            np.maximum.at(done, rnd, np.nan_to_num(f.drained_ns, nan=-np.inf))
+            stall = stall + np.where(nbytes[rows] > 0, np.maximum(done[rnd] - f.store_issue_ns, 0.0), 0.0)
         yield rows, f, stall
 
 

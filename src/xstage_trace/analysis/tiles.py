@@ -131,6 +131,7 @@ def tile_spans(probes: pd.DataFrame, lifecycle: TileLifecycle, slots: int | None
         "epilogue_lead_ns": lead, "predicted_stall_ns": predicted_stall_ns(epilogue, cover, np.nan_to_num(lead, nan=0.0)),
         "wait_start_ns": wait_start, "epilogue_start_ns": epilogue_start, "rs_bytes": cols["rs_bytes"][order],
         "cover_tiles": np.full(len(rows), cover_tiles, np.int8), "wait_in_store": np.full(len(rows), lay.wait_in_store_span),
+        "plain_store": np.full(len(rows), lay.plain_stores),
     })
     if lay.tile_kind is not None:
         out["tile_kind"] = lay.tile_kind
@@ -209,12 +210,13 @@ def finish_tiles(t: pd.DataFrame, dumps: pd.DataFrame, noise_ns: float | None = 
 def _forward_inputs(t: pd.DataFrame) -> dict[str, np.ndarray]:
     """What the forward prediction reads of a tile beyond its spans (docs/model.md §11, §12): the bytes it stores
     through the path, its operand-load steps and pipeline stages, and how many compute spans cover its store (the
-    lifecycle's slots); kept in the tiles table so a notebook or a what-if re-runs the prediction from the run."""
+    lifecycle's slots) and whether its stores are plain stores (``TileLifecycle.plain_stores``); kept in the tiles table so a notebook or a what-if re-runs the prediction from the run."""
     n = len(t)
     return {"rs_bytes": t["rs_bytes"].to_numpy(np.float64) if "rs_bytes" in t else np.full(n, np.nan),
             "load_steps": t["load_steps"].to_numpy(np.int32) if "load_steps" in t else np.ones(n, np.int32),
             "load_stages": t["load_stages"].to_numpy(np.int32) if "load_stages" in t else np.ones(n, np.int32),
-            "cover_tiles": t["cover_tiles"].to_numpy(np.int32) if "cover_tiles" in t else np.ones(n, np.int32)}
+            "cover_tiles": t["cover_tiles"].to_numpy(np.int32) if "cover_tiles" in t else np.ones(n, np.int32),
+            "plain_store": t["plain_store"].to_numpy(bool) if "plain_store" in t else np.zeros(n, bool)}
 
 
 def _control_lookup(t: pd.DataFrame, p99: pd.DataFrame) -> dict[str, np.ndarray]:

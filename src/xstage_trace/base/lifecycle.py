@@ -37,7 +37,10 @@ class TileLifecycle:
     product is a tile's store bytes (FlashAttention: block_m · head_dim · out_bytes). ``load_steps``: how a
     tile's operand loads are counted for the forward prediction (docs/model.md §11): "k_blocks" (a GEMM's K / 128
     k-blocks, K from the shape label's ``k``), "kv_blocks" (an attention tile's K/V blocks, from its tile id and the
-    label's geometry), None (one load step); ``load_stages``: the pipeline stages the loads run ahead."""
+    label's geometry), None (one load step); ``load_stages``: the pipeline stages the loads run ahead.
+    ``plain_stores``: the tile's remote stores are plain stores from registers (not a bulk copy of a staged tile):
+    they hold the program until the path takes them, the stores of one issue round share the link and each
+    completes when its round has drained (docs/model.md Eq. 48)."""
 
     name: str
     kernels: tuple[str, ...]
@@ -52,6 +55,7 @@ class TileLifecycle:
     bytes_from_label: tuple[str, ...] = ()
     load_steps: str | None = None
     load_stages: int = 1
+    plain_stores: bool = False
     compute_event: str = "mainloop"
 
     def __post_init__(self):

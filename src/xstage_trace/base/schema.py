@@ -191,6 +191,7 @@ TILES = pa.schema(
         ("load_steps", pa.int32()),
         ("load_stages", pa.int32()),
         ("cover_tiles", pa.int32()),
+        ("plain_store", pa.bool_()),
         ("compute_stall_ns", pa.float64()),
         ("stall_ns", pa.float64()),
         ("forward_stall_ns", pa.float64()),
