@@ -82,3 +82,36 @@ def launch_whatifs(cta, position, bytes_per_tile, compute_ns, model: LinkModel, 
     out = pd.DataFrame(rows, columns=WHATIF_COLUMNS[:-1])
     out["gain"] = base.kernel_ns / out["kernel_ns"]
     return out
+
+
+RUN_COLUMNS = ["dest", "shape", "variant", "schedule", *WHATIF_COLUMNS]
+
+
+def run_whatifs(tiles: pd.DataFrame, dumps: pd.DataFrame, link: LinkModel | None) -> pd.DataFrame:
+    """docs/model.md §13: one row per configuration (dest, shape, variant, schedule) × alternative over the launches
+    of ``tiles`` (the run's tiles table) whose dest is not a control and whose operands are loaded from global
+    memory: ``launch_whatifs`` per launch (offered compute: the control's, ``control_compute_ns``; epilogue:
+    ``control_epilogue_ns``), medians over the configuration's launches. Empty without a link model."""
+    if link is None or tiles.empty:
+        return pd.DataFrame(columns=RUN_COLUMNS)
+    info = dumps.astype({"dump": str}).drop_duplicates(["rank", "dump"]).set_index(["rank", "dump"])
+    rows = []
+    for (rank, dump), t in tiles.groupby([tiles["rank"], tiles["dump"].astype(str)], sort=True):  # one per launch
+        d = info.loc[(rank, dump)] if (rank, dump) in info.index else {}
+        if bool(d.get("is_control", False)) or str(d.get("operands", "")) == "smem":
+            continue
+        offered = t["control_compute_ns"].to_numpy(np.float64)
+        if not np.isfinite(offered).all() or not np.nansum(t["rs_bytes"].to_numpy(np.float64)) > 0:
+            continue
+        col = lambda name, default: np.nan_to_num(t[name].to_numpy(np.float64)) if name in t else default  # noqa: E731
+        w = launch_whatifs(t["cta"].to_numpy(), t["position"].to_numpy(), col("rs_bytes", 0.0), offered, link,
+                           epilogue_ns=col("control_epilogue_ns", 0.0), steps=col("load_steps", 1).astype(np.int64),
+                           stages=col("load_stages", 1).astype(np.int64))
+        for k in ("dest", "shape", "variant", "schedule"):
+            w[k] = str(t[k].iloc[0]) if pd.notna(t[k].iloc[0]) else "-"  # the verdicts' placeholder
+        rows.append(w)
+    if not rows:
+        return pd.DataFrame(columns=RUN_COLUMNS)
+    keys = ["dest", "shape", "variant", "schedule", "alternative"]
+    out = pd.concat(rows, ignore_index=True).groupby(keys, sort=False)[["parameter", "kernel_ns", "stall_ns", "gain"]].median().reset_index()
+    return out[RUN_COLUMNS]

@@ -273,8 +273,23 @@ VERDICTS = pa.schema(
     ]
 )
 
+# What-if on a host-mapped path per configuration × alternative (docs/model.md §13; analysis/link_whatif.py).
+LINK_WHATIF = pa.schema(
+    [
+        _field("dest", pa.string(), "destination"),
+        _field("shape", pa.string(), "shape"),
+        _field("variant", pa.string(), "kernel variant"),
+        _field("schedule", pa.string(), "schedule"),
+        _field("alternative", pa.string(), "alternative"),
+        _field("parameter", pa.float64(), "parameter (CTAs; tiles prefetched)"),
+        _field("kernel_ns", pa.float64(), "predicted kernel time"),
+        _field("stall_ns", pa.float64(), "predicted stall (median)"),
+        _field("gain", pa.float64(), "gain (as run / alternative)"),
+    ]
+)
+
 # The run's result tables, written as NAME.parquet beside the tables (docs/run-dataset.md).
-RESULTS: dict[str, pa.Schema] = {"table3": TABLE3, "verdicts": VERDICTS}
+RESULTS: dict[str, pa.Schema] = {"table3": TABLE3, "verdicts": VERDICTS, "link_whatif": LINK_WHATIF}
 
 
 def empty_table(name: str) -> pa.Table:

@@ -99,6 +99,11 @@ class Run:
         """docs/model.md §5, §12: the verdict, cause and stall per configuration and schedule (``base.schema.VERDICTS``, ns)."""
         return self._result("verdicts")
 
+    def link_whatif(self) -> pd.DataFrame:
+        """docs/model.md §13: per host-mapped configuration × alternative (as run, fewer CTAs, prefetch, link floor)
+        the predicted kernel time, stall and gain (``base.schema.LINK_WHATIF``, ns)."""
+        return self._result("link_whatif")
+
     def _result(self, name: str) -> pd.DataFrame:
         from xstage_trace.base.schema import RESULTS
         from xstage_trace.dataset.run_folder import check_listed_file

@@ -183,6 +183,12 @@ def _table3(parts: dict[str, pd.DataFrame], tables: dict[str, pd.DataFrame], ctx
     return attach_kernel_times(table3_from_tiles(parts["tiles"]), trials)
 
 
+def _link_whatif(parts: dict[str, pd.DataFrame], tables: dict[str, pd.DataFrame], ctx: AnalysisContext) -> pd.DataFrame:
+    from xstage_trace.analysis.link_whatif import run_whatifs
+
+    return run_whatifs(parts["tiles"], tables["dumps"], ctx.link)
+
+
 # What the per-dump steps read of the probe_slices table: calibration points take the median ns_per_cycle of a
 # dump's slices, so the plan's slice summary (one row per dump holding that median) reads the same.
 SLICE_COLUMNS = ["rank", "dump", "ns_per_cycle"]
@@ -194,6 +200,7 @@ DUMP_ANALYSES: tuple[Analysis, ...] = (  # in order: a step sees the results of 
 RUN_ANALYSES: tuple[Analysis, ...] = (
     Analysis("tiles", _tiles),
     Analysis("table3", _table3),
+    Analysis("link_whatif", _link_whatif),
 )
 
 
