@@ -25,8 +25,62 @@ CAUSES = {"slot_backpressure": "slot backpressure", "mainloop_inflation": "mainl
 
 def verdict_table(run) -> pd.DataFrame:
     """The run's verdict per configuration and schedule (``Run.verdicts()``, base.schema.VERDICTS) in
-    display units (:func:`in_display_units`)."""
-    return in_display_units(run.verdicts())
+    display units (:func:`in_display_units`), with the best predicted fix of its host-path what-if
+    (``Run.link_whatif()``, :func:`with_fixes`)."""
+    return with_fixes(in_display_units(run.verdicts()), run.link_whatif())
+
+
+FIX_COLUMNS = ["fix", "fix_parameter", "fix_kernel_ms", "fix_stall_us", "fix_gain", "as_run_pred_kernel_ms", "floor_kernel_ms"]
+
+
+def with_fixes(v: pd.DataFrame, whatif: pd.DataFrame) -> pd.DataFrame:
+    """docs/model.md §13: per verdict row the what-if's best alternative (least predicted kernel time among
+    ``sm_count`` and ``prefetch``) with its parameter, kernel time (ms), stall (µs) and gain, the predicted as-run
+    kernel time and the link floor (ms); missing where the run has no what-if for the configuration."""
+    out = v.copy()
+    for c in FIX_COLUMNS:
+        out[c] = None if c == "fix" else float("nan")
+    if v.empty or whatif is None or whatif.empty:
+        return out
+    keys = ["dest", "shape", "variant", "schedule"]
+    def key_of(values) -> tuple:  # "-", None and NaN are one missing variant or schedule
+        return tuple("-" if x is None or (isinstance(x, float) and math.isnan(x)) else str(x) for x in values)
+
+    idx: dict = {}
+    for key, g in whatif.groupby([whatif[k].map(lambda x: key_of([x])[0]) for k in keys], sort=False):  # a few configurations
+        alt = g[g["alternative"].isin(["sm_count", "prefetch"])].sort_values("kernel_ns")
+        get = lambda name: g.loc[g["alternative"] == name, "kernel_ns"]  # noqa: E731
+        idx[key] = (alt.iloc[0] if len(alt) else None, get("as_run"), get("link_floor"))
+    for i, row in out.iterrows():
+        hit = idx.get(key_of(row[k] for k in keys))
+        if hit is None:
+            continue
+        best, base, floor = hit
+        if best is not None:
+            out.at[i, "fix"], out.at[i, "fix_parameter"] = best["alternative"], best["parameter"]
+            out.at[i, "fix_kernel_ms"], out.at[i, "fix_stall_us"], out.at[i, "fix_gain"] = best["kernel_ns"] / 1e6, best["stall_ns"] / 1e3, best["gain"]
+        out.at[i, "as_run_pred_kernel_ms"] = float(base.iloc[0]) / 1e6 if len(base) else float("nan")
+        out.at[i, "floor_kernel_ms"] = float(floor.iloc[0]) / 1e6 if len(floor) else float("nan")
+    return out
+
+
+FIXES = {"prefetch": "issue the next tile's operand loads before the store (prefetch one tile)",
+         "sm_count": "store from fewer CTAs"}
+
+
+def _predicted_fix(row) -> str | None:
+    """The what-if's best fix with its predicted gain and the link floor (docs/model.md §13), or None."""
+    if not pd.notna(row.get("floor_kernel_ms")):
+        return None
+    floor = f"the link floor (every byte once at R) is {_num(row['floor_kernel_ms'], 'ms')}: no schedule gets below it"
+    gain = row.get("fix_gain")
+    if row.get("fix") is None or not pd.notna(gain) or float(gain) <= 1.0:
+        return f"the model predicts no gain from fewer CTAs or prefetching (as run {_num(row.get('as_run_pred_kernel_ms'), 'ms')}); {floor}"
+    what = FIXES.get(str(row["fix"]), str(row["fix"]))
+    if str(row["fix"]) == "sm_count":
+        what += f" ({int(row['fix_parameter'])})"
+    return (f"{what}: predicted {_num(row['fix_kernel_ms'], 'ms')} ({float(gain):.2f}× faster than the predicted "
+            f"{_num(row.get('as_run_pred_kernel_ms'), 'ms')} as run; median stall {_num(row.get('fix_stall_us'), 'µs')}); {floor}")
 
 
 def in_display_units(v: pd.DataFrame) -> pd.DataFrame:
@@ -122,13 +176,16 @@ def _change(v: pd.DataFrame, row) -> str:
             & (v["shape"].astype(str) == str(row["shape"])) & (v["variant"].astype(str) != str(row["variant"]))
         judged = v["compute_stall_us"].notna() if "compute_stall_us" in v else pd.Series(False, index=v.index)
         alt = v[same & judged & (v["diagnosis"].astype(str) != "mainloop_inflation") & (v["basis"].astype(str) == "measured")]
-        text = "Fix: outside the slot model (no predicted gain): keep the remote stores off the memory path the mainloop uses"
+        measured = []
         if len(alt):
-            text += f"; the mainloops of {', '.join(sorted(alt['variant'].astype(str)))} are not inflated in this run"
+            measured.append(f"the mainloops of {', '.join(sorted(alt['variant'].astype(str)))} are not inflated in this run (measured)")
         o = _other(v, row, "interleaved") if str(row.get("schedule")) == "wave" else None
         if o is not None and pd.notna(o.get("measured_stall_us")):
-            text += f"; interleaved, this variant measured {_num(o['measured_stall_us'], 'µs')}"
-        return text + "."
+            measured.append(f"interleaved, this variant measured {_num(o['measured_stall_us'], 'µs')}")
+        fix = _predicted_fix(row)
+        if fix is None:
+            fix = "keep the remote stores off the memory path the mainloop uses (no predicted gain: the run has no path-drain calibration)"
+        return "Fix: " + "; ".join([*measured, fix]) + "."
     if str(row.get("schedule")) == "wave":
         o = _other(v, row, "interleaved")
         if o is None:
