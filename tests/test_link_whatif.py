@@ -44,3 +44,33 @@ def test_prefetch_is_never_slower_than_as_run_here():
     t = launch_whatifs(CTA, POS, 1000.0, 10.0, MODEL).set_index("alternative")
     assert t.loc["prefetch", "kernel_ns"] <= t.loc["as_run", "kernel_ns"]
     assert t.loc["prefetch", "kernel_ns"] >= t.loc["link_floor", "kernel_ns"]
+
+
+def test_sentence_on_deepgemm_names_the_fix_and_its_gain(tmp_path):
+    """The DeepGEMM sample, analysed with the path-drain calibration: the stall-bound host row's sentence names the
+    prefetch fix with the gain computed here from the what-if's kernel times (numpy), and the link floor, computed
+    here as the host tiles' bytes of one launch over R."""
+    import pandas as pd
+
+    from xstage_trace import open_run
+    from xstage_trace.analysis.link_whatif import run_whatifs
+    from xstage_trace.collectors.calibration_io import link_model_of_document, read_document
+    from xstage_trace.pipeline.runner import analyze_inputs
+    from xstage_trace.reports.verdict_text import in_display_units, with_fixes, with_sentences
+
+    cal = "sample_traces/h200_calibration/path_drain/calibration_host_tensor2d.json"
+    analyze_inputs(["sample_traces/h200_deepgemm/dumps"], tmp_path / "r.xstage-run", calibration=cal)
+    run = open_run(tmp_path / "r.xstage-run")
+    link = link_model_of_document(read_document(cal), cal)
+    tiles = run.tiles()
+    w = run_whatifs(tiles, run.dumps(), link)
+    s = with_sentences(with_fixes(in_display_units(run.verdicts()), w))
+    row = s[(s["dest"] == "host") & (s["shape"] == "m8192n4096k7168")].iloc[0]
+    g = w[(w["dest"] == "host") & (w["shape"] == "m8192n4096k7168")].set_index("alternative")
+    best = g.loc[["sm_count", "prefetch"], "kernel_ns"].astype(float)
+    gain = float(np.float64(g.loc["as_run", "kernel_ns"]) / best.min())
+    assert f"{gain:.2f}× faster" in row["sentence"]
+    host = tiles[(tiles["dest"] == "host") & (tiles["shape"] == "m8192n4096k7168")]
+    floor_ms = np.median([np.nansum(t["rs_bytes"]) / link.rate_gbps / 1e6 for _, t in host.groupby("dump")])
+    assert f"floor (every byte once at R) is {float(f'{floor_ms:.3g}'):g} ms" in row["sentence"]
+    assert "prefetch" in row["sentence"] and pd.notna(row["fix_gain"])

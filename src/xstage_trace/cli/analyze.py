@@ -78,8 +78,11 @@ def with_verdicts(summary: dict) -> dict:
     from xstage_trace import open_run
     from xstage_trace.reports.verdict_text import verdict_table, with_sentences
 
-    v = with_sentences(verdict_table(open_run(summary["run_dir"])))
+    run = open_run(summary["run_dir"])
+    v = with_sentences(verdict_table(run))
     doc = dict(summary)
+    w = run.link_whatif()  # docs/model.md §13: predicted kernel time and stall per configuration × alternative
+    doc["link_whatif"] = w.astype(object).where(w.notna(), None).to_dict("records")
     doc.setdefault("verdicts", v.drop(columns=["sentence"]).to_dict("records"))
     doc["verdict_sentences"] = v["sentence"].tolist()
     return doc
