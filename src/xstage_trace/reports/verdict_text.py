@@ -64,6 +64,7 @@ def with_fixes(v: pd.DataFrame, whatif: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+DRAIN_BOUND = 1.05  # as-run prediction within 5 % of the link floor: no schedule change can gain more
 FIXES = {"prefetch": "issue the next tile's operand loads before the store (prefetch one tile)",
          "sm_count": "store from fewer CTAs"}
 
@@ -73,6 +74,9 @@ def _predicted_fix(row) -> str | None:
     if not pd.notna(row.get("floor_kernel_ms")):
         return None
     floor = f"the link floor (every byte once at R) is {_num(row['floor_kernel_ms'], 'ms')}: no schedule gets below it"
+    base = row.get("as_run_pred_kernel_ms")
+    if pd.notna(base) and float(base) <= DRAIN_BOUND * float(row["floor_kernel_ms"]):
+        floor = f"drain-bound: {floor}, and the predicted {_num(base, 'ms')} as run is within {100 * (DRAIN_BOUND - 1):.0f} % of it"
     gain = row.get("fix_gain")
     if row.get("fix") is None or not pd.notna(gain) or float(gain) <= 1.0:
         return f"the model predicts no gain from fewer CTAs or prefetching (as run {_num(row.get('as_run_pred_kernel_ms'), 'ms')}); {floor}"

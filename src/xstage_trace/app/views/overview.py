@@ -40,7 +40,8 @@ if path:
         cols = {"dest": "dest", "shape": "shape", "variant": "variant", "schedule": "schedule", "verdict": "verdict", "diagnosis": "cause",
                 "measured_stall_us": "stall measured (µs)", "kernel_ms": "kernel (ms)", "stalled_tiles": "stalled tiles", "tiles": "tiles",
                 "slot_stall_us": "slot part (µs)", "compute_stall_us": "compute part (µs)", "slot_model_stall_us": "slot model Δt (µs)",
-                "predicted_stall_us": "calibrated prediction (µs)", "noise_us": "noise floor (µs)"}
+                "predicted_stall_us": "calibrated prediction (µs)", "noise_us": "noise floor (µs)", "fix": "best fix (§13)",
+                "fix_kernel_ms": "fix: predicted kernel (ms)", "fix_gain": "fix: predicted gain (×)", "floor_kernel_ms": "link floor (ms)"}
         st.dataframe(v[[c for c in cols if c in v]].round(3).rename(columns=cols), hide_index=True, key="verdicts")
         sp = schedule_speedups(v)
         if len(sp):
