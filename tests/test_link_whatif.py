@@ -74,3 +74,16 @@ def test_sentence_on_deepgemm_names_the_fix_and_its_gain(tmp_path):
     floor_ms = np.median([np.nansum(t["rs_bytes"]) / link.rate_gbps / 1e6 for _, t in host.groupby("dump")])
     assert f"floor (every byte once at R) is {float(f'{floor_ms:.3g}'):g} ms" in row["sentence"]
     assert "prefetch" in row["sentence"] and pd.notna(row["fix_gain"])
+
+
+def test_run_table_matches_its_schema_and_is_empty_without_a_link_model():
+    import pandas as pd
+
+    from xstage_trace.analysis.link_whatif import RUN_COLUMNS, run_whatifs
+    from xstage_trace.base.schema import RESULTS
+    from xstage_trace.pipeline.analyses import RUN_ANALYSES
+
+    assert [f.name for f in RESULTS["link_whatif"]] == RUN_COLUMNS
+    assert "link_whatif" in [a.name for a in RUN_ANALYSES]
+    tiles = pd.DataFrame({"rank": [0], "dump": ["d"], "cta": [0], "position": [0], "rs_bytes": [1.0], "control_compute_ns": [1.0]})
+    assert run_whatifs(tiles, pd.DataFrame({"rank": [0], "dump": ["d"]}), None).empty
