@@ -70,3 +70,20 @@ def test_configurations_of_different_variants_get_their_own_verdict():
 def test_no_tiles_gives_an_empty_table_with_the_columns():
     v = config_verdicts(pd.DataFrame())
     assert v.empty and "verdict" in v.columns
+
+
+def test_the_sentence_says_where_the_calibrated_prediction_misses_the_measured_stall():
+    """Issue 28's goal (within 15 % or 2 µs of the measured median): outside it the sentence names the miss."""
+    import pandas as pd
+
+    from xstage_trace.reports.verdict_text import sentence
+
+    base = {"dest": "host", "shape": "s", "variant": None, "schedule": None, "verdict": "stall-bound", "diagnosis": "slot_backpressure",
+            "basis": "measured", "tiles": 10, "stalled_tiles": 8, "slot_model_stall_us": 0.0}
+    miss = dict(base, measured_stall_us=14.0, predicted_stall_us=50.9)
+    text = sentence(pd.DataFrame([miss]), pd.Series(miss))
+    assert f"misses the measured stall by {100 * (50.9 / 14.0 - 1):+.0f} %" in text
+    near = dict(base, measured_stall_us=14.0, predicted_stall_us=15.9)  # 13.6 % off: within the goal
+    assert "misses" not in sentence(pd.DataFrame([near]), pd.Series(near))
+    small = dict(base, measured_stall_us=1.0, predicted_stall_us=2.9)  # 190 % but 1.9 µs: within 2 µs
+    assert "misses" not in sentence(pd.DataFrame([small]), pd.Series(small))

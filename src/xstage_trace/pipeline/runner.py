@@ -66,6 +66,9 @@ def analyze_inputs(inputs: list[Path], output: Path | None, nsys=None, calibrati
         if len(result.table3):
             stage.write_result("table3", result.table3)
             stage.write_result("verdicts", config_verdicts(result.table3))
+            whatif = link_whatif_of_parts(stage.folder, tables["dumps"].to_pandas(), ctx.link)
+            if len(whatif):
+                stage.write_result("link_whatif", whatif)
         if len(points):
             stage.write_text("calibration_points.csv", points.to_csv(index=False))
         if calibration:
@@ -97,6 +100,24 @@ def analyze_inputs(inputs: list[Path], output: Path | None, nsys=None, calibrati
         "time_base": plan.manifest["time_base"],
         "warnings": warnings,
     }
+
+
+WHATIF_COLUMNS = ["rank", "dump", "dest", "shape", "variant", "schedule", "cta", "position", "control_compute_ns",
+                  "control_epilogue_ns", "rs_bytes", "load_steps", "load_stages"]  # what analysis.link_whatif.run_whatifs reads
+
+
+def link_whatif_of_parts(folder: Path, dumps: pd.DataFrame, link) -> pd.DataFrame:
+    """docs/model.md §13: the what-if table (``analysis.link_whatif.run_whatifs``) of the tile parts a streaming
+    analyze wrote into ``folder``, read with only the columns it needs; empty without a path-drain link model."""
+    from xstage_trace.analysis.link_whatif import run_whatifs
+
+    parts = sorted((Path(folder) / "tiles").glob("rank=*/part-*.parquet"))
+    if link is None or not parts:
+        return pd.DataFrame()
+    import pyarrow.parquet as pq
+
+    tiles = pd.concat([pq.read_table(p, columns=WHATIF_COLUMNS).to_pandas() for p in parts], ignore_index=True)
+    return run_whatifs(tiles, dumps, link)
 
 
 def verdict_records(verdicts: pd.DataFrame) -> list[dict]:
