@@ -15,7 +15,8 @@ from xstage_trace.base.errors import InputError
 from conftest import CALIB
 from xstage_trace.collectors.align import align_dumps
 from xstage_trace.collectors.collect import collect
-from xstage_trace.dataset.run_folder import read_run, write_run
+from xstage_trace.base.run_files import read_run
+from xstage_trace.dataset.run_folder import write_run
 from xstage_trace.base.schema import TABLES
 
 

@@ -9,7 +9,7 @@ import pytest
 from conftest import SAMPLES
 from xstage_trace.analysis.calibration_fit import fit_calibration
 from xstage_trace.analysis.timing import max_across_ranks_median
-from xstage_trace.dataset.run_folder import read_run
+from xstage_trace.base.run_files import read_run
 from xstage_trace.pipeline.runner import analyze_inputs
 
 PEER = SAMPLES / "h200x2_peer"

@@ -538,7 +538,8 @@ def test_clock_resolution_is_read_from_the_readings():
 
 def test_staged_run_publishes_only_on_commit(tmp_path):
     from xstage_trace.base.schema import TABLES, empty_table
-    from xstage_trace.dataset.run_folder import read_run, staged_run
+    from xstage_trace.base.run_files import read_run
+    from xstage_trace.dataset.run_folder import staged_run
 
     with pytest.raises(RuntimeError, match="commit"):
         with staged_run(tmp_path / "a.run") as stage:

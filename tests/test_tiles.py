@@ -11,7 +11,7 @@ from scipy.stats import spearmanr
 from conftest import FUSED, SAMPLES
 from xstage_trace.analysis.stall import stall_summary
 from xstage_trace.pipeline.runner import analyze_inputs
-from xstage_trace.dataset.run_folder import read_run
+from xstage_trace.base.run_files import read_run
 
 
 @pytest.fixture(scope="module")

@@ -71,7 +71,7 @@ def _is_within(inner: Path, outer: Path) -> bool:
 
 def _run_folder_above(path: Path) -> Path | None:
     """The xstage-trace run folder that ``path`` would lie inside, if any."""
-    from xstage_trace.dataset.run_folder import MANIFEST, is_run_dir
+    from xstage_trace.base.run_files import MANIFEST, is_run_dir
 
     for p in path.parents:
         if (p / MANIFEST).is_file() and is_run_dir(p):

@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from xstage_trace.base.version import __version__
-from xstage_trace.dataset.run_folder import MANIFEST, is_run_dir, iter_table_files, read_manifest, read_run, table_part_path, write_parquet, write_table_part
+from xstage_trace.base.run_files import MANIFEST, is_run_dir, iter_table_files, read_manifest, read_run, table_part_path, write_parquet, write_table_part
 from xstage_trace.collectors.nsys_reader import read_nsys_export
 from xstage_trace.collectors.nsys_rep import export_report
 from xstage_trace.collectors.align import Alignment
@@ -407,7 +407,7 @@ def load_records(task: DumpTask) -> tuple[pa.Table, list[str]]:
     if task.from_run:
         import pyarrow.dataset as ds
 
-        from xstage_trace.dataset.run_folder import table_files
+        from xstage_trace.base.run_files import table_files
 
         part = ds.dataset(table_files(task.path, "probes"), format="parquet")
         flt = (ds.field("dump") == task.dump) & (ds.field("rank") == task.rank)

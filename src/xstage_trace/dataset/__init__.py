@@ -1,1 +1,1 @@
-"""The run dataset: the run folder on disk (run_folder), the open_run façade (api) and collections of runs (collection)."""
+"""The run dataset: the run written in one transaction (run_folder; its file format is base/run_files), the open_run façade (api) and collections of runs (collection)."""

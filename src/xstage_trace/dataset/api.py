@@ -31,7 +31,7 @@ class Run:
     """One run dataset folder written by ``xstage-trace analyze``."""
 
     def __init__(self, run_dir: str | Path):
-        from xstage_trace.dataset.run_folder import check_run_files, read_manifest
+        from xstage_trace.base.run_files import check_run_files, read_manifest
 
         self.path = Path(run_dir)
         self._read: dict[str, pa.Table] = {}
@@ -48,7 +48,7 @@ class Run:
         ``probe_slices``, ``bursts``, ``tiles``), read on first use (a run with 10 M probe
         records opens its small tables without reading the probes)."""
         from xstage_trace.base.schema import TABLES
-        from xstage_trace.dataset.run_folder import read_table
+        from xstage_trace.base.run_files import read_table
 
         if name not in TABLES:
             raise KeyError(f"no table {name!r}; tables: {', '.join(TABLES)}")
@@ -106,7 +106,7 @@ class Run:
 
     def _result(self, name: str) -> pd.DataFrame:
         from xstage_trace.base.schema import RESULTS
-        from xstage_trace.dataset.run_folder import check_listed_file
+        from xstage_trace.base.run_files import check_listed_file
 
         f = check_listed_file(self.path, self.manifest, f"{name}.parquet")  # only the bytes the manifest hashed
         return _read_result(f, pd.read_parquet) if f else RESULTS[name].empty_table().to_pandas()
@@ -143,7 +143,7 @@ class Run:
         against the manifest's sha256) when it has one; for runs written before the copy, the file the
         manifest names (``calibration``), tried from the current folder, then from the run folder's
         parent; None when there was none or it is gone."""
-        from xstage_trace.dataset.run_folder import CALIBRATION_COPY, check_listed_file
+        from xstage_trace.base.run_files import CALIBRATION_COPY, check_listed_file
 
         if self.manifest.get("calibration_file") == CALIBRATION_COPY:
             return check_listed_file(self.path, self.manifest, CALIBRATION_COPY)
@@ -163,7 +163,7 @@ class Run:
         (collectors/calibration_io.read_document: InputError when the run's copy is damaged), or None
         (no calibration, an older run whose file is gone or unreadable)."""
         from xstage_trace.collectors.calibration_io import read_document
-        from xstage_trace.dataset.run_folder import CALIBRATION_COPY
+        from xstage_trace.base.run_files import CALIBRATION_COPY
 
         f = self.calibration_path()
         if f is None:
@@ -177,7 +177,7 @@ class Run:
 
     def calibration(self) -> pd.DataFrame:
         """Calibration points reduced from calibration-benchmark dumps (empty for other runs)."""
-        from xstage_trace.dataset.run_folder import check_listed_file
+        from xstage_trace.base.run_files import check_listed_file
 
         f = check_listed_file(self.path, self.manifest, "calibration_points.csv")
         return _read_result(f, pd.read_csv) if f else pd.DataFrame()

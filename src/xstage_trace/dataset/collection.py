@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Iterable
 
 from xstage_trace.base.errors import InputError
 from xstage_trace.base.schema import TABLES
-from xstage_trace.dataset.run_folder import MANIFEST, check_run_files, read_manifest
+from xstage_trace.base.run_files import MANIFEST, check_run_files, read_manifest
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -87,7 +87,7 @@ def _calibration_doc(path: Path) -> dict | None:
 def _table_files(run: Path, name: str) -> list[Path]:
     """The Parquet files of one table of one run that its manifest lists: ``NAME.parquet`` or
     ``NAME/rank=R/*.parquet`` (a file the manifest does not list is never read)."""
-    from xstage_trace.dataset.run_folder import table_files
+    from xstage_trace.base.run_files import table_files
 
     return [Path(f) for f in table_files(run, name, read_manifest(run))]
 

@@ -208,7 +208,7 @@ def sequence_doc(bursts: Path, calibration: Path | None, rate_gbps, issue_floor_
     _number("--rate-gbps", rate_gbps), _number("--issue-floor-us", issue_floor_us), _number("--capacity-mib", capacity_mib)
     bursts = Path(bursts)
     if input_kind(bursts) == "dir":
-        from xstage_trace.dataset.run_folder import read_run
+        from xstage_trace.base.run_files import read_run
 
         df = read_run(bursts)[0]["bursts"].to_pandas()
     else:

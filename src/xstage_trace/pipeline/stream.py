@@ -52,7 +52,7 @@ from xstage_trace.base.malloc import keep_freed_memory, release_freed_memory
 from xstage_trace.pipeline.analyses import SLICE_COLUMNS, AnalysisContext, analyze_dumps, calibrated_models
 from xstage_trace.analysis.tiles import ControlStats, control_sample, control_stats_from_samples, finish_tiles, with_dump_config
 from xstage_trace.collectors.collect import DumpTask, load_records, rows_by_dump
-from xstage_trace.dataset.run_folder import table_part_path, write_table_part
+from xstage_trace.base.run_files import table_part_path, write_table_part
 
 PARALLEL_MIN_RECORDS = 2_000_000  # below this, starting worker processes costs more than it saves
 TABLE3_COLUMNS = ["dest", "shape", "variant", "schedule", "mainloop_ns", "cover_ns", "rs_span_ns", "predicted_stall_ns", "measured_stall_ns",
