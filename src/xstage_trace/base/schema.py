@@ -205,13 +205,16 @@ def _field(name: str, type_: pa.DataType, label: str) -> pa.Field:
     return pa.field(name, type_, metadata={"label": label})
 
 
+def _config_key_fields() -> list[pa.Field]:
+    """The key of a result row: one configuration (dest, shape, variant) and schedule, with display labels."""
+    return [_field("dest", pa.string(), "destination"), _field("shape", pa.string(), "shape"),
+            _field("variant", pa.string(), "kernel variant"), _field("schedule", pa.string(), "schedule")]
+
+
 # Table 3 (docs/model.md §5, §12): one row per configuration and schedule, times in ns like every other table.
 TABLE3 = pa.schema(
     [
-        _field("dest", pa.string(), "destination"),
-        _field("shape", pa.string(), "shape"),
-        _field("variant", pa.string(), "kernel variant"),
-        _field("schedule", pa.string(), "schedule"),
+        *_config_key_fields(),
         _field("tiles", pa.int64(), "remote-store tiles"),
         _field("measured_tiles", pa.int64(), "tiles with a measured stall"),
         _field("stalled_tiles", pa.int64(), "stalled tiles"),
@@ -252,10 +255,7 @@ TABLES: dict[str, pa.Schema] = {
 # The verdict per configuration and schedule (docs/model.md §5, §12; analysis/verdict.py).
 VERDICTS = pa.schema(
     [
-        _field("dest", pa.string(), "destination"),
-        _field("shape", pa.string(), "shape"),
-        _field("variant", pa.string(), "kernel variant"),
-        _field("schedule", pa.string(), "schedule"),
+        *_config_key_fields(),
         _field("verdict", pa.string(), "verdict"),
         _field("diagnosis", pa.string(), "cause"),
         _field("basis", pa.string(), "basis"),
@@ -276,10 +276,7 @@ VERDICTS = pa.schema(
 # What-if on a host-mapped path per configuration × alternative (docs/model.md §13; analysis/link_whatif.py).
 LINK_WHATIF = pa.schema(
     [
-        _field("dest", pa.string(), "destination"),
-        _field("shape", pa.string(), "shape"),
-        _field("variant", pa.string(), "kernel variant"),
-        _field("schedule", pa.string(), "schedule"),
+        *_config_key_fields(),
         _field("alternative", pa.string(), "alternative"),
         _field("parameter", pa.float64(), "parameter (CTAs; tiles prefetched)"),
         _field("kernel_ns", pa.float64(), "predicted kernel time"),
