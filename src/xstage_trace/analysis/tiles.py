@@ -219,25 +219,33 @@ def _forward_inputs(t: pd.DataFrame) -> dict[str, np.ndarray]:
             "plain_store": t["plain_store"].to_numpy(bool) if "plain_store" in t else np.zeros(n, bool)}
 
 
+def _combined_keys(codes: list[tuple[np.ndarray, list]]) -> tuple[np.ndarray, Callable[[int], tuple]]:
+    """One group code per row from per-column text codes (``text_codes``; −1, a missing key, included) and the
+    function that turns a group code back into its key tuple (None for a missing key)."""
+    combo = np.zeros(len(codes[0][0]) if codes else 0, np.int64)
+    for c, names in codes:
+        combo = combo * (len(names) + 1) + c + 1
+
+    def key_of(g: int) -> tuple:
+        key, rest = [], int(g)
+        for _, names in reversed(codes):
+            rest, v = divmod(rest, len(names) + 1)
+            key.append(names[v - 1] if v else None)
+        return tuple(reversed(key))
+
+    return combo, key_of
+
+
 def _control_lookup(t: pd.DataFrame, p99: pd.DataFrame) -> dict[str, np.ndarray]:
     """Per tile the control statistics of its CONTROL_KEYS (every other column of ``p99``: mainloop p99 and median,
     store-span median and p99), a left join where a missing key matches a missing key as in pandas' merge: the few
     distinct key tuples looked up in a dict."""
-    codes = [text_codes(t[k]) for k in CONTROL_KEYS]
-    combo = np.zeros(len(t), np.int64)
-    for c, names in codes:
-        combo = combo * (len(names) + 1) + c + 1
+    combo, key_of = _combined_keys([text_codes(t[k]) for k in CONTROL_KEYS])
     pair, firsts = pd.factorize(combo)
     row_of: dict[tuple, int] = {}
     for i, key in enumerate(zip(*(p99[k] for k in CONTROL_KEYS))):
         row_of.setdefault(tuple(None if pd.isna(x) else str(x) for x in key), i)
-    found = np.empty(len(firsts), np.intp)
-    for j, f in enumerate(firsts):
-        key, rest = [], int(f)
-        for c, names in reversed(codes):
-            rest, v = divmod(rest, len(names) + 1)
-            key.append(names[v - 1] if v else None)
-        found[j] = row_of.get(tuple(reversed(key)), -1)
+    found = np.array([row_of.get(key_of(f), -1) for f in firsts], np.intp)
     pos = found[pair]
     return {c: np.where(pos >= 0, p99[c].to_numpy(np.float64)[np.maximum(pos, 0)], np.nan) if len(p99) else np.full(len(t), np.nan)
             for c in p99.columns if c not in CONTROL_KEYS}
@@ -253,17 +261,10 @@ def _tile_control_lookup(t: pd.DataFrame, per_tile: Mapping[tuple, TileControl])
     ml, ep, jitter = np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan)
     if not per_tile or not n:
         return ml, ep, jitter
-    codes = [text_codes(t[k]) for k in CONTROL_KEYS]
-    combo = np.zeros(n, np.int64)
-    for c, names in codes:
-        combo = combo * (len(names) + 1) + c + 1
+    combo, key_of = _combined_keys([text_codes(t[k]) for k in CONTROL_KEYS])
     tile = t["tile"].to_numpy(np.int64)
     for g in np.unique(combo):  # a few: shapes × kinds × operand paths
-        key, rest = [], int(g)
-        for c, names in reversed(codes):
-            rest, v = divmod(rest, len(names) + 1)
-            key.append(names[v - 1] if v else None)
-        tc = per_tile.get(tuple(reversed(key)))
+        tc = per_tile.get(key_of(g))
         if tc is None:
             continue
         rows = np.flatnonzero(combo == g)
@@ -384,21 +385,15 @@ def control_sample(tiles: pd.DataFrame | Mapping[str, pd.Series]) -> ControlSamp
     store = (tiles[store_col].to_numpy(np.float64) if store_col else np.full(len(ctrl), np.nan))[ctrl]
     tile = np.asarray(tiles["tile"], np.int64)[ctrl] if "tile" in tiles else None  # without tile ids: no per-tile control
     epilogue = (np.asarray(tiles["epilogue_span_ns"], np.float64) if "epilogue_span_ns" in tiles else np.full(len(ctrl), np.nan))[ctrl]
-    group = np.zeros(len(mainloop), np.int64)
-    for codes, names in keys:
-        group = group * (len(names) + 1) + codes + 1  # code -1 (missing) → 0
+    group, key_of = _combined_keys(keys)
     groups, stores, per_tile = {}, {}, {}
     for g in np.unique(group):  # a few: shapes × kinds × operand paths
-        v, s = mainloop[group == g], store[group == g]
-        key, rest = [], int(g)
-        for codes, names in reversed(keys):
-            rest, c = divmod(rest, len(names) + 1)
-            key.append(names[c - 1] if c else None)
-        groups[tuple(reversed(key))] = v[~np.isnan(v)]
-        stores[tuple(reversed(key))] = s[~np.isnan(s)]
+        v, s, key = mainloop[group == g], store[group == g], key_of(g)
+        groups[key] = v[~np.isnan(v)]
+        stores[key] = s[~np.isnan(s)]
         kept = (group == g) & ~np.isnan(mainloop)
         if tile is not None:
-            per_tile[tuple(reversed(key))] = (tile[kept], mainloop[kept], epilogue[kept])
+            per_tile[key] = (tile[kept], mainloop[kept], epilogue[kept])
     return ControlSample(waits[~np.isnan(waits)], groups, stores, per_tile)
 
 
