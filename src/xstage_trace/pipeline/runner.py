@@ -110,8 +110,9 @@ def link_whatif_of_parts(folder: Path, dumps: pd.DataFrame, link) -> pd.DataFram
     """docs/model.md §13: the what-if table (``analysis.link_whatif.run_whatifs``) of the tile parts a streaming
     analyze wrote into ``folder``, read with only the columns it needs; empty without a path-drain link model."""
     from xstage_trace.analysis.link_whatif import run_whatifs
+    from xstage_trace.base.run_files import table_files
 
-    parts = sorted((Path(folder) / "tiles").glob("rank=*/part-*.parquet"))
+    parts = table_files(Path(folder), "tiles")
     if link is None or not parts:
         return pd.DataFrame()
     import pyarrow.parquet as pq
