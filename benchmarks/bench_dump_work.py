@@ -37,7 +37,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from xstage_trace.pipeline.analyses import AnalysisContext
-    from xstage_trace.collectors.calibration_io import load_platform
+    from xstage_trace.dataset.calibration import load_platform
     from xstage_trace.collectors.collect import plan_run
     from xstage_trace.pipeline.stream import analyze_streaming
 

@@ -31,7 +31,8 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from xstage_trace.analysis.stall import forward_link_kernels  # noqa: E402
 from xstage_trace.analysis.forward import forward_tiles  # noqa: E402
-from xstage_trace.collectors.calibration_io import link_model_of_document, read_document  # noqa: E402
+from xstage_trace.analysis.calibration_model import link_model_of_document  # noqa: E402
+from xstage_trace.collectors.calibration_io import read_document  # noqa: E402
 from xstage_trace.collectors.probe_format import decode_probe_dump  # noqa: E402
 from xstage_trace.dataset.api import open_run  # noqa: E402
 

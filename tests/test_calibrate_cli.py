@@ -72,7 +72,7 @@ def test_calibration_json_predicts_like_the_fit(tmp_path):
     import pandas as pd
 
     from xstage_trace.analysis.calibration_fit import CalibratedPlatform, fit_calibration, predict
-    from xstage_trace.collectors.calibration_io import load_platform
+    from xstage_trace.dataset.calibration import load_platform
 
     out = tmp_path / "calib.json"
     assert run("calibrate", "fit", OURS, "--dest", "host", "-o", out).returncode == 0
@@ -86,7 +86,7 @@ def test_calibration_json_predicts_like_the_fit(tmp_path):
 
 def test_version2_json_still_loads_with_its_rate_per_k(tmp_path):
     """A version-2 file (before R(K, B)) predicts with its R(K); the shipped calibration may be one."""
-    from xstage_trace.collectors.calibration_io import load_platform
+    from xstage_trace.dataset.calibration import load_platform
 
     doc = json.loads(OURS.with_name("calibration_host.json").read_text())
     doc["calibration_version"] = 2

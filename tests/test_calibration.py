@@ -19,7 +19,8 @@ import pytest
 from conftest import CALIB, REFERENCE, SAMPLES
 from xstage_trace.analysis.calibration_fit import CalibratedPlatform, fit_calibration, validate
 from xstage_trace.analysis.calibration_points import calibration_points
-from xstage_trace.collectors.calibration_io import load_platform_from_doc, period_errors_of
+from xstage_trace.analysis.calibration_model import load_platform_from_doc
+from xstage_trace.collectors.calibration_io import period_errors_of
 from xstage_trace.collectors.collect import collect
 
 PEER = SAMPLES / "h200x2_peer"
@@ -365,7 +366,7 @@ def test_version1_json_still_loads_and_reports(tmp_path):
 
 
 def test_report_text_names_both_lines_and_the_validation(tmp_path, fit_ours, reference):
-    from xstage_trace.collectors.calibration_io import calibration_document, validation_document
+    from xstage_trace.analysis.calibration_model import calibration_document, validation_document
     from xstage_trace.reports.calibration import calibration_report
 
     v = validate(fit_ours, reference)

@@ -19,7 +19,9 @@ import pytest
 from conftest import CALIB
 from test_calibration_synthetic import RATE_GBPS, sweep
 from xstage_trace.analysis.calibration_fit import fit_calibration, validate
-from xstage_trace.collectors.calibration_io import calibration_document, calibration_name, load_platform, store_of_document
+from xstage_trace.analysis.calibration_model import calibration_document
+from xstage_trace.collectors.calibration_io import calibration_name, store_of_document
+from xstage_trace.dataset.calibration import load_platform
 from xstage_trace.base.probe_layout import RECORD_DTYPE, SLICE_DTYPE
 from xstage_trace.instrument.probe_writer import write_probe_dump
 

@@ -12,7 +12,8 @@ from xstage_trace.analysis.drain_fit import LoadRoundCase, fit_load_rate, fit_ra
 from xstage_trace.analysis.drain_points import completion_rate_gbps
 from xstage_trace.analysis.forward import LinkModel, forward_tiles
 from xstage_trace.base.errors import InputError
-from xstage_trace.collectors.calibration_io import check_document, link_model_of_document, read_document
+from xstage_trace.analysis.calibration_model import link_model_of_document
+from xstage_trace.collectors.calibration_io import check_document, read_document
 
 ROOT = Path(__file__).resolve().parents[1]
 R = 50.0  # GB/s = bytes/ns

@@ -24,7 +24,8 @@ def deepgemm(tmp_path_factory):
 
 def _spans(run):
     """The host tiles of one launch with what the forward step reads (its bytes, steps, stages, cover) rebuilt."""
-    from xstage_trace.collectors.calibration_io import link_model_of_document, read_document
+    from xstage_trace.analysis.calibration_model import link_model_of_document
+    from xstage_trace.collectors.calibration_io import read_document
 
     t = run.tiles()
     launch = t[(t["dest"] == "host") & (t["dump"] == sorted(t.loc[t["dest"] == "host", "dump"].unique())[0])].copy()

@@ -268,7 +268,8 @@ CALIBRATION_PATHS = [p for p, _ in _walk(CALIBRATION) if p]
 
 
 def test_calibration_json_round_trips(tmp_path):
-    from xstage_trace.collectors.calibration_io import load_platform, read_document
+    from xstage_trace.collectors.calibration_io import read_document
+    from xstage_trace.dataset.calibration import load_platform
 
     path = tmp_path / "c.json"
     path.write_text(json.dumps(read_document(CALIB / "calibration_host.json")))
@@ -278,7 +279,7 @@ def test_calibration_json_round_trips(tmp_path):
 @fuzz(250)
 @given(where=st.integers(0, len(CALIBRATION_PATHS) - 1), value=json_values | st.sampled_from(["NaN", "Infinity"]), delete=st.booleans())
 def test_calibration_json_with_odd_values(tmp_path_factory, where, value, delete):
-    from xstage_trace.collectors.calibration_io import load_platform
+    from xstage_trace.dataset.calibration import load_platform
 
     import copy
 

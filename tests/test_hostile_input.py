@@ -629,7 +629,7 @@ def test_model_sequence_checks_its_calibration_too(xs, tmp_path):
 @pytest.mark.parametrize("name", ["h200_calibration/calibration_host.json", "h200_calibration/calibration_local.json",
                                   "h200x2_peer/calibration_peer0to1.json", "h200x2_peer/calibration_peer1to0.json"])
 def test_the_sample_calibrations_still_load(name):
-    from xstage_trace.collectors.calibration_io import load_platform
+    from xstage_trace.dataset.calibration import load_platform
 
     doc = json.loads((SAMPLES / name).read_text())
     m = load_platform(SAMPLES / name)

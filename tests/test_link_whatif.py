@@ -54,7 +54,8 @@ def test_sentence_on_deepgemm_names_the_fix_and_its_gain(tmp_path):
 
     from xstage_trace import open_run
     from xstage_trace.analysis.link_whatif import run_whatifs
-    from xstage_trace.collectors.calibration_io import link_model_of_document, read_document
+    from xstage_trace.analysis.calibration_model import link_model_of_document
+    from xstage_trace.collectors.calibration_io import read_document
     from xstage_trace.pipeline.runner import analyze_inputs
     from xstage_trace.reports.verdict_text import in_display_units, with_fixes, with_sentences
 

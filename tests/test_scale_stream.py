@@ -17,7 +17,7 @@ import xstage_trace.pipeline.stream as stream
 from conftest import CALIB, FUSED, SAMPLES, SAMPLE_WARMUPS
 from xstage_trace.pipeline.analyses import AnalysisContext, analyze_frames
 from xstage_trace.base.schema import conform
-from xstage_trace.collectors.calibration_io import load_platform
+from xstage_trace.dataset.calibration import load_platform
 from xstage_trace.collectors.collect import collect
 from xstage_trace.collectors.probe_format import decode_probe_dump
 from xstage_trace.pipeline.runner import analyze_inputs

@@ -218,7 +218,7 @@ def test_burst_audit_uses_the_offered_gap_and_only_its_own_store_path(tmp_path):
     """ρ_n = V_n / (R·(T_iss^0 + G_n)) (docs/model.md §4) with G_n the next Linear-2 mainloop in the wave schedule,
     by hand from the calibration JSON; the host calibration does not audit the local control."""
     import xstage_trace
-    from xstage_trace.collectors.calibration_io import load_platform
+    from xstage_trace.dataset.calibration import load_platform
 
     calib = SAMPLES / "h200_calibration" / "calibration_host.json"
     analyze_inputs([FUSED / "traced" / "fused_reference.nsys-rep", FUSED / "traced"], tmp_path / "run", calibration=calib, warmup_launches=2)

@@ -38,7 +38,7 @@ import pandas as pd
 from xstage_trace.analysis.burst_gap import isolated_issue_time_ns
 from xstage_trace.analysis.calibration_crossrun import compare_runs
 from xstage_trace.analysis.calibration_capacity import BOOTSTRAP_SEED, CapacityEstimate, estimate_capacity, isolated_knee
-from xstage_trace.analysis.calibration_points import DEFAULT_STORE
+from xstage_trace.base.config import DEFAULT_STORE
 from xstage_trace.analysis.platform import PlatformModel
 from xstage_trace.analysis.recurrence import stalled_trajectory
 

@@ -12,12 +12,12 @@ import pandas as pd
 
 from xstage_trace.analysis.columnar import as_text
 from xstage_trace.analysis.spans import pair_spans
+from xstage_trace.base.config import DEFAULT_STORE
 
 BURST_EVENT = "burst"
 CALIBRATION_MODES = ("periodic", "isolated")  # the calibration bench launch modes this reduces
 PERIODIC_WARMUP_BURSTS = 16  # steady-state statistics skip the first bursts of a periodic launch
 ISOLATED_WARMUP_BURSTS = 1
-DEFAULT_STORE = "stg"  # dumps whose label names no store: the bench before --store issued st.global only
 
 
 def burst_spans(probes: pd.DataFrame, event: str = BURST_EVENT) -> pd.DataFrame:

@@ -17,6 +17,7 @@ SCHEDULES = ("wave", "interleaved")
 MODES = ("periodic", "isolated")
 STORES = ("stg", "bulk", "tensor2d")  # the calibration bench's store instruction: st.global from registers, cp.async.bulk
 # from shared memory, cp.async.bulk.tensor.2d tiles of a row-major output
+DEFAULT_STORE = "stg"  # dumps and calibration documents that name no store: the bench before --store issued st.global only
 
 
 class ConfigError(ValueError):

@@ -196,7 +196,7 @@ class Run:
         measured staging-buffer wait and the next tile's mainloop excess (``analysis.stall.store_wait_summary``).
         ``calibrations``: calibration JSON files (one per store path; default: the run's own)."""
         from xstage_trace.analysis.stall import store_wait_summary, store_wait_vs_model
-        from xstage_trace.collectors.calibration_io import load_platforms
+        from xstage_trace.dataset.calibration import load_platforms
 
         tiles, bursts = self.tiles(), self.bursts()
         if tiles.empty or bursts.empty:
@@ -214,7 +214,7 @@ class Run:
         run's FA3/FA4 tiles and ``calibrations`` (default: the run's own), against the ``control`` destination's Q-loops
         (``analysis.piggyback.piggyback_audit``)."""
         from xstage_trace.analysis.piggyback import piggyback_audit, qloop_tiles
-        from xstage_trace.collectors.calibration_io import load_platforms
+        from xstage_trace.dataset.calibration import load_platforms
 
         tiles = qloop_tiles(self.probes(), self.dumps())
         if tiles.empty:

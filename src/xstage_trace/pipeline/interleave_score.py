@@ -30,7 +30,7 @@ def interleave_score_table(sample: Path, calibration: Path):
     import pandas as pd
 
     from xstage_trace.analysis.whatif import interleave_speedup
-    from xstage_trace.collectors.calibration_io import load_platform
+    from xstage_trace.dataset.calibration import load_platform
 
     sample, calibration = Path(sample), Path(calibration)
     rows = []

@@ -203,7 +203,7 @@ def sequence_doc(bursts: Path, calibration: Path | None, rate_gbps, issue_floor_
     import pandas as pd
 
     from xstage_trace.analysis.recurrence import audit_sequence
-    from xstage_trace.collectors.calibration_io import load_platform
+    from xstage_trace.dataset.calibration import load_platform
 
     _number("--rate-gbps", rate_gbps), _number("--issue-floor-us", issue_floor_us), _number("--capacity-mib", capacity_mib)
     bursts = Path(bursts)

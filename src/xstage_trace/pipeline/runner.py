@@ -35,7 +35,9 @@ def analyze_inputs(inputs: list[Path], output: Path | None, nsys=None, calibrati
     from xstage_trace.analysis.verdict import config_verdicts
     from xstage_trace.pipeline.analyses import AnalysisContext
     from xstage_trace.base.malloc import keep_freed_memory
-    from xstage_trace.collectors.calibration_io import link_model_of_document, load_platform, read_document
+    from xstage_trace.analysis.calibration_model import link_model_of_document
+    from xstage_trace.collectors.calibration_io import read_document
+    from xstage_trace.dataset.calibration import load_platform
     from xstage_trace.collectors.collect import plan_run
     from xstage_trace.dataset.run_folder import check_output_against_inputs, check_output_dir, staged_run
     from xstage_trace.collectors.nvtx_filter import restrict_to_nvtx
@@ -248,7 +250,8 @@ def fit_measurements(path: Path, dest: str | None, output: Path | None, platform
     fit whose R, T_iss^0 or Q is not positive and finite is refused, never written); ``path_drain``: the path-drain
     bench's folder, whose drain rate, capacity and load coupling the document adds (pipeline.path_drain)."""
     from xstage_trace.analysis.calibration_fit import fit_calibration, validate as validate_fit
-    from xstage_trace.collectors.calibration_io import calibration_document, check_document, validation_document
+    from xstage_trace.analysis.calibration_model import calibration_document, validation_document
+    from xstage_trace.collectors.calibration_io import check_document
     from xstage_trace.base.hashing import sha256_of
 
     if output:

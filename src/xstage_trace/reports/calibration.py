@@ -105,7 +105,7 @@ def calibration_report(doc: dict, points: pd.DataFrame) -> str:
                   f"{EQ1_LINE} {_errs(vs.get('eq1_loop_overhead'))}"]
         lines += _iso_errs(v.get("isolated_law"))
         lines += _difference_lines(v.get("measured_difference"))
-    from xstage_trace.collectors.calibration_io import load_platform_from_doc, points_of_document
+    from xstage_trace.analysis.calibration_model import load_platform_from_doc, points_of_document
 
     model = load_platform_from_doc(doc)
     pts = points_of_document(doc, points)
@@ -132,7 +132,8 @@ def calibration_figures(doc: dict, points: pd.DataFrame) -> dict:
     import numpy as np
 
     from xstage_trace.analysis.calibration_fit import predict
-    from xstage_trace.collectors.calibration_io import calibration_name, load_platform_from_doc, points_of_document
+    from xstage_trace.analysis.calibration_model import load_platform_from_doc, points_of_document
+    from xstage_trace.collectors.calibration_io import calibration_name
     from xstage_trace.reports.figures import new_figure
 
     model = load_platform_from_doc(doc)

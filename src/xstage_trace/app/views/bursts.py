@@ -3,7 +3,7 @@
 import streamlit as st
 
 from xstage_trace.app import data, figures, shaping, state
-from xstage_trace.collectors.calibration_io import load_platform_from_doc
+from xstage_trace.analysis.calibration_model import load_platform_from_doc
 
 path = state.current_run()
 if path:

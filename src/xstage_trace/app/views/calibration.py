@@ -8,7 +8,7 @@ from xstage_trace.analysis.burst_gap import isolated_issue_time_ns
 from xstage_trace.analysis.calibration_fit import fit_calibration, predict
 from xstage_trace.app import data, figures, state
 from xstage_trace.base.paths import shown_path
-from xstage_trace.collectors.calibration_io import calibration_document, load_platform_from_doc
+from xstage_trace.analysis.calibration_model import calibration_document, load_platform_from_doc
 
 MIB = float(1 << 20)
 

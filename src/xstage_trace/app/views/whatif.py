@@ -12,7 +12,7 @@ from xstage_trace.analysis.stall_law import predicted_stall_ns
 from xstage_trace.analysis.tiles import MIN_NOISE_NS
 from xstage_trace.analysis.verdict import stall_verdict
 from xstage_trace.app import data, figures, shaping, state
-from xstage_trace.collectors.calibration_io import load_platform_from_doc
+from xstage_trace.analysis.calibration_model import load_platform_from_doc
 from xstage_trace.pipeline.model_eval import MIB, burst_doc, interleave_doc
 
 SPAN_MODELS = {"measured": "the run's measured span T_RS, scaled with V/R", "eq1": "Eq. 1: T_iss = max(T_iss^0, V/R − G)"}
