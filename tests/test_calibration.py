@@ -349,7 +349,7 @@ def test_points_from_dumps_match_the_committed_reduction():
 
 
 def test_version1_json_still_loads_and_reports(tmp_path):
-    from xstage_trace.pipeline.runner import write_report
+    from xstage_trace.reports.calibration import write_calibration_report
 
     doc = json.loads((DATA / "calibration_host_v1.json").read_text())
     assert doc["calibration_version"] == 1
@@ -359,7 +359,7 @@ def test_version1_json_still_loads_and_reports(tmp_path):
     errs = period_errors_of(doc)
     assert errs["recurrence"]["period_err_median_pct"] == doc["errors_recurrence"]["period_err_median_pct"]
     assert errs["eq1_loop_overhead"] == doc["errors_steady_state"]
-    write_report(tmp_path, doc, pd.read_csv(CALIB / "calibration_points.csv"))
+    write_calibration_report(tmp_path, doc, pd.read_csv(CALIB / "calibration_points.csv"))
     text = (tmp_path / "report_host.md").read_text()
     assert f"K=132: {doc['capacity_by_producers_bytes']['132'] / 2**20:.2f} MiB" in text
     assert f"period error, Eq. 1 + loop overhead (max(T_iss^0 + G + o, V/R), no capacity): median {doc['errors_steady_state']['period_err_median_pct']:.2f} %" in text
@@ -380,7 +380,7 @@ def test_report_text_names_both_lines_and_the_validation(tmp_path, fit_ours, ref
 
 def test_report_figures_show_measured_and_predicted(tmp_path):
     from xstage_trace.reports.calibration import calibration_figures
-    from xstage_trace.pipeline.runner import write_report
+    from xstage_trace.reports.calibration import write_calibration_report
 
     doc = json.loads((CALIB / "calibration_host.json").read_text())
     pts = pd.read_csv(CALIB / "calibration_points.csv")
@@ -394,7 +394,7 @@ def test_report_figures_show_measured_and_predicted(tmp_path):
     assert sum(len(ln.get_xdata()) for ln in measured) == len(sweep) == 40
     assert {"B=2 KiB recurrence", "B=2 KiB Eq. 1"} <= set(lines)
     assert "max(T0, (V-Q)/R)" in {ln.get_label() for ln in figs["host_isolated_issue_K132"].axes[0].get_lines()}
-    write_report(tmp_path, doc, pts)
+    write_calibration_report(tmp_path, doc, pts)
     written = {p.name for p in (tmp_path / "figures").iterdir()}
     assert {"host_period_vs_gap_K132.svg", "host_period_vs_gap_K132.png"} <= written
     assert (tmp_path / "figures" / "host_period_vs_gap_K132.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -64,8 +64,10 @@ def _gpu() -> bool:
 @pytest.mark.skipif(not _gpu(), reason="no NVIDIA GPU on this machine")
 def test_calibration_quick_sweep_on_gpu(tmp_path):
     from xstage_trace.pipeline.runner import run_calibration
+    from xstage_trace.reports.calibration import write_calibration_report
 
-    doc = run_calibration("host", tmp_path, quick=True, binary=None, nvcc=NVCC)
+    doc, points = run_calibration("host", tmp_path, quick=True, binary=None, nvcc=NVCC)
+    write_calibration_report(tmp_path, doc, points)
     assert 40 <= doc["rate_gbps"] <= 120
     assert (tmp_path / "report_host.md").is_file() and list((tmp_path / "figures").glob("*.svg"))
 

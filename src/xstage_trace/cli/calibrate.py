@@ -133,8 +133,10 @@ def calibrate_run(
 ):
     """Build and run the calibration benchmark on this machine's GPU, then collect and fit."""
     from xstage_trace.pipeline.runner import run_calibration
+    from xstage_trace.reports.calibration import write_calibration_report
 
-    doc = run_calibration(dest, output, quick=quick, binary=binary, nvcc=nvcc, device=device, peer=peer, store=store)
+    doc, points = run_calibration(dest, output, quick=quick, binary=binary, nvcc=nvcc, device=device, peer=peer, store=store)
+    write_calibration_report(output, doc, points)
     if as_json:
         emit(doc)
     else:

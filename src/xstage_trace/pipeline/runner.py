@@ -11,7 +11,6 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from xstage_trace.base.atomic import write_text_atomic
 from xstage_trace.base.errors import InputError
 from xstage_trace.base.table_files import check_numbers, read_table_file
 from xstage_trace.base.jsonable import dumps, json_ready
@@ -292,9 +291,10 @@ def fit_measurements(path: Path, dest: str | None, output: Path | None, platform
 
 
 def run_calibration(dest: str, output: Path, quick: bool, binary: Path | None, nvcc: str, device: int = 0,
-                    peer: int | None = None, store: str = "stg") -> dict:
+                    peer: int | None = None, store: str = "stg") -> tuple[dict, pd.DataFrame]:
     """calibrate run: build (or take) the benchmark, run the sweep with the ``store`` instruction (stg | bulk | tensor2d),
-    collect, fit, write JSON and report."""
+    collect, fit and write the JSON; returns the document and the calibration points (the CLI writes the report
+    with reports.calibration.write_calibration_report)."""
     from xstage_trace.base.config import STORES
     from xstage_trace.collectors.calibration_io import calibration_name
     from xstage_trace.instrument import bench_source, include_dir
@@ -323,20 +323,4 @@ def run_calibration(dest: str, output: Path, quick: bool, binary: Path | None, n
     store_path = str(points["dest"].iloc[0])  # for peer runs this carries the direction (peer0to1)
     name = calibration_name({"store_path": store_path, "store": store})
     doc = fit_measurements(output / "run", store_path, output / f"calibration_{name}.json", platform=(summary["gpus"] or [""])[0], force=True, store=store)
-    write_report(output, doc, points)
-    return doc
-
-
-def write_report(folder: Path, doc: dict, points: pd.DataFrame) -> None:
-    """report_NAME.md and its figures/ (SVG and PNG) for one fitted store path and store instruction
-    (NAME: calibration_io.calibration_name)."""
-    from xstage_trace.collectors.calibration_io import calibration_name
-    from xstage_trace.reports.calibration import calibration_figures, calibration_report
-    from xstage_trace.reports.figures import save_figure
-
-    figs = calibration_figures(doc, points)
-    for stem, fig in figs.items():
-        save_figure(fig, Path(folder) / "figures", stem)
-    text = calibration_report(doc, points)
-    text += "\n## Figures\n\n" + "\n".join(f"![{n}](figures/{n}.svg)" for n in sorted(figs)) + "\n"
-    write_text_atomic(Path(folder) / f"report_{calibration_name(doc)}.md", text)
+    return doc, points

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 
 
@@ -172,3 +174,18 @@ def calibration_figures(doc: dict, points: pd.DataFrame) -> dict:
         ax.legend(fontsize=8)
         figs[f"{name}_isolated_issue_K{k}"] = fig
     return figs
+
+
+def write_calibration_report(folder: Path, doc: dict, points: pd.DataFrame) -> None:
+    """report_NAME.md and its figures/ (SVG and PNG) for one fitted store path and store instruction
+    (NAME: calibration_io.calibration_name; docs/model.md §3)."""
+    from xstage_trace.base.atomic import write_text_atomic
+    from xstage_trace.collectors.calibration_io import calibration_name
+    from xstage_trace.reports.figures import save_figure
+
+    figs = calibration_figures(doc, points)
+    for stem, fig in figs.items():
+        save_figure(fig, Path(folder) / "figures", stem)
+    text = calibration_report(doc, points)
+    text += "\n## Figures\n\n" + "\n".join(f"![{n}](figures/{n}.svg)" for n in sorted(figs)) + "\n"
+    write_text_atomic(Path(folder) / f"report_{calibration_name(doc)}.md", text)
