@@ -138,7 +138,7 @@ def test_a_run_with_samples_over_the_memory_caps_gives_the_same_tiles_and_table3
     inputs = [FUSED / "traced" / "fused_reference.nsys-rep", FUSED / "traced"]
     analyze_inputs(inputs, tmp_path / "a", calibration=HOST_CAL, warmup_launches=SAMPLE_WARMUPS, workers=1)
     monkeypatch.setattr(stream, "CONTROL_CAP_VALUES", 50)
-    monkeypatch.setattr(stream, "TABLE3_CAP_VALUES", 50)
+    monkeypatch.setattr(stream, "CONFIGURATION_CAP_VALUES", 50)
     analyze_inputs(inputs, tmp_path / "b", calibration=HOST_CAL, warmup_launches=SAMPLE_WARMUPS, workers=1)
     a, b = xstage_trace.open_run(tmp_path / "a"), xstage_trace.open_run(tmp_path / "b")
     pd.testing.assert_frame_equal(a.tiles(), b.tiles(), check_categorical=False)

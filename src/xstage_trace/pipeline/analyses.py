@@ -1,16 +1,21 @@
-"""The analyses ``analyze`` runs over a collected run, as a registry of small stateless steps.
+"""The analyses ``analyze`` runs over a collected run, as a registry of small stateless steps that drives
+both the streaming analyze (pipeline/stream.py, pipeline/runner.py) and the in-memory one (``analyze_frames``).
 
 In the manner of HTA's analyzers, each step returns one DataFrame. There are two kinds:
 
-- per-dump steps (``DUMP_ANALYSES``) see one dump's records (pandas), its ``dumps`` row and the
-  results of the per-dump steps before them: they run
-  while the dumps stream through ``analyze``, one dump in memory at a time, possibly in worker processes;
-- whole-run steps (``RUN_ANALYSES``) see the concatenated per-dump results and the run's small tables
-  (kernels, dumps): what needs every dump at once, e.g. the control run's noise floor.
+- per-dump steps (``DUMP_ANALYSES``, ``Analysis``) see one batch of dumps' records (pandas), their ``dumps``
+  rows and the results of the per-dump steps before them; they run while the dumps stream through
+  ``analyze``, one batch in memory at a time, possibly in worker processes. ``keep`` says what becomes of the
+  rows: a run-dataset table written part by part (``"table"``), a result sent back and stored whole by the
+  runner (``"result"``, in ``file``), or input to later steps only (``"step"``);
+- whole-run steps (``RUN_ANALYSES``, ``RunAnalysis``) see the per-dump results of the whole run and its small
+  tables (kernels, dumps). ``scope`` says how the stream runs each in bounded memory: per batch once the
+  control statistics are known (``"batch"``: the tiles, written part by part), per configuration from that
+  configuration's parts (``"configuration"``: Table 3), once from every part's ``reads`` columns (``"run"``),
+  or from the results before it (``"results"``: the verdicts); each result is stored as NAME.parquet.
 
-The runner writes what they return (``bursts`` and ``tiles`` as run-dataset tables, ``table3`` as
-``table3.parquet``, ``calibration_points`` as ``calibration_points.csv``). Adding an analysis is adding
-an entry here; ``analyze_frames`` runs both kinds over in-memory tables (notebooks, tests).
+Adding an analysis is adding an entry here (and its schema to ``base/schema``): the stream writes, sends back
+and stores what the entry says.
 """
 
 from __future__ import annotations
@@ -44,12 +49,48 @@ class AnalysisContext:
             raise ValueError("noise_ns must be >= 0")
 
 
+KEEP = ("table", "result", "step")
+SCOPES = ("batch", "configuration", "run", "results")
+
+
 @dataclass(frozen=True)
 class Analysis:
-    """One registered step: its output name and the function producing it."""
+    """One per-dump step: its output name, the function producing it (``run(probes, slices, dumps, ctx, done)``),
+    what becomes of its rows (``keep``, module text), and for a result, the run file it is stored in and the
+    columns its rows are sorted by (``file``, ``order``)."""
 
     name: str
     run: Callable[..., pd.DataFrame]
+    keep: str = "table"
+    file: str | None = None
+    order: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        if self.keep not in KEEP:
+            raise ValueError(f"analysis {self.name}: keep {self.keep!r} is not one of {KEEP}")
+
+
+@dataclass(frozen=True)
+class RunAnalysis:
+    """One whole-run step: ``run(results, tables, ctx)`` over in-memory results (``analyze_frames``), and its
+    streamed form by ``scope`` (module text): ``"batch"``: ``streamed(done, dumps, ctx, control)`` per batch
+    (``done``: the batch's per-dump results, ``control``: the run's control statistics); ``"configuration"``:
+    ``streamed(parts, cap)`` per configuration over the ``reads`` columns of its ``source`` parts (``parts()``
+    yields them anew on each call), the configurations' rows then completed by ``finish(rows, tables, ctx)``;
+    ``"run"``: ``streamed(frame, tables, ctx)`` over the ``reads`` columns of every ``source`` part;
+    ``"results"``: ``run`` itself, over the results before it."""
+
+    name: str
+    run: Callable[..., pd.DataFrame]
+    scope: str
+    source: str = "tiles"
+    reads: tuple[str, ...] = ()
+    streamed: Callable[..., pd.DataFrame] | None = None
+    finish: Callable[..., pd.DataFrame] | None = None
+
+    def __post_init__(self):
+        if self.scope not in SCOPES:
+            raise ValueError(f"analysis {self.name}: scope {self.scope!r} is not one of {SCOPES}")
 
 
 def _with_config(frame: pd.DataFrame, dumps: pd.DataFrame) -> pd.DataFrame:
@@ -174,6 +215,13 @@ def _tiles(parts: dict[str, pd.DataFrame], tables: dict[str, pd.DataFrame], ctx:
     return finish_tiles(parts["tile_spans"], tables["dumps"], ctx.noise_ns, models=calibrated_models(ctx.model, tables["dumps"], ctx.link))
 
 
+def _tiles_of_batch(done: dict[str, pd.DataFrame], dumps: pd.DataFrame, ctx: AnalysisContext, control) -> pd.DataFrame:
+    from xstage_trace.analysis.tiles import finish_tiles
+
+    spans = done.get("tile_spans", pd.DataFrame())
+    return finish_tiles(spans, dumps, ctx.noise_ns, control, calibrated_models(ctx.model, dumps, ctx.link)) if len(spans) else pd.DataFrame()
+
+
 def _table3(parts: dict[str, pd.DataFrame], tables: dict[str, pd.DataFrame], ctx: AnalysisContext) -> pd.DataFrame:
     from xstage_trace.analysis.stall import attach_kernel_times, kernel_trials, table3_from_tiles
 
@@ -183,25 +231,69 @@ def _table3(parts: dict[str, pd.DataFrame], tables: dict[str, pd.DataFrame], ctx
     return attach_kernel_times(table3_from_tiles(parts["tiles"]), trials)
 
 
+def _table3_of_parts(parts, cap: int) -> pd.DataFrame:
+    from xstage_trace.analysis.stall import table3_from_parts
+
+    return table3_from_parts(parts, cap)
+
+
+def _table3_finish(rows: list[pd.DataFrame], tables: dict[str, pd.DataFrame], ctx: AnalysisContext) -> pd.DataFrame:
+    """The configurations' Table 3 rows in Table 3's order, with the kernel times."""
+    from xstage_trace.analysis.stall import TABLE3_KEYS, attach_kernel_times, kernel_trials
+
+    rows = [r for r in rows if len(r)]
+    if not rows:
+        return pd.DataFrame()
+    table3 = pd.concat(rows, ignore_index=True).sort_values(TABLE3_KEYS, kind="stable").reset_index(drop=True)
+    return attach_kernel_times(table3, kernel_trials(tables["kernels"], tables["dumps"], ctx.warmup_launches))
+
+
+def _verdicts(parts: dict[str, pd.DataFrame], tables: dict[str, pd.DataFrame], ctx: AnalysisContext) -> pd.DataFrame:
+    from xstage_trace.analysis.verdict import config_verdicts
+
+    return config_verdicts(parts["table3"]) if len(parts.get("table3", ())) else pd.DataFrame()
+
+
 def _link_whatif(parts: dict[str, pd.DataFrame], tables: dict[str, pd.DataFrame], ctx: AnalysisContext) -> pd.DataFrame:
     from xstage_trace.analysis.link_whatif import run_whatifs
 
     return run_whatifs(parts["tiles"], tables["dumps"], ctx.link)
 
 
+def _link_whatif_of_parts(read: Callable[[], pd.DataFrame], tables: dict[str, pd.DataFrame], ctx: AnalysisContext) -> pd.DataFrame:
+    from xstage_trace.analysis.link_whatif import run_whatifs
+
+    if ctx.link is None:  # nothing to predict with: the parts are not read
+        return pd.DataFrame()
+    tiles = read()
+    return run_whatifs(tiles, tables["dumps"], ctx.link) if len(tiles) else pd.DataFrame()
+
+
 # What the per-dump steps read of the probe_slices table: calibration points take the median ns_per_cycle of a
 # dump's slices, so the plan's slice summary (one row per dump holding that median) reads the same.
 SLICE_COLUMNS = ["rank", "dump", "ns_per_cycle"]
+TABLE3_READS = ("dest", "shape", "variant", "schedule", "mainloop_ns", "cover_ns", "rs_span_ns", "predicted_stall_ns",
+                "measured_stall_ns", "backpressured", "noise_ns", "control_mainloop_ns", "control_compute_ns", "compute_stall_ns",
+                "stall_ns", "forward_stall_ns")  # what table3_from_tiles reads
+WHATIF_READS = ("rank", "dump", "dest", "shape", "variant", "schedule", "cta", "position", "control_compute_ns",
+                "control_epilogue_ns", "rs_bytes", "load_steps", "load_stages")  # what analysis.link_whatif.run_whatifs reads
 DUMP_ANALYSES: tuple[Analysis, ...] = (  # in order: a step sees the results of the steps above it
-    Analysis("calibration_points", _calibration_points),
-    Analysis("tile_spans", _tile_spans),
-    Analysis("bursts", _bursts),
+    Analysis("calibration_points", _calibration_points, keep="result", file="calibration_points.csv",
+             order=("dest", "mode", "K", "B", "gap_ns")),
+    Analysis("tile_spans", _tile_spans, keep="step"),
+    Analysis("bursts", _bursts, keep="table"),
 )
-RUN_ANALYSES: tuple[Analysis, ...] = (
-    Analysis("tiles", _tiles),
-    Analysis("table3", _table3),
-    Analysis("link_whatif", _link_whatif),
+RUN_ANALYSES: tuple[RunAnalysis, ...] = (  # in order: a step sees the results of the steps above it
+    RunAnalysis("tiles", _tiles, scope="batch", streamed=_tiles_of_batch),
+    RunAnalysis("table3", _table3, scope="configuration", reads=TABLE3_READS, streamed=_table3_of_parts, finish=_table3_finish),
+    RunAnalysis("verdicts", _verdicts, scope="results"),
+    RunAnalysis("link_whatif", _link_whatif, scope="run", reads=WHATIF_READS, streamed=_link_whatif_of_parts),
 )
+
+
+def run_analysis(name: str) -> RunAnalysis:
+    """The registered whole-run step ``name`` (worker tasks name their step: a registry entry is not pickled)."""
+    return next(a for a in RUN_ANALYSES if a.name == name)
 
 
 def _steps(probes: pd.DataFrame, slices: pd.DataFrame, dumps: pd.DataFrame, ctx: AnalysisContext) -> dict[str, pd.DataFrame]:

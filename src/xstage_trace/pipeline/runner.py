@@ -40,7 +40,8 @@ def analyze_inputs(inputs: list[Path], output: Path | None, nsys=None, calibrati
     from xstage_trace.collectors.collect import plan_run
     from xstage_trace.dataset.run_folder import check_output_against_inputs, check_output_dir, staged_run
     from xstage_trace.collectors.nvtx_filter import restrict_to_nvtx
-    from xstage_trace.pipeline.stream import analyze_streaming, early_pool
+    from xstage_trace.pipeline.analyses import DUMP_ANALYSES
+    from xstage_trace.pipeline.stream import analyze_streaming, early_pool, run_results
 
     keep_freed_memory()  # this process reads every dump's header and, for a small run, analyzes it
     run_dir = Path(output) if output else _default_run_dir(Path(inputs[0]))
@@ -49,6 +50,7 @@ def analyze_inputs(inputs: list[Path], output: Path | None, nsys=None, calibrati
     ctx = AnalysisContext(model=load_platform(calibration) if calibration else None,
                           link=link_model_of_document(read_document(calibration), calibration) if calibration else None,
                           warmup_launches=warmup_launches)
+    kept: dict[str, pd.DataFrame] = {}
     with early_pool(inputs, workers, scheduler) as pool, staged_run(run_dir, force) as stage:  # workers start while the plan is made
         plan = plan_run(inputs, stage.folder, nsys=nsys, allow_overflow=allow_overflow, rank_overrides=rank_overrides)  # writes probe_slices
         plan = restrict_to_nvtx(plan, nvtx, nvtx_domain) if (nvtx, nvtx_domain) != (None, None) else plan
@@ -57,27 +59,28 @@ def analyze_inputs(inputs: list[Path], output: Path | None, nsys=None, calibrati
         steps = dict(tables, probe_slices=plan.slice_summary)  # one row per dump: what the steps read of its slices
         result = analyze_streaming(plan.tasks, stage.folder, steps, ctx, workers, tick, scheduler, pool)
         warnings = plan.warnings + result.warnings
-        points = result.calibration_points
-        if len(points):
-            points = points.sort_values(["dest", "mode", "K", "B", "gap_ns"]).reset_index(drop=True)
         stage.add_counts({**result.counts, **({"probe_slices": plan.slice_rows} if plan.slice_parts else {})})  # none: commit writes it empty
         for name, table in tables.items():
             if name not in stage.counts:
                 stage.write_table(name, table)
-        if len(result.table3):
-            stage.write_result("table3", result.table3)
-            stage.write_result("verdicts", config_verdicts(result.table3))
-            whatif = link_whatif_of_parts(stage.folder, tables["dumps"].to_pandas(), ctx.link)
-            if len(whatif):
-                stage.write_result("link_whatif", whatif)
-        if len(points):
-            stage.write_text("calibration_points.csv", points.to_csv(index=False))
+        results = run_results(stage.folder, {"dumps": tables["dumps"].to_pandas(), "kernels": tables["kernels"].to_pandas()}, ctx,
+                              result.results)
+        for a in DUMP_ANALYSES:  # the per-dump steps kept as results, each in its file
+            frame = results.pop(a.name) if a.keep == "result" else pd.DataFrame()
+            if len(frame):
+                frame = frame.sort_values(list(a.order)).reset_index(drop=True) if a.order else frame
+                stage.write_text(a.file, frame.to_csv(index=False))
+                kept[a.name] = frame
+        for name, frame in results.items():
+            if len(frame):
+                stage.write_result(name, frame)
         if calibration:
             stage.copy_calibration(calibration)
+        points = kept.get("calibration_points", pd.DataFrame())
         written = stage.commit(dict(plan.manifest, calibration=str(calibration) if calibration else None, warnings=warnings,
                                     warmup_launches=warmup_launches, calibration_points=int(len(points)),
                                     calibration_file="calibration.json" if calibration else None))
-    table3 = result.table3
+    table3 = results.get("table3", pd.DataFrame())
     gm = tables["gpu_metrics"]
     metric_counts = {}
     if gm.num_rows:
@@ -96,30 +99,11 @@ def analyze_inputs(inputs: list[Path], output: Path | None, nsys=None, calibrati
         "tiles": written["tiles"],
         "calibration_points": int(len(points)),
         "table3": table3.round(3).astype(object).where(table3.notna(), None).to_dict("records"),  # NaN → null
-        "verdicts": verdict_records(config_verdicts(table3)),
+        "verdicts": verdict_records(results["verdicts"] if len(results.get("verdicts", ())) else config_verdicts(table3)),
         "alignment": plan.manifest["alignment"],
         "time_base": plan.manifest["time_base"],
         "warnings": warnings,
     }
-
-
-WHATIF_COLUMNS = ["rank", "dump", "dest", "shape", "variant", "schedule", "cta", "position", "control_compute_ns",
-                  "control_epilogue_ns", "rs_bytes", "load_steps", "load_stages"]  # what analysis.link_whatif.run_whatifs reads
-
-
-def link_whatif_of_parts(folder: Path, dumps: pd.DataFrame, link) -> pd.DataFrame:
-    """docs/model.md §13: the what-if table (``analysis.link_whatif.run_whatifs``) of the tile parts a streaming
-    analyze wrote into ``folder``, read with only the columns it needs; empty without a path-drain link model."""
-    from xstage_trace.analysis.link_whatif import run_whatifs
-    from xstage_trace.base.run_files import table_files
-
-    parts = table_files(Path(folder), "tiles")
-    if link is None or not parts:
-        return pd.DataFrame()
-    import pyarrow.parquet as pq
-
-    tiles = pd.concat([pq.read_table(p, columns=WHATIF_COLUMNS).to_pandas() for p in parts], ignore_index=True)
-    return run_whatifs(tiles, dumps, link)
 
 
 def verdict_records(verdicts: pd.DataFrame) -> list[dict]:

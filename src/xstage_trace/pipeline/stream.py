@@ -17,15 +17,17 @@ Two passes over the batches, on the same workers:
    another; the counts come back, and the main process reads the samples, at most CONTROL_CAP_VALUES values
    of one held at once (``control_stats_from_samples``).
 2. every batch (``process_task``): read its records onto the run's time base, write them as one part
-   of the ``probes`` table, run the per-dump analyses (pipeline/analyses.py), finish its tiles with the
-   control statistics and write them and its bursts as one part each of the ``tiles`` and ``bursts``
-   tables (``NAME/rank=R/part-NNNNN.parquet``, the layout ``read_run`` reads; NNNNN: the batch's first
-   dump). A control batch only has its scratch spans finished and written (``finish_control_task``).
-   Only counts and the calibration points come back.
+   of the ``probes`` table, run the per-dump analyses (the registry ``DUMP_ANALYSES`` of
+   pipeline/analyses.py), run the batch-scope run steps (the tiles, finished with the control statistics)
+   and write every step kept as a table (the bursts) and every batch-scope step as one part each
+   (``NAME/rank=R/part-NNNNN.parquet``, the layout ``read_run`` reads; NNNNN: the batch's first dump). A
+   control batch only has its scratch step inputs finished and written (``finish_control_task``). Only
+   counts and the rows of the steps kept as results (the calibration points) come back.
 
-Table 3 is computed one configuration at a time from that configuration's tile parts (the columns it
-needs only), on a worker, as soon as the configuration's last batch is in (``Table3ByConfiguration``),
-so the largest thing held is one configuration's tiles, never the run's.
+Each configuration-scope run step (Table 3) is computed one configuration at a time from that
+configuration's parts (the columns it reads only), on a worker, as soon as the configuration's last batch
+is in (``ByConfiguration``), so the largest thing held is one configuration's tiles, never the run's. The
+run-scope and results-scope steps (what-if, verdicts) follow in the runner (``run_results``).
 """
 
 from __future__ import annotations
@@ -49,39 +51,37 @@ import pyarrow as pa
 import pyarrow.feather as feather
 
 from xstage_trace.base.malloc import keep_freed_memory, release_freed_memory
-from xstage_trace.pipeline.analyses import SLICE_COLUMNS, AnalysisContext, analyze_dumps, calibrated_models
-from xstage_trace.analysis.tiles import ControlStats, control_sample, control_stats_from_samples, finish_tiles, with_dump_config
+from xstage_trace.pipeline.analyses import DUMP_ANALYSES, RUN_ANALYSES, SLICE_COLUMNS, AnalysisContext, analyze_dumps, run_analysis
+from xstage_trace.analysis.tiles import ControlStats, control_sample, control_stats_from_samples, with_dump_config
 from xstage_trace.collectors.collect import DumpTask, load_records, rows_by_dump
 from xstage_trace.base.run_files import table_part_path, write_table_part
 
 PARALLEL_MIN_RECORDS = 2_000_000  # below this, starting worker processes costs more than it saves
-TABLE3_COLUMNS = ["dest", "shape", "variant", "schedule", "mainloop_ns", "cover_ns", "rs_span_ns", "predicted_stall_ns", "measured_stall_ns",
-                  "backpressured", "noise_ns", "control_mainloop_ns", "control_compute_ns", "compute_stall_ns", "stall_ns",
-                  "forward_stall_ns"]  # what table3_from_tiles reads
 CONTROL_CAP_VALUES = 1 << 22  # values of one control sample (the slot waits, a group's mainloops) held at once in the main process
-TABLE3_CAP_VALUES = 1 << 22  # values of one Table 3 sample held at once (32 MiB); past it its medians come from passes over the parts
+CONFIGURATION_CAP_VALUES = 1 << 22  # values of one Table 3 sample held at once (32 MiB); past it its medians come from passes over the parts
 
 
 @dataclass
 class DumpResult:
-    """What one dump's work sends back: row counts of the parts it wrote, its calibration points, warnings."""
+    """What one batch's work sends back: its records, the row count of each table part it wrote (the per-dump
+    steps kept as tables, the batch-scope run steps), the rows of the steps kept as results, its backpressured
+    tiles and the decoder's warnings."""
 
     records: int
-    tiles: int
-    bursts: int
+    rows: dict[str, int]
+    results: dict[str, pd.DataFrame]
     backpressured: int
-    calibration_points: pd.DataFrame
     warnings: list[str] = field(default_factory=list)
 
 
 @dataclass
 class StreamResult:
-    """The whole run's results once every dump went through: row counts per streamed table, Table 3,
-    calibration points, backpressured tiles and the decoder's warnings."""
+    """The whole run's results once every dump went through: row counts per streamed table, the results (the
+    per-dump steps kept as results, concatenated; the configuration-scope run steps, e.g. Table 3), the
+    backpressured tiles and the decoder's warnings."""
 
     counts: dict[str, int]
-    table3: pd.DataFrame
-    calibration_points: pd.DataFrame
+    results: dict[str, pd.DataFrame]
     backpressured: int
     warnings: list[str]
 
@@ -133,8 +133,8 @@ def make_batches(tasks: list[DumpTask], dumps: pd.DataFrame, batch_records: int 
     return [DumpBatch(tuple(b), *k[1]) for k, b in out]
 
 
-def _scratch_path(folder: Path, batch: DumpBatch) -> Path:
-    return Path(folder) / SCRATCH / f"rank={batch.rank}-part-{batch.index:05d}.arrow"
+def _scratch_path(folder: Path, batch: DumpBatch, name: str) -> Path:
+    return Path(folder) / SCRATCH / f"{name}-rank={batch.rank}-part-{batch.index:05d}.arrow"
 
 
 def _load_batch(batch: DumpBatch) -> tuple[pa.Table, list[str]]:
@@ -151,71 +151,89 @@ def _load_batch(batch: DumpBatch) -> tuple[pa.Table, list[str]]:
 
 def _analyze_and_write(batch: DumpBatch, folder: Path, slices: pa.Table, dump: pd.DataFrame,
                        ctx: AnalysisContext) -> tuple[pa.Table, dict[str, pd.DataFrame], list[str]]:
-    """A batch's records → probes part; per-dump analyses; bursts → bursts part (parts of no rows are
-    not written). Returns the records, the analyses' results and the decoder's warnings."""
+    """A batch's records → probes part; per-dump analyses; each step kept as a table → its part (parts of no
+    rows are not written). Returns the records, the analyses' results and the decoder's warnings."""
     records, warnings = _load_batch(batch)
     write_table_part(folder, "probes", batch.rank, batch.index, records)
     done = analyze_dumps(records.to_pandas(), slices.to_pandas(), dump, ctx)
-    bursts = done.get("bursts", pd.DataFrame())
-    if len(bursts):
-        write_table_part(folder, "bursts", batch.rank, batch.index, pa.Table.from_pandas(bursts, preserve_index=False))
+    for a in DUMP_ANALYSES:
+        if a.keep == "table" and len(done.get(a.name, ())):
+            write_table_part(folder, a.name, batch.rank, batch.index, pa.Table.from_pandas(done[a.name], preserve_index=False))
     return records, done, warnings
 
 
-def _finish_and_write(batch: DumpBatch, folder: Path, spans: pd.DataFrame, dump: pd.DataFrame, ctx: AnalysisContext,
-                      control: ControlStats) -> pd.DataFrame:
-    """A batch's tile spans finished with ``control`` → tiles part (not written when empty)."""
-    tiles = finish_tiles(spans, dump, ctx.noise_ns, control, calibrated_models(ctx.model, dump, ctx.link)) if len(spans) else pd.DataFrame()
-    if len(tiles):
-        write_table_part(folder, "tiles", batch.rank, batch.index, pa.Table.from_pandas(tiles, preserve_index=False))
-    return tiles
+def _finish_and_write(batch: DumpBatch, folder: Path, done: dict[str, pd.DataFrame], dump: pd.DataFrame, ctx: AnalysisContext,
+                      control: ControlStats) -> dict[str, pd.DataFrame]:
+    """A batch's batch-scope run steps (the tiles, finished with ``control``) → one part each (not written when empty)."""
+    out = {}
+    for a in RUN_ANALYSES:
+        if a.scope == "batch":
+            out[a.name] = frame = a.streamed(done, dump, ctx, control)
+            if len(frame):
+                write_table_part(folder, a.name, batch.rank, batch.index, pa.Table.from_pandas(frame, preserve_index=False))
+    return out
 
 
-def _result(records: int, tiles: pd.DataFrame, done: dict[str, pd.DataFrame], warnings: list[str]) -> DumpResult:
-    return DumpResult(records, len(tiles), len(done.get("bursts", ())), int(tiles["backpressured"].sum()) if len(tiles) else 0,
-                      done.get("calibration_points", pd.DataFrame()), warnings)
+def _result(records: int, done: dict[str, pd.DataFrame], finished: dict[str, pd.DataFrame], warnings: list[str]) -> DumpResult:
+    rows = {a.name: len(done.get(a.name, ())) for a in DUMP_ANALYSES if a.keep == "table"}
+    rows.update({name: len(frame) for name, frame in finished.items()})
+    results = {a.name: done.get(a.name, pd.DataFrame()) for a in DUMP_ANALYSES if a.keep == "result"}
+    tiles = finished.get("tiles", pd.DataFrame())
+    return DumpResult(records, rows, results, int(tiles["backpressured"].sum()) if len(tiles) else 0, warnings)
+
+
+def _step_inputs(done: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
+    """The per-dump results kept only for later steps (``keep="step"``): what a batch-scope step finishes."""
+    return {a.name: done[a.name] for a in DUMP_ANALYSES if a.keep == "step" and len(done.get(a.name, ()))}
 
 
 def control_task(batch: DumpBatch, folder: Path, slices: pa.Table, dump_rows: pa.Table, ctx: AnalysisContext) -> tuple[str | None, DumpResult]:
-    """Pass 1, one batch of control dumps: everything ``process_task`` does but finishing the tiles (which
-    needs every control dump's statistics); its tile spans wait in a scratch file for ``finish_control_task``,
-    its control tiles' sample (slot waits, mainloops per group: 16 B a tile) in another. Returns the
-    sample's path (None: no tiles) and its result so far."""
+    """Pass 1, one batch of control dumps: everything ``process_task`` does but the batch-scope steps (which
+    need every control dump's statistics); the inputs they finish (the tile spans) wait in scratch files for
+    ``finish_control_task``, its control tiles' sample (slot waits, mainloops per group: 16 B a tile) in another.
+    Returns the sample's path (None: no tiles) and its result so far."""
     dump = dump_rows.to_pandas()
     records, done, warnings = _analyze_and_write(batch, folder, slices, dump, ctx)
-    spans = done.get("tile_spans", pd.DataFrame())
-    if len(spans):
-        path = _scratch_path(folder, batch)
+    kept = _step_inputs(done)
+    for name, frame in kept.items():
+        path = _scratch_path(folder, batch, name)
         path.parent.mkdir(parents=True, exist_ok=True)
-        feather.write_feather(pa.Table.from_pandas(spans, preserve_index=False), path, compression="uncompressed")
-        sample = path.with_suffix(".sample")
-        sample.write_bytes(pickle.dumps(control_sample(with_dump_config(spans, dump))))
-        return str(sample), _result(records.num_rows, pd.DataFrame(), done, warnings)
-    return None, _result(records.num_rows, pd.DataFrame(), done, warnings)
+        feather.write_feather(pa.Table.from_pandas(frame, preserve_index=False), path, compression="uncompressed")
+    partial = _result(records.num_rows, done, {}, warnings)
+    spans = kept.get("tile_spans")
+    if spans is None:
+        return None, partial
+    sample = _scratch_path(folder, batch, "tile_spans").with_suffix(".sample")
+    sample.write_bytes(pickle.dumps(control_sample(with_dump_config(spans, dump))))
+    return str(sample), partial
 
 
 def finish_control_task(batch: DumpBatch, folder: Path, dump_rows: pa.Table, ctx: AnalysisContext, control: ControlStats,
                         partial: DumpResult) -> DumpResult:
-    """Pass 2, one batch that ``control_task`` analysed: its scratch tile spans finished with
-    ``control`` → tiles part; the scratch file is removed."""
-    path = _scratch_path(folder, batch)
-    if not path.exists():  # no tile spans in this batch
+    """Pass 2, one batch that ``control_task`` analysed: its scratch step inputs finished with ``control`` by the
+    batch-scope steps → their parts; the scratch files are removed."""
+    done = {}
+    for a in DUMP_ANALYSES:
+        path = _scratch_path(folder, batch, a.name)
+        if a.keep == "step" and path.exists():
+            done[a.name] = feather.read_table(path).to_pandas()
+            path.unlink()
+    if not done:  # no tile spans in this batch
         return partial
-    spans = feather.read_table(path).to_pandas()
-    path.unlink()
-    tiles = _finish_and_write(batch, folder, spans, dump_rows.to_pandas(), ctx, control)
-    return DumpResult(partial.records, len(tiles), partial.bursts, int(tiles["backpressured"].sum()) if len(tiles) else 0,
-                      partial.calibration_points, partial.warnings)
+    finished = _finish_and_write(batch, folder, done, dump_rows.to_pandas(), ctx, control)
+    rows = dict(partial.rows, **{name: len(frame) for name, frame in finished.items()})
+    tiles = finished.get("tiles", pd.DataFrame())
+    return DumpResult(partial.records, rows, partial.results, int(tiles["backpressured"].sum()) if len(tiles) else 0, partial.warnings)
 
 
 def process_task(batch: DumpBatch, folder: Path, slices: pa.Table, dump_rows: pa.Table, ctx: AnalysisContext,
                  control: ControlStats) -> DumpResult:
-    """Pass 2, one batch: records → probes part; per-dump analyses; tiles finished with ``control`` →
-    tiles part; bursts → bursts part (parts of no rows are not written)."""
+    """Pass 2, one batch: records → probes part; per-dump analyses → their table parts; the batch-scope steps
+    (tiles finished with ``control``) → their parts (parts of no rows are not written)."""
     dump = dump_rows.to_pandas()
     records, done, warnings = _analyze_and_write(batch, folder, slices, dump, ctx)
-    tiles = _finish_and_write(batch, folder, done.get("tile_spans", pd.DataFrame()), dump, ctx, control)
-    return _result(records.num_rows, tiles, done, warnings)
+    finished = _finish_and_write(batch, folder, done, dump, ctx, control)
+    return _result(records.num_rows, done, finished, warnings)
 
 
 def pass2_task(batch: DumpBatch, folder: Path, slices: pa.Table | None, dump_rows: pa.Table, ctx: AnalysisContext,
@@ -369,33 +387,61 @@ def analyze_streaming(tasks: list[DumpTask], folder: Path, tables: dict[str, pa.
         del first
         args = ((b, folder, None if (b.rank, b.index) in partial else of(b, sl, slice_rows), of(b, dumps, dump_rows), ctx, stats,
                  partial.get((b.rank, b.index))) for b in batches)
-        table3 = Table3ByConfiguration(folder, batches, submit)
+        configs = [ByConfiguration(a, folder, batches, submit) for a in RUN_ANALYSES if a.scope == "configuration"]
         for i, (b, r) in enumerate(zip(batches, mapper(pass2_task, args))):
             results.append(r)
-            table3.batch_done(i, r)
+            for c in configs:
+                c.batch_done(i, r)
             for _ in b.tasks if tick else ():
                 tick()
-        table3 = table3.table(dumps_frame, tables["kernels"].to_pandas(), ctx)
+        small = {"dumps": dumps_frame, "kernels": tables["kernels"].to_pandas()}
+        by_config = {c.step.name: c.result(small, ctx) for c in configs}
     shutil.rmtree(Path(folder) / SCRATCH, ignore_errors=True)
-    counts = {name: sum(getattr(r, name) for r in results) for name in ("tiles", "bursts")}
-    counts["probes"] = sum(r.records for r in results)
-    points = [r.calibration_points for r in results if len(r.calibration_points)]
-    return StreamResult(counts={n: c for n, c in counts.items() if c or n == "probes"},
-                        table3=table3,
-                        calibration_points=pd.concat(points, ignore_index=True) if points else pd.DataFrame(),
+    counts = {"probes": sum(r.records for r in results)}
+    for r in results:
+        for name, n in r.rows.items():
+            counts[name] = counts.get(name, 0) + n
+    collected = {}
+    for a in DUMP_ANALYSES:
+        if a.keep == "result":
+            frames = [r.results[a.name] for r in results if len(r.results.get(a.name, ()))]
+            collected[a.name] = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    return StreamResult(counts={n: c for n, c in counts.items() if c or n == "probes"}, results={**collected, **by_config},
                         backpressured=sum(r.backpressured for r in results), warnings=[w for r in results for w in r.warnings])
 
 
-class Table3ByConfiguration:
-    """docs/model.md §5 Table 3 (``table3_from_tiles`` + kernel times), each configuration's rows from the tile
-    parts of that configuration's batches only (a batch holds one configuration): a row reads every tile
-    of its configuration and none of another's, so the rows equal those of the whole tile table. A
-    configuration's rows are computed (``table3_task``, submitted to the workers) as soon as the last of
-    its batches is in, while later batches are still analysed; one configuration's task at a time (its
-    tiles' columns are the largest thing a worker holds)."""
+def run_results(folder: Path, tables: dict[str, pd.DataFrame], ctx: AnalysisContext, results: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
+    """``results`` (the streamed ones) with the run steps of scope "run" (over the ``reads`` columns of every part of
+    their source table that a streaming analyze wrote into ``folder``; the parts are read only when the step reads
+    them) and "results" (over the results before them), in registry order. ``tables``: dumps and kernels."""
+    import pyarrow.parquet as pq
 
-    def __init__(self, folder: Path, batches: list[DumpBatch], submit: Submit):
-        self.folder, self.batches, self.submit = folder, batches, submit
+    from xstage_trace.base.run_files import table_files
+
+    out = dict(results)
+    for a in RUN_ANALYSES:
+        if a.scope == "run":
+            parts = table_files(Path(folder), a.source)
+
+            def read(parts=parts, columns=list(a.reads)) -> pd.DataFrame:
+                return pd.concat([pq.read_table(p, columns=columns).to_pandas() for p in parts], ignore_index=True) if parts else pd.DataFrame()
+
+            out[a.name] = a.streamed(read, tables, ctx)
+        elif a.scope == "results":
+            out[a.name] = a.run(out, tables, ctx)
+    return out
+
+
+class ByConfiguration:
+    """A run step of scope "configuration" (docs/model.md §5 Table 3), each configuration's rows from the parts of
+    that configuration's batches only (a batch holds one configuration): a row reads every tile of its
+    configuration and none of another's, so the rows equal those of the whole table. A configuration's rows are
+    computed (``configuration_task``, submitted to the workers) as soon as the last of its batches is in, while
+    later batches are still analysed; one configuration's task at a time (its parts' ``reads`` columns are the
+    largest thing a worker holds)."""
+
+    def __init__(self, step, folder: Path, batches: list[DumpBatch], submit: Submit):
+        self.step, self.folder, self.batches, self.submit = step, folder, batches, submit
         self.last = {b.config: i for i, b in enumerate(batches)}  # the index of each configuration's last batch
         self.files: dict[tuple, list[str]] = {}
         self.rows: dict[tuple, pd.DataFrame] = {}
@@ -405,11 +451,11 @@ class Table3ByConfiguration:
         """Batch ``i`` is analysed (``result``; the batches before it are too): its configuration's rows are
         submitted when it was the configuration's last batch."""
         b = self.batches[i]
-        if result.tiles:
-            self.files.setdefault(b.config, []).append(str(table_part_path(self.folder, "tiles", b.rank, b.index)))
+        if result.rows.get(self.step.source):
+            self.files.setdefault(b.config, []).append(str(table_part_path(self.folder, self.step.source, b.rank, b.index)))
         if self.last[b.config] == i and b.config in self.files:
             self._collect()
-            self.pending = (b.config, self.submit(table3_task, self.files.pop(b.config)))
+            self.pending = (b.config, self.submit(configuration_task, self.step.name, self.files.pop(b.config)))
 
     def _collect(self) -> None:
         if self.pending is not None:
@@ -417,26 +463,20 @@ class Table3ByConfiguration:
             self.rows[config] = result()
             self.pending = None
 
-    def table(self, dumps: pd.DataFrame, kernels: pd.DataFrame, ctx: AnalysisContext) -> pd.DataFrame:
-        """Every configuration's rows, in configuration order, with the kernel times (``kernels``, ``dumps``)."""
-        from xstage_trace.analysis.stall import TABLE3_KEYS, attach_kernel_times, kernel_trials
-
+    def result(self, tables: dict[str, pd.DataFrame], ctx: AnalysisContext) -> pd.DataFrame:
+        """Every configuration's rows, in configuration order, completed by the step's ``finish`` (``tables``:
+        dumps and kernels)."""
         self._collect()
-        rows = [r for _, r in sorted(self.rows.items()) if len(r)]
-        if not rows:
-            return pd.DataFrame()
-        table3 = pd.concat(rows, ignore_index=True).sort_values(TABLE3_KEYS, kind="stable").reset_index(drop=True)
-        return attach_kernel_times(table3, kernel_trials(kernels, dumps, ctx.warmup_launches))
+        return self.step.finish([r for _, r in sorted(self.rows.items())], tables, ctx)
 
 
-def table3_task(files: list[str]) -> pd.DataFrame:
-    """Table 3's rows (``table3_from_parts``) of the tiles in ``files`` (one configuration's tile parts, the
-    columns it reads), at most TABLE3_CAP_VALUES values of a sample held at once."""
+def configuration_task(name: str, files: list[str]) -> pd.DataFrame:
+    """The rows of run step ``name`` (scope "configuration") from ``files`` (one configuration's parts, the
+    columns it reads), at most CONFIGURATION_CAP_VALUES values of a sample held at once."""
     import pyarrow.parquet as pq
 
-    from xstage_trace.analysis.stall import table3_from_parts
-
-    rows = table3_from_parts(lambda: (pq.read_table(f, columns=TABLE3_COLUMNS).to_pandas() for f in files), TABLE3_CAP_VALUES)
+    step = run_analysis(name)
+    rows = step.streamed(lambda: (pq.read_table(f, columns=list(step.reads)).to_pandas() for f in files), CONFIGURATION_CAP_VALUES)
     pa.default_memory_pool().release_unused()  # the samples held: a batch task after this one does not reuse them
     release_freed_memory()
     return rows
