@@ -10,7 +10,6 @@ import math
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 
 MAX_SPANS_DRAWN = 4000
@@ -153,6 +152,8 @@ def stall_agreement(tiles: pd.DataFrame) -> dict:
     out["median_abs_err_ns"] = float(np.median(err))
     out["mean_abs_err_ns"] = float(np.mean(err))
     if len(t) > 1 and t["predicted_stall_ns"].nunique() > 1 and t["measured_stall_ns"].nunique() > 1:
+        from scipy import stats  # 1 s to import: only the Tiles page needs it
+
         out["spearman"] = float(stats.spearmanr(t["predicted_stall_ns"], t["measured_stall_ns"]).statistic)
     return out
 
