@@ -6,7 +6,14 @@ after it (what a user sees on every interaction), measured with Streamlit's AppT
 server side). With ``--browser``, also the time from navigation until Streamlit is idle in
 headless chromium (/usr/bin/chromium), after a first visit.
 
+With ``--first-page``: the dashboard's first page on the shipped fused sample (or ``--run``) as a user
+waits for it, each time in a fresh process: interpreter start and Streamlit's import, then the first
+script run of the Overview page over the freshly opened run, split into imports, table reads, Arrow →
+pandas, shaping (app/shaping.py, reports/), figures (app/figures.py) and the rest (Streamlit elements,
+the page's own lines); ``--src`` trees are measured alternately (before/after a change).
+
     python benchmarks/bench_dashboard.py [--copies 25] [--run EXISTING_RUN] [--browser]
+    python benchmarks/bench_dashboard.py --first-page [--run RUN] [--src OLD/src src] [--repeat 3]
 """
 
 from __future__ import annotations
@@ -146,12 +153,154 @@ def browser_times(run: Path) -> None:
         proc.wait(timeout=60)
 
 
+FUSED_ANALYZE = ["sample_traces/h200_fused_moe/traced/fused_reference.nsys-rep", "sample_traces/h200_fused_moe/traced",
+                 "--calibration", "sample_traces/h200_calibration/path_drain/calibration_host_tensor2d.json",
+                 "--warmup-launches", "2"]
+# innermost wins: a table read inside shaping counts as a read, an import inside a read as an import
+SPLIT = {"xstage_trace.dataset.api": "reads", "xstage_trace.base.run_files": "reads", "pyarrow.pandas_compat": "to_pandas",
+         "xstage_trace.app.shaping": "shaping", "xstage_trace.reports.verdict_text": "shaping",
+         "xstage_trace.reports.content": "shaping", "xstage_trace.reports.configs": "shaping", "xstage_trace.app.figures": "figures"}
+
+
+def first_page_child(run: str) -> None:
+    """In a fresh process (PYTHONPATH = the tree to time): import Streamlit's AppTest, then run the
+    Overview page once over ``run``, timing each call of the SPLIT modules' functions (self time per
+    category) and every import (Python's import machinery wrapped); prints one JSON line."""
+    import functools
+    import json
+    import os
+    import sys
+    import threading
+
+    t0 = time.perf_counter()
+    from streamlit.testing.v1 import AppTest
+
+    t_streamlit = time.perf_counter() - t0
+    local, acc, on = threading.local(), {}, [False]
+
+    def push(cat):
+        now, st = time.perf_counter(), getattr(local, "stack", None)
+        if st is None:
+            st = local.stack = [["page", now]]
+        acc[st[-1][0]] = acc.get(st[-1][0], 0.0) + now - st[-1][1]
+        st.append([cat, now])
+
+    def pop():
+        now, st = time.perf_counter(), local.stack
+        cat, since = st.pop()
+        acc[cat] = acc.get(cat, 0.0) + now - since
+        st[-1][1] = now
+
+    def timed(f, cat):
+        @functools.wraps(f)
+        def w(*a, **k):
+            if not on[0]:
+                return f(*a, **k)
+            push(cat)
+            try:
+                return f(*a, **k)
+            finally:
+                pop()
+        return w
+
+    def instrument(name):
+        mod, cat = sys.modules[name], SPLIT[name]
+        for k, v in list(vars(mod).items()):
+            if getattr(v, "__module__", None) != name:
+                continue
+            if isinstance(v, type):
+                for m, f in list(vars(v).items()):
+                    if callable(f) and not isinstance(f, type) and not m.startswith("__") or m == "__init__":
+                        setattr(v, m, timed(f, cat))
+            elif callable(v):
+                setattr(mod, k, timed(v, cat))
+
+    boot = sys.modules["_frozen_importlib"]
+    find_and_load = boot._find_and_load
+
+    def loading(name, import_):
+        if not on[0]:
+            return find_and_load(name, import_)
+        push("imports")
+        try:
+            return find_and_load(name, import_)
+        finally:
+            pop()
+            if name in SPLIT and not getattr(sys.modules.get(name), "_xs_timed", False):
+                instrument(name)
+                sys.modules[name]._xs_timed = True
+
+    for name in SPLIT:  # already imported by Streamlit (pyarrow.pandas_compat may be)
+        if name in sys.modules:
+            instrument(name)
+            sys.modules[name]._xs_timed = True
+    boot._find_and_load = loading
+    at = AppTest.from_file(os.environ["XS_APP"], default_timeout=600)
+    at.session_state["run_paths"] = [run]
+    on[0] = True
+    t = time.perf_counter()
+    at.run()
+    page = time.perf_counter() - t
+    on[0] = False
+    assert not at.exception, [e.message for e in at.exception]
+    assert at.title[0].value.startswith("Overview"), at.title
+    split = {k: acc.get(k, 0.0) for k in ("imports", "reads", "to_pandas", "shaping", "figures")}
+    split["streamlit_and_page"] = page - sum(split.values())
+    print(json.dumps({"streamlit_import_s": t_streamlit, "page_s": page, **{f"{k}_s": v for k, v in split.items()}}))
+    sys.stdout.flush()
+    os._exit(0)  # the process's teardown is no part of the page
+
+
+def first_page_times(run: Path | None, srcs: list[Path], repeat: int) -> None:
+    """Fresh-process first-page times of each tree in ``srcs``, alternately, ``repeat`` rounds."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    with tempfile.TemporaryDirectory() as tmp:
+        if run is None:
+            run = Path(tmp) / "fused.xstage-run"
+            env = dict(os.environ, PYTHONPATH=str(srcs[-1]))
+            subprocess.run([sys.executable, "-m", "xstage_trace", "analyze", *FUSED_ANALYZE, "-o", str(run)], cwd=ROOT,
+                           env=env, check=True, stdout=subprocess.DEVNULL)
+        cols = ["streamlit_import_s", "page_s", "imports_s", "reads_s", "to_pandas_s", "shaping_s", "figures_s", "streamlit_and_page_s"]
+        print(f"first page (Overview) of {run}, fresh process each, {sys.executable}\n")
+        print("| tree | load avg (1 min) | process wall s | " + " | ".join(c[:-2].replace("_", " ") + " s" for c in cols) + " |")
+        print("|---" * (len(cols) + 3) + "|")
+        rows: dict[Path, list[dict]] = {s: [] for s in srcs}
+        for _ in range(repeat):
+            for src in srcs:
+                env = dict(os.environ, PYTHONPATH=str(src), XS_APP=str(Path(src) / "xstage_trace" / "app" / "main.py"))
+                load = os.getloadavg()[0]
+                t = time.perf_counter()
+                out = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--first-page-child", str(run)],
+                                     env=env, capture_output=True, text=True, check=True)
+                wall = time.perf_counter() - t
+                r = json.loads(out.stdout.strip().splitlines()[-1]) | {"wall_s": wall, "load": load}
+                rows[src].append(r)
+                print(f"| {src} | {load:.2f} | {wall:.2f} | " + " | ".join(f"{r[c]:.3f}" for c in cols) + " |")
+        print("\n| tree | runs | process wall s, median (min–max) | first script run of the page s, median (min–max) |\n|---|---|---|---|")
+        for src, rs in rows.items():
+            w, p = [r["wall_s"] for r in rs], [r["page_s"] for r in rs]
+            print(f"| {src} | {len(rs)} | {statistics.median(w):.2f} ({min(w):.2f}–{max(w):.2f}) | "
+                  f"{statistics.median(p):.2f} ({min(p):.2f}–{max(p):.2f}) |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--copies", type=int, default=25)
     ap.add_argument("--run", type=Path, help="an existing (synthetic) run folder to time")
     ap.add_argument("--browser", action="store_true")
+    ap.add_argument("--first-page", action="store_true", help="the Overview's first run in fresh processes (shipped fused sample)")
+    ap.add_argument("--src", type=Path, nargs="+", default=[ROOT / "src"], help="source trees to time alternately (--first-page)")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--first-page-child", help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.first_page_child:
+        return first_page_child(a.first_page_child)
+    if a.first_page:
+        return first_page_times(a.run, [s.resolve() for s in a.src], a.repeat)
     with tempfile.TemporaryDirectory() as tmp:
         run = a.run or synthetic_run(Path(tmp), a.copies)
         apptest_times(run)

@@ -45,6 +45,19 @@ def frame(path: str, name: str) -> pd.DataFrame:
 
 
 @st.cache_resource(show_spinner=False, max_entries=16)
+def _tile_counts(path: str, stamp: float) -> tuple[int, int]:
+    import pyarrow.compute as pc
+
+    bp = _run(path, stamp).table("tiles", columns=["backpressured"])["backpressured"]
+    return bp.length(), int(pc.sum(bp).as_py() or 0)
+
+
+def tile_counts(path: str) -> tuple[int, int]:
+    """(tiles, backpressured tiles) of the run, from the tiles' ``backpressured`` column alone."""
+    return _tile_counts(path, stamp(path))
+
+
+@st.cache_resource(show_spinner=False, max_entries=16)
 def _tiles_cfg(path: str, stamp: float) -> pd.DataFrame:
     from xstage_trace.app.shaping import with_config
 

@@ -43,18 +43,44 @@ class Run:
     def __repr__(self) -> str:
         return f"Run({str(self.path)!r})"
 
-    def table(self, name: str) -> pa.Table:
+    def table(self, name: str, columns: list[str] | None = None) -> pa.Table:
         """One run-dataset table as Arrow (``kernels``, ``nvtx``, ``gpu_metrics``, ``probes``,
         ``probe_slices``, ``bursts``, ``tiles``), read on first use (a run with 10 M probe
-        records opens its small tables without reading the probes)."""
+        records opens its small tables without reading the probes). ``columns``: only those, in
+        that order; while the table was not read whole, only they are read from its files (a count
+        or a sum over a large table without decoding its other columns), and not kept."""
         from xstage_trace.base.schema import TABLES
         from xstage_trace.base.run_files import read_table
 
         if name not in TABLES:
             raise KeyError(f"no table {name!r}; tables: {', '.join(TABLES)}")
+        if columns is not None:
+            missing = [c for c in columns if c not in TABLES[name].names]
+            if missing:
+                raise KeyError(f"table {name!r} has no column {missing[0]!r}")
+            if name not in self._read:
+                return self._columns(name, list(columns))
+            return self._read[name].select(list(columns))
         if name not in self._read:
             self._read[name] = read_table(self.path, name)
         return self._read[name]
+
+    def _columns(self, name: str, columns: list[str]) -> pa.Table:
+        """``columns`` of table ``name`` from its files, each checked against its sha256 as ``table`` checks
+        them (that every listed file is there and no other was checked when the run was opened), typed by
+        the schema (a column a file lacks: nulls)."""
+        import pyarrow.parquet as pq
+
+        from xstage_trace.base.run_files import check_listed_file, table_files
+        from xstage_trace.base.schema import conform, empty_table
+
+        parts = []
+        for f in table_files(self.path, name, self.manifest):
+            path = check_listed_file(self.path, self.manifest, Path(f).relative_to(self.path).as_posix())
+            pf = _read_result(path, pq.ParquetFile)
+            t = _read_result(path, lambda p: pf.read(columns=[c for c in columns if c in pf.schema_arrow.names]))
+            parts.append(conform(name, t).select(columns))
+        return pa.concat_tables(parts) if parts else empty_table(name).select(columns)
 
     def _frame(self, name: str) -> pd.DataFrame:
         return self.table(name).to_pandas()

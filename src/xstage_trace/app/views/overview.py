@@ -14,7 +14,7 @@ if path:
     st.title(f"Overview: {state.run_name(path)}")
     tables = m.get("tables", {})
     kernels = data.frame(path, "kernels")
-    tiles = data.frame(path, "tiles")
+    n_tiles, n_backpressured = data.tile_counts(path)
     st.header("Verdict per configuration")
     v = data.verdicts(path)
     if v.empty:
@@ -53,8 +53,8 @@ if path:
     c = st.columns(5)
     c[0].metric("kernel launches (nsys)", f"{len(kernels):,}")
     c[1].metric("probe records", f"{tables.get('probes', 0):,}")
-    c[2].metric("tiles", f"{len(tiles):,}")
-    c[3].metric("backpressured tiles", f"{int(tiles['backpressured'].sum()) if len(tiles) else 0:,}")
+    c[2].metric("tiles", f"{n_tiles:,}")
+    c[3].metric("backpressured tiles", f"{n_backpressured:,}")
     c[4].metric("bursts", f"{tables.get('bursts', 0):,}")
     st.caption(f"time base: {m.get('time_base', 'unknown')} · calibration: {m.get('calibration') or 'none'} · "
                f"schema {m.get('schema_version')} · xstage-trace {m.get('tool_version', '?')}")
