@@ -45,6 +45,19 @@ def frame(path: str, name: str) -> pd.DataFrame:
 
 
 @st.cache_resource(show_spinner=False, max_entries=16)
+def _kernel_summary(path: str, stamp: float) -> tuple[int, pd.DataFrame]:
+    from xstage_trace.app.shaping import kernel_summary
+
+    k = _run(path, stamp).table("kernels", columns=["name", "short_name", "duration_ns"])
+    return k.num_rows, kernel_summary(k.to_pandas())
+
+
+def kernel_summary(path: str) -> tuple[int, pd.DataFrame]:
+    """(kernel launches, shaping.kernel_summary) of the run, from the three kernel columns it needs."""
+    return _kernel_summary(path, stamp(path))
+
+
+@st.cache_resource(show_spinner=False, max_entries=16)
 def _tile_counts(path: str, stamp: float) -> tuple[int, int]:
     import pyarrow.compute as pc
 

@@ -69,17 +69,13 @@ class Run:
         """``columns`` of table ``name`` from its files, each checked against its sha256 as ``table`` checks
         them (that every listed file is there and no other was checked when the run was opened), typed by
         the schema (a column a file lacks: nulls)."""
-        import pyarrow.parquet as pq
-
         from xstage_trace.base.run_files import check_listed_file, table_files
         from xstage_trace.base.schema import conform, empty_table
 
         parts = []
         for f in table_files(self.path, name, self.manifest):
             path = check_listed_file(self.path, self.manifest, Path(f).relative_to(self.path).as_posix())
-            pf = _read_result(path, pq.ParquetFile)
-            t = _read_result(path, lambda p: pf.read(columns=[c for c in columns if c in pf.schema_arrow.names]))
-            parts.append(conform(name, t).select(columns))
+            parts.append(conform(name, _read_result(path, lambda p: _parquet_columns(p, columns))).select(columns))
         return pa.concat_tables(parts) if parts else empty_table(name).select(columns)
 
     def _frame(self, name: str) -> pd.DataFrame:
@@ -135,7 +131,7 @@ class Run:
         from xstage_trace.base.run_files import check_listed_file
 
         f = check_listed_file(self.path, self.manifest, f"{name}.parquet")  # only the bytes the manifest hashed
-        return _read_result(f, pd.read_parquet) if f else RESULTS[name].empty_table().to_pandas()
+        return _read_result(f, _parquet_frame) if f else RESULTS[name].empty_table().to_pandas()
 
     def probe_spans(self, dump: str, events=("mainloop", "slot_wait", "rs"), start_ns: float | None = None,
                     end_ns: float | None = None) -> pd.DataFrame:
@@ -286,6 +282,23 @@ def _read_result(path: Path, reader) -> pd.DataFrame:
         return reader(path)
     except Exception as exc:  # pandas and pyarrow raise many parser types
         raise InputError(path, f"not readable ({exc.__class__.__name__})", "re-run xstage-trace analyze on the original inputs to write the run again") from None
+
+
+def _parquet_columns(path: Path, columns: list[str]) -> pa.Table:
+    """Those of ``columns`` that one Parquet file holds, read as one file (no pyarrow.dataset)."""
+    import pyarrow.parquet as pq
+
+    with pq.ParquetFile(path) as f:
+        return f.read(columns=[c for c in columns if c in f.schema_arrow.names])
+
+
+def _parquet_frame(path: Path) -> pd.DataFrame:
+    """One Parquet file as pandas, as ``pd.read_parquet`` gives it (Arrow's conversion), read as one file:
+    without pyarrow.dataset's import and discovery (a result file's first read on the dashboard)."""
+    import pyarrow.parquet as pq
+
+    with pq.ParquetFile(path) as f:
+        return f.read().to_pandas()
 
 
 def _in_values(column: pa.ChunkedArray, values: list[str]) -> pa.ChunkedArray:

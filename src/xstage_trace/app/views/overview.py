@@ -3,7 +3,7 @@ the cause and the schedule speedup, then Table 3, kernels, timing scopes, alignm
 
 import streamlit as st
 
-from xstage_trace.app import data, shaping, state
+from xstage_trace.app import data, state
 from xstage_trace.reports.content import table3_display
 from xstage_trace.reports.verdict_text import headline, schedule_speedups
 
@@ -13,7 +13,7 @@ if path:
     m = run.manifest
     st.title(f"Overview: {state.run_name(path)}")
     tables = m.get("tables", {})
-    kernels = data.frame(path, "kernels")
+    n_kernels, kernel_summary = data.kernel_summary(path)
     n_tiles, n_backpressured = data.tile_counts(path)
     st.header("Verdict per configuration")
     v = data.verdicts(path)
@@ -51,7 +51,7 @@ if path:
 
     st.header("Run: " + (", ".join(m.get("gpus") or []) or "unknown"))
     c = st.columns(5)
-    c[0].metric("kernel launches (nsys)", f"{len(kernels):,}")
+    c[0].metric("kernel launches (nsys)", f"{n_kernels:,}")
     c[1].metric("probe records", f"{tables.get('probes', 0):,}")
     c[2].metric("tiles", f"{n_tiles:,}")
     c[3].metric("backpressured tiles", f"{n_backpressured:,}")
@@ -63,7 +63,7 @@ if path:
     if not tables.get("probes"):
         missing.append("**No probe records**: tiles, Table 3, bursts and verdicts need probe dumps "
                        "(`xstage-trace analyze REPORT.nsys-rep DUMPS/`).")
-    if not len(kernels):
+    if not n_kernels:
         missing.append("**No Nsight Systems export**: no kernels, NVTX ranges or GPU metrics, and probe times are "
                        "relative to the first probe record (give the `.nsys-rep` to `analyze`).")
     if not m.get("calibration"):
@@ -82,10 +82,10 @@ if path:
         st.dataframe(table3_display(t3), hide_index=True, key="table3")
 
     st.header("Kernels")
-    if kernels.empty:
+    if not n_kernels:
         st.info("No kernels: the run has no Nsight Systems export.")
     else:
-        st.dataframe(shaping.kernel_summary(kernels), hide_index=True, key="kernels")
+        st.dataframe(kernel_summary, hide_index=True, key="kernels")
 
     st.header("Timing scopes")
     st.markdown(
