@@ -79,3 +79,31 @@ def test_tables_are_read_on_first_use_so_small_ones_open_without_the_probes(fuse
     (run_dir / "manifest.json").write_text(json.dumps(dict(doc, schema_version=99)))
     with pytest.raises(InputError, match="newer"):
         xstage_trace.open_run(run_dir).kernels()
+
+
+def test_table_columns_alone_are_the_files_columns_and_checked_against_the_manifest(fused_run_dir, tmp_path):
+    import shutil
+
+    import pyarrow.parquet as pq
+    import pytest
+
+    from xstage_trace.base.errors import InputError
+
+    run = xstage_trace.open_run(fused_run_dir)
+    alone = run.table("tiles", columns=["backpressured", "dump"])
+    files = sorted((fused_run_dir / "tiles").glob("rank=*/*.parquet"))
+    raw = [pq.read_table(f, partitioning=None) for f in files]  # pyarrow over the files themselves
+    assert alone.column_names == ["backpressured", "dump"] and alone.num_rows == sum(t.num_rows for t in raw)
+    assert alone["backpressured"].to_pylist() == [b for t in raw for b in t["backpressured"].to_pylist()]
+    assert alone["dump"].cast("string").to_pylist() == [d for t in raw for d in t["dump"].cast("string").to_pylist()]
+    whole = run.table("tiles")  # read whole afterwards: the same columns from it
+    assert run.table("tiles", columns=["dump", "backpressured"]).equals(whole.select(["dump", "backpressured"]))
+    with pytest.raises(KeyError):
+        run.table("tiles", columns=["no_such_column"])
+    copy = shutil.copytree(fused_run_dir, tmp_path / "copy.run")
+    part = sorted((copy / "tiles").glob("rank=*/*.parquet"))[0]
+    data = bytearray(part.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # same size, other bytes
+    part.write_bytes(bytes(data))
+    with pytest.raises(InputError, match="sha256"):
+        xstage_trace.open_run(copy).table("tiles", columns=["backpressured"])
