@@ -13,7 +13,11 @@ pandas, shaping (app/shaping.py, reports/), figures (app/figures.py) and the res
 the page's own lines); ``--src`` trees are measured alternately (before/after a change).
 
     python benchmarks/bench_dashboard.py [--copies 25] [--run EXISTING_RUN] [--browser]
-    python benchmarks/bench_dashboard.py --first-page [--run RUN] [--src OLD/src src] [--repeat 3]
+    python benchmarks/bench_dashboard.py --first-page [--run RUN] [--src OLD/src src] [--repeat 3] [--preloaded]
+    python benchmarks/bench_dashboard.py --first-page --browser --run RUN [--src OLD/src src] [--connect-after 2]
+
+(``--first-page --browser``: a fresh ``xstage-trace dashboard RUN`` each time, the page opened in headless
+chromium ``--connect-after`` seconds after the server's health check, until its last header is shown.)
 """
 
 from __future__ import annotations
@@ -176,6 +180,15 @@ def first_page_child(run: str) -> None:
     from streamlit.testing.v1 import AppTest
 
     t_streamlit = time.perf_counter() - t0
+    preloaded = False
+    if os.environ.get("XS_PRELOADED"):  # a server whose preload (app/serve.py) was over before the browser came
+        try:
+            from xstage_trace.app.serve import preload
+        except ImportError:  # a tree without it
+            pass
+        else:
+            preload()
+            preloaded = True
     local, acc, on = threading.local(), {}, [False]
 
     def push(cat):
@@ -246,13 +259,14 @@ def first_page_child(run: str) -> None:
     assert at.title[0].value.startswith("Overview"), at.title
     split = {k: acc.get(k, 0.0) for k in ("imports", "reads", "to_pandas", "shaping", "figures")}
     split["streamlit_and_page"] = page - sum(split.values())
-    print(json.dumps({"streamlit_import_s": t_streamlit, "page_s": page, "page_cpu_s": cpu, **{f"{k}_s": v for k, v in split.items()}}))
+    print(json.dumps({"preloaded": preloaded, "streamlit_import_s": t_streamlit, "page_s": page, "page_cpu_s": cpu, **{f"{k}_s": v for k, v in split.items()}}))
     sys.stdout.flush()
     os._exit(0)  # the process's teardown is no part of the page
 
 
-def first_page_times(run: Path | None, srcs: list[Path], repeat: int) -> None:
-    """Fresh-process first-page times of each tree in ``srcs``, alternately, ``repeat`` rounds."""
+def first_page_times(run: Path | None, srcs: list[Path], repeat: int, preloaded: bool = False) -> None:
+    """Fresh-process first-page times of each tree in ``srcs``, alternately, ``repeat`` rounds; ``preloaded``:
+    after the tree's server preload (app/serve.py, where it has one) imported its libraries."""
     import json
     import os
     import subprocess
@@ -265,13 +279,14 @@ def first_page_times(run: Path | None, srcs: list[Path], repeat: int) -> None:
             subprocess.run([sys.executable, "-m", "xstage_trace", "analyze", *FUSED_ANALYZE, "-o", str(run)], cwd=ROOT,
                            env=env, check=True, stdout=subprocess.DEVNULL)
         cols = ["streamlit_import_s", "page_s", "page_cpu_s", "imports_s", "reads_s", "to_pandas_s", "shaping_s", "figures_s", "streamlit_and_page_s"]
-        print(f"first page (Overview) of {run}, fresh process each, {sys.executable}\n")
-        print("| tree | load avg (1 min) | process wall s | " + " | ".join(c[:-2].replace("_", " ") + " s" for c in cols) + " |")
-        print("|---" * (len(cols) + 3) + "|")
+        print(f"first page (Overview) of {run}, fresh process each, {sys.executable}" + (", after the server's preload" if preloaded else "") + "\n")
+        print("| tree | preloaded | load avg (1 min) | process wall s | " + " | ".join(c[:-2].replace("_", " ") + " s" for c in cols) + " |")
+        print("|---" * (len(cols) + 4) + "|")
         rows: dict[Path, list[dict]] = {s: [] for s in srcs}
         for _ in range(repeat):
             for src in srcs:
-                env = dict(os.environ, PYTHONPATH=str(src), XS_APP=str(Path(src) / "xstage_trace" / "app" / "main.py"))
+                env = dict(os.environ, PYTHONPATH=str(src), XS_APP=str(Path(src) / "xstage_trace" / "app" / "main.py"),
+                           XS_PRELOADED="1" if preloaded else "")
                 load = os.getloadavg()[0]
                 t = time.perf_counter()
                 out = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--first-page-child", str(run)],
@@ -279,13 +294,71 @@ def first_page_times(run: Path | None, srcs: list[Path], repeat: int) -> None:
                 wall = time.perf_counter() - t
                 r = json.loads(out.stdout.strip().splitlines()[-1]) | {"wall_s": wall, "load": load}
                 rows[src].append(r)
-                print(f"| {src} | {load:.2f} | {wall:.2f} | " + " | ".join(f"{r[c]:.3f}" for c in cols) + " |")
+                print(f"| {src} | {'yes' if r['preloaded'] else 'no'} | {load:.2f} | {wall:.2f} | " + " | ".join(f"{r[c]:.3f}" for c in cols) + " |")
         print("\n| tree | runs | process wall s | first script run of the page s | its CPU s |\n|---|---|---|---|---|")
         for src, rs in rows.items():
             print(f"| {src} | {len(rs)} | " + " | ".join(
                 f"{statistics.median(v):.2f} ({min(v):.2f}–{max(v):.2f})" for v in
                 ([r[k] for r in rs] for k in ("wall_s", "page_s", "page_cpu_s"))) + " |")
         print("\n(median (min–max); page CPU: the process's, threads together, during the run)")
+
+
+def first_page_browser(run: Path, srcs: list[Path], repeat: int, connect_after_s: float) -> None:
+    """The first page in a real server, each time a fresh ``xstage-trace dashboard RUN`` of each tree in
+    ``srcs`` (alternately): the browser (headless chromium, started beforehand) opens the page
+    ``connect_after_s`` after the server answers its health check; times from the command's start to
+    the health check, and from navigation until the page's last header (Warnings) is shown."""
+    import os
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import urllib.request
+
+    from playwright.sync_api import sync_playwright
+
+    print(f"first page (Overview) in the browser, a fresh `xstage-trace dashboard` each time, opened {connect_after_s:g} s "
+          f"after the server's health check\n\n| tree | load avg (1 min) | command → health s | navigation → page shown s | command → page shown s |\n|---|---|---|---|---|")
+    rows: dict[Path, list[tuple[float, float]]] = {s: [] for s in srcs}
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path="/usr/bin/chromium", args=[
+            "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+            "--disable-background-networking", "--disable-component-update", "--disable-sync"])
+        for _ in range(repeat):
+            for src in srcs:
+                with socket.socket() as sk:
+                    sk.bind(("127.0.0.1", 0))
+                    port = sk.getsockname()[1]
+                pg = b.new_page(viewport={"width": 1500, "height": 1000})
+                pg.set_default_timeout(120_000)
+                load = os.getloadavg()[0]
+                t0 = time.perf_counter()
+                proc = subprocess.Popen([sys.executable, "-m", "xstage_trace", "dashboard", str(run), "--port", str(port)],
+                                        env=dict(os.environ, PYTHONPATH=str(src)), stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.DEVNULL, start_new_session=True)
+                try:
+                    while True:
+                        try:
+                            if urllib.request.urlopen(f"http://localhost:{port}/_stcore/health", timeout=2).read() == b"ok":
+                                break
+                        except OSError:
+                            time.sleep(0.02)
+                    health = time.perf_counter() - t0
+                    time.sleep(connect_after_s)
+                    t = time.perf_counter()
+                    pg.goto(f"http://localhost:{port}")
+                    pg.locator("h2").filter(has_text="Warnings").first.wait_for()
+                    shown = time.perf_counter()
+                finally:
+                    os.killpg(proc.pid, signal.SIGTERM)
+                    proc.wait(timeout=60)
+                    pg.close()
+                rows[src].append((shown - t, shown - t0))
+                print(f"| {src} | {load:.2f} | {health:.2f} | {shown - t:.2f} | {shown - t0:.2f} |")
+        b.close()
+    print("\n| tree | runs | navigation → page shown s | command → page shown s |\n|---|---|---|---|")
+    for src, rs in rows.items():
+        print(f"| {src} | {len(rs)} | " + " | ".join(f"{statistics.median(v):.2f} ({min(v):.2f}–{max(v):.2f})" for v in zip(*rs)) + " |")
 
 
 def main() -> None:
@@ -296,12 +369,18 @@ def main() -> None:
     ap.add_argument("--first-page", action="store_true", help="the Overview's first run in fresh processes (shipped fused sample)")
     ap.add_argument("--src", type=Path, nargs="+", default=[ROOT / "src"], help="source trees to time alternately (--first-page)")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--connect-after", type=float, default=2.0, help="--first-page --browser: seconds between health check and navigation")
+    ap.add_argument("--preloaded", action="store_true", help="--first-page: after the server's preload (app/serve.py)")
     ap.add_argument("--first-page-child", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.first_page_child:
         return first_page_child(a.first_page_child)
+    if a.first_page and a.browser:
+        if a.run is None:
+            ap.error("--first-page --browser needs --run (a run of the shipped fused sample: see FUSED_ANALYZE)")
+        return first_page_browser(a.run, [s.resolve() for s in a.src], a.repeat, a.connect_after)
     if a.first_page:
-        return first_page_times(a.run, [s.resolve() for s in a.src], a.repeat)
+        return first_page_times(a.run, [s.resolve() for s in a.src], a.repeat, a.preloaded)
     with tempfile.TemporaryDirectory() as tmp:
         run = a.run or synthetic_run(Path(tmp), a.copies)
         apptest_times(run)
