@@ -333,16 +333,20 @@ def first_page_browser(run: Path, srcs: list[Path], repeat: int, connect_after_s
                 pg.set_default_timeout(120_000)
                 load = os.getloadavg()[0]
                 t0 = time.perf_counter()
+                err = tempfile.TemporaryFile()
                 proc = subprocess.Popen([sys.executable, "-m", "xstage_trace", "dashboard", str(run), "--port", str(port)],
                                         env=dict(os.environ, PYTHONPATH=str(src)), stdout=subprocess.DEVNULL,
-                                        stderr=subprocess.DEVNULL, start_new_session=True)
+                                        stderr=err, start_new_session=True)
                 try:
-                    while True:
+                    while proc.poll() is None and time.perf_counter() - t0 < 120:
                         try:
                             if urllib.request.urlopen(f"http://localhost:{port}/_stcore/health", timeout=2).read() == b"ok":
                                 break
                         except OSError:
                             time.sleep(0.02)
+                    else:
+                        err.seek(0)
+                        raise RuntimeError(f"{src}: no dashboard on port {port} (exit {proc.poll()}): {err.read().decode()[-2000:]}")
                     health = time.perf_counter() - t0
                     time.sleep(connect_after_s)
                     t = time.perf_counter()
