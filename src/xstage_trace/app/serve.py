@@ -2,8 +2,10 @@
 main.py …``): Streamlit's own command line, with the libraries every first page imports (pandas, pyarrow's
 Parquet reader, the run reader and the Overview's shaping; 0.5–0.7 s on the development machine) imported
 in a background thread while the server starts and waits for the browser, so that a session's first
-script run does not pay for them. Nothing that imports Streamlit is preloaded: the main thread imports
-Streamlit meanwhile, and two threads importing each other's modules could wait on each other."""
+script run does not pay for them. The thread starts once Streamlit is imported: Plotly, which Streamlit
+imports, looks pandas up in ``sys.modules`` without importing it and fails on a half-imported one (a
+server that started the preload before Streamlit's import crashed so). Nothing that imports Streamlit is
+preloaded."""
 
 from __future__ import annotations
 
@@ -26,10 +28,10 @@ def preload() -> None:
 
 
 def main() -> None:
-    """``streamlit`` with this process's arguments, PRELOAD imported beside it."""
-    threading.Thread(target=preload, name="xstage-preload", daemon=True).start()
-    from streamlit.web.cli import main as streamlit_main
+    """``streamlit`` with this process's arguments, PRELOAD imported beside the server's start."""
+    from streamlit.web.cli import main as streamlit_main  # Streamlit and Plotly first (see above)
 
+    threading.Thread(target=preload, name="xstage-preload", daemon=True).start()
     sys.exit(streamlit_main())
 
 
