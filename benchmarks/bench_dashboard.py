@@ -257,9 +257,18 @@ def first_page_child(run: str) -> None:
     on[0] = False
     assert not at.exception, [e.message for e in at.exception]
     assert at.title[0].value.startswith("Overview"), at.title
+    import hashlib
+    import re
+
+    def protos(node):  # every element the page drew, widget ids (they hash the script's path) left out
+        p = getattr(node, "proto", None)
+        yield type(node).__name__ + ":" + re.sub(r"\$\$ID-[0-9a-f]+-", "$$ID-", str(p) if p is not None else "")
+        for child in (node.children.values() if isinstance(getattr(node, "children", None), dict) else []):
+            yield from protos(child)
+    page_sha = hashlib.sha256("\n".join(protos(at._tree)).encode()).hexdigest()[:12]
     split = {k: acc.get(k, 0.0) for k in ("imports", "reads", "to_pandas", "shaping", "figures")}
     split["streamlit_and_page"] = page - sum(split.values())
-    print(json.dumps({"preloaded": preloaded, "streamlit_import_s": t_streamlit, "page_s": page, "page_cpu_s": cpu, **{f"{k}_s": v for k, v in split.items()}}))
+    print(json.dumps({"page_sha256": page_sha, "preloaded": preloaded, "streamlit_import_s": t_streamlit, "page_s": page, "page_cpu_s": cpu, **{f"{k}_s": v for k, v in split.items()}}))
     sys.stdout.flush()
     os._exit(0)  # the process's teardown is no part of the page
 
@@ -301,6 +310,9 @@ def first_page_times(run: Path | None, srcs: list[Path], repeat: int, preloaded:
                 f"{statistics.median(v):.2f} ({min(v):.2f}–{max(v):.2f})" for v in
                 ([r[k] for r in rs] for k in ("wall_s", "page_s", "page_cpu_s"))) + " |")
         print("\n(median (min–max); page CPU: the process's, threads together, during the run)")
+        shas = {r["page_sha256"] for rs in rows.values() for r in rs}
+        print(f"page drawn (every element's message, sha256): {'identical in every run of every tree' if len(shas) == 1 else 'DIFFERS'}"
+              f" ({', '.join(sorted(shas))})")
 
 
 def first_page_browser(run: Path, srcs: list[Path], repeat: int, connect_after_s: float) -> None:
