@@ -13,7 +13,7 @@ pandas, shaping (app/shaping.py, reports/), figures (app/figures.py) and the res
 the page's own lines); ``--src`` trees are measured alternately (before/after a change).
 
     python benchmarks/bench_dashboard.py [--copies 25] [--run EXISTING_RUN] [--browser]
-    python benchmarks/bench_dashboard.py --first-page [--run RUN] [--src OLD/src src] [--repeat 3] [--preloaded]
+    python benchmarks/bench_dashboard.py --first-page [--run RUN] [--src OLD/src src] [--repeat 3]
     python benchmarks/bench_dashboard.py --first-page --browser --run RUN [--src OLD/src src] [--connect-after 2]
 
 (``--first-page --browser``: a fresh ``xstage-trace dashboard RUN`` each time, the page opened in headless
@@ -180,15 +180,6 @@ def first_page_child(run: str) -> None:
     from streamlit.testing.v1 import AppTest
 
     t_streamlit = time.perf_counter() - t0
-    preloaded = False
-    if os.environ.get("XS_PRELOADED"):  # a server whose preload (app/serve.py) was over before the browser came
-        try:
-            from xstage_trace.app.serve import preload
-        except ImportError:  # a tree without it
-            pass
-        else:
-            preload()
-            preloaded = True
     local, acc, on = threading.local(), {}, [False]
 
     def push(cat):
@@ -268,14 +259,13 @@ def first_page_child(run: str) -> None:
     page_sha = hashlib.sha256("\n".join(protos(at._tree)).encode()).hexdigest()[:12]
     split = {k: acc.get(k, 0.0) for k in ("imports", "reads", "to_pandas", "shaping", "figures")}
     split["streamlit_and_page"] = page - sum(split.values())
-    print(json.dumps({"page_sha256": page_sha, "preloaded": preloaded, "streamlit_import_s": t_streamlit, "page_s": page, "page_cpu_s": cpu, **{f"{k}_s": v for k, v in split.items()}}))
+    print(json.dumps({"page_sha256": page_sha, "streamlit_import_s": t_streamlit, "page_s": page, "page_cpu_s": cpu, **{f"{k}_s": v for k, v in split.items()}}))
     sys.stdout.flush()
     os._exit(0)  # the process's teardown is no part of the page
 
 
-def first_page_times(run: Path | None, srcs: list[Path], repeat: int, preloaded: bool = False) -> None:
-    """Fresh-process first-page times of each tree in ``srcs``, alternately, ``repeat`` rounds; ``preloaded``:
-    after the tree's server preload (app/serve.py, where it has one) imported its libraries."""
+def first_page_times(run: Path | None, srcs: list[Path], repeat: int) -> None:
+    """Fresh-process first-page times of each tree in ``srcs``, alternately, ``repeat`` rounds."""
     import json
     import os
     import subprocess
@@ -288,14 +278,13 @@ def first_page_times(run: Path | None, srcs: list[Path], repeat: int, preloaded:
             subprocess.run([sys.executable, "-m", "xstage_trace", "analyze", *FUSED_ANALYZE, "-o", str(run)], cwd=ROOT,
                            env=env, check=True, stdout=subprocess.DEVNULL)
         cols = ["streamlit_import_s", "page_s", "page_cpu_s", "imports_s", "reads_s", "to_pandas_s", "shaping_s", "figures_s", "streamlit_and_page_s"]
-        print(f"first page (Overview) of {run}, fresh process each, {sys.executable}" + (", after the server's preload" if preloaded else "") + "\n")
-        print("| tree | preloaded | load avg (1 min) | process wall s | " + " | ".join(c[:-2].replace("_", " ") + " s" for c in cols) + " |")
-        print("|---" * (len(cols) + 4) + "|")
+        print(f"first page (Overview) of {run}, fresh process each, {sys.executable}\n")
+        print("| tree | load avg (1 min) | process wall s | " + " | ".join(c[:-2].replace("_", " ") + " s" for c in cols) + " |")
+        print("|---" * (len(cols) + 3) + "|")
         rows: dict[Path, list[dict]] = {s: [] for s in srcs}
         for _ in range(repeat):
             for src in srcs:
-                env = dict(os.environ, PYTHONPATH=str(src), XS_APP=str(Path(src) / "xstage_trace" / "app" / "main.py"),
-                           XS_PRELOADED="1" if preloaded else "")
+                env = dict(os.environ, PYTHONPATH=str(src), XS_APP=str(Path(src) / "xstage_trace" / "app" / "main.py"))
                 load = os.getloadavg()[0]
                 t = time.perf_counter()
                 out = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--first-page-child", str(run)],
@@ -303,7 +292,7 @@ def first_page_times(run: Path | None, srcs: list[Path], repeat: int, preloaded:
                 wall = time.perf_counter() - t
                 r = json.loads(out.stdout.strip().splitlines()[-1]) | {"wall_s": wall, "load": load}
                 rows[src].append(r)
-                print(f"| {src} | {'yes' if r['preloaded'] else 'no'} | {load:.2f} | {wall:.2f} | " + " | ".join(f"{r[c]:.3f}" for c in cols) + " |")
+                print(f"| {src} | {load:.2f} | {wall:.2f} | " + " | ".join(f"{r[c]:.3f}" for c in cols) + " |")
         print("\n| tree | runs | process wall s | first script run of the page s | its CPU s |\n|---|---|---|---|---|")
         for src, rs in rows.items():
             print(f"| {src} | {len(rs)} | " + " | ".join(
@@ -386,7 +375,6 @@ def main() -> None:
     ap.add_argument("--src", type=Path, nargs="+", default=[ROOT / "src"], help="source trees to time alternately (--first-page)")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--connect-after", type=float, default=2.0, help="--first-page --browser: seconds between health check and navigation")
-    ap.add_argument("--preloaded", action="store_true", help="--first-page: after the server's preload (app/serve.py)")
     ap.add_argument("--first-page-child", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.first_page_child:
@@ -396,7 +384,7 @@ def main() -> None:
             ap.error("--first-page --browser needs --run (a run of the shipped fused sample: see FUSED_ANALYZE)")
         return first_page_browser(a.run, [s.resolve() for s in a.src], a.repeat, a.connect_after)
     if a.first_page:
-        return first_page_times(a.run, [s.resolve() for s in a.src], a.repeat, a.preloaded)
+        return first_page_times(a.run, [s.resolve() for s in a.src], a.repeat)
     with tempfile.TemporaryDirectory() as tmp:
         run = a.run or synthetic_run(Path(tmp), a.copies)
         apptest_times(run)

@@ -20,7 +20,7 @@ def test_dashboard_refuses_a_folder_that_is_not_a_run(tmp_path, fused_run_dir):
 
 def test_streamlit_command_is_headless_on_the_port_with_the_runs_after_the_separator(fused_run_dir):
     cmd = streamlit_command([fused_run_dir], 8765, "localhost")
-    assert cmd[1:4] == ["-m", "xstage_trace.app.serve", "run"] and cmd[4] == str(APP_SCRIPT)  # streamlit run, preloading
+    assert cmd[1:4] == ["-m", "streamlit", "run"] and cmd[4] == str(APP_SCRIPT)
     i = cmd.index("--")
     assert cmd[i + 1:] == [str(fused_run_dir.resolve())]
     opts = dict(zip(cmd[5:i:2], cmd[6:i:2]))

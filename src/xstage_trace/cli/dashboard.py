@@ -15,11 +15,10 @@ from xstage_trace.cli import app
 
 
 def streamlit_command(runs: list[Path], port: int, address: str) -> list[str]:
-    """The ``streamlit run`` command line (through app/serve.py, which imports the first page's libraries
-    while the server starts): headless, on ``address:port``, run folders after ``--``."""
+    """The ``streamlit run`` command line: headless, on ``address:port``, run folders after ``--``."""
     from xstage_trace.app import APP_SCRIPT
 
-    return [sys.executable, "-m", "xstage_trace.app.serve", "run", str(APP_SCRIPT), "--server.headless", "true",
+    return [sys.executable, "-m", "streamlit", "run", str(APP_SCRIPT), "--server.headless", "true",
             "--server.port", str(port), "--server.address", address, "--browser.gatherUsageStats", "false",
             "--", *[str(Path(r).resolve()) for r in runs]]
 
