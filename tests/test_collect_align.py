@@ -120,3 +120,71 @@ def test_reanalysing_a_run_keeps_its_aligned_times(quick_run, tmp_path):
     before = quick_run.tables["probes"].column("t_ns").to_numpy()
     after = again.tables["probes"].column("t_ns").to_numpy()
     assert np.array_equal(before, after)  # still on the nsys time base, not re-based to the first probe
+
+
+def _exact_max_margin(t, lo, hi):
+    """The margin program solved in rational arithmetic by brute force, independent of the module's method:
+    every vertex (three constraints c0 + c1·t_i ± m = hi_i / lo_i held with equality), kept when it satisfies
+    all constraints; those of largest margin m are the optimal ones. Returns (c0, c1, m) of one of them and the
+    distinct slopes c1 of all of them, as Fractions."""
+    from fractions import Fraction as F
+    from itertools import combinations
+
+    rows = [((F(1), F(float(ti)), F(1)), F(float(h))) for ti, h in zip(t, hi)]  # c0 + c1 t + m ≤ hi
+    rows += [((F(-1), F(-float(ti)), F(1)), F(-float(l))) for ti, l in zip(t, lo)]  # −c0 − c1 t + m ≤ −lo
+
+    def det(m):
+        return (m[0][0] * (m[1][1] * m[2][2] - m[1][2] * m[2][1]) - m[0][1] * (m[1][0] * m[2][2] - m[1][2] * m[2][0])
+                + m[0][2] * (m[1][0] * m[2][1] - m[1][1] * m[2][0]))
+
+    vertices = []
+    for tri in combinations(rows, 3):
+        a = [list(r[0]) for r in tri]
+        d = det(a)
+        if d == 0:
+            continue
+        x = []
+        for k in range(3):
+            m = [row[:] for row in a]
+            for j in range(3):
+                m[j][k] = tri[j][1]
+            x.append(det(m) / d)
+        if all(sum(c * v for c, v in zip(r[0], x)) <= r[1] for r in rows):
+            vertices.append(x)
+    em = max(v[2] for v in vertices)
+    best = [v for v in vertices if v[2] == em]
+    return (*best[0], sorted({v[1] for v in best}))
+
+
+def test_the_clock_line_is_the_exact_optimum_of_the_margin_program_to_within_an_ulp():
+    """align._max_margin_line (docs/nsys-formats.md §1) against the program solved exactly: random intervals
+    around a drifting line (4–6 dumps), and a case where no line fits every interval (negative margin)."""
+    from fractions import Fraction as F
+
+    from xstage_trace.collectors.align import _max_margin_line
+
+    rng = np.random.default_rng(7)
+    cases = []
+    for _ in range(12):
+        n = int(rng.integers(4, 7))
+        t = np.sort(rng.uniform(0, 5e9, n))
+        t -= t[0]
+        mid = rng.uniform(-1e5, 1e5) + rng.uniform(-5e-6, 5e-6) * t + rng.normal(0, 2e3, n)
+        cases.append((t, mid - rng.uniform(1e3, 3e4, n), mid + rng.uniform(1e3, 3e4, n)))
+    t = np.array([0.0, 1e9, 2e9, 3e9])
+    cases.append((t, np.array([0.0, 5e3, -5e3, 0.0]), np.array([1e3, 6e3, -4e3, 1e3])))  # a zigzag no line fits
+    unique = 0
+    for t, lo, hi in cases:
+        c0, c1, m = _max_margin_line(t, lo, hi, fit_drift=True)
+        e0, e1, em, optimal_slopes = _exact_max_margin(t, lo, hi)
+        assert abs(F(m) - em) <= F(np.spacing(abs(float(em)))) + F(1, 10**9)
+        assert min(float(np.min(hi - c0 - c1 * t)), float(np.min(c0 + c1 * t - lo))) >= float(em) - 1e-6  # the line holds the margin
+        if len(optimal_slopes) == 1:  # one optimal line: it is that line, to within an ulp
+            unique += 1
+            assert abs(F(c0) - e0) <= F(np.spacing(abs(float(e0)))) + F(1, 10**9)
+            assert abs(F(c1) - e1) <= F(2 * np.spacing(abs(float(e1))))
+        else:  # one interval binds alone: the middle of the optimal slopes
+            mid = (min(optimal_slopes) + max(optimal_slopes)) / 2
+            assert abs(F(c1) - mid) <= F(1, 10**12) * max(abs(mid), F(1, 10**9))
+    assert unique >= 3
+    assert em < 0 and m < 0  # the zigzag: no line fits, the margin says by how much

@@ -5,8 +5,8 @@ that kernel's nsys interval. A (dump, kernel) pair therefore allows offsets in
 [dump_end − kernel_end, dump_start − kernel_start]. Matching: the offset proposed by some kernel
 for the first dump that places the most dumps inside a kernel (with a small slack, since CUPTI
 re-synchronises its clocks). Fit: a line offset(t) = c0 + c1·t through the matched
-pairs' feasible intervals, placed as deep inside all of them as possible (a small linear program;
-c1 is the drift between the clocks). Residual: the worst distance by which a matched dump leaves
+pairs' feasible intervals, placed as deep inside all of them as possible (a small linear program, solved
+exactly on its piecewise-linear margin function; c1 is the drift between the clocks). Residual: the worst distance by which a matched dump leaves
 its kernel under the fitted line (0 when all fit).
 """
 
@@ -68,49 +68,87 @@ def _match(offset: np.ndarray, a: np.ndarray, b: np.ndarray, ks: np.ndarray, ke:
     return np.where(ok, j, -1)
 
 
-def _max_margin_line(t: np.ndarray, lo: np.ndarray, hi: np.ndarray, fit_drift: bool) -> tuple[float, float, float]:
-    """The line c0 + c1·t that lies deepest inside every interval [lo_i, hi_i] (a linear program:
-    maximise the margin m with lo_i + m ≤ c0 + c1·t_i ≤ hi_i − m); m < 0 when no line fits all.
-    No interval allows more than half its width, so m ≤ max (hi_i − lo_i)/2 bounds the program without
-    cutting off its optimum (a bound of the whole width did, where every interval is empty: a dump
-    longer than its kernel by d on each side reported a residual of 2d)."""
-    from scipy.optimize import linprog
+def _lower_envelope(slope: np.ndarray, intercept: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The lines min_i(slope_i·x + intercept_i) is made of, left to right (slopes falling), and the x where each
+    next one takes over (the convex-hull trick; one pass over the lines sorted by slope, a few per dump)."""
+    order = np.lexsort((intercept, -slope))  # slopes falling; of equal slopes the lowest line first
+    a, b = slope[order], intercept[order]
+    keep = np.ones(len(a), bool)
+    keep[1:] = a[1:] != a[:-1]  # of equal slopes only the lowest can be on the envelope
+    a, b = a[keep], b[keep]
+    hull: list[int] = []
+    for i in range(len(a)):
+        while len(hull) >= 2:
+            j, k = hull[-2], hull[-1]
+            # line k is never the minimum when line i takes over from j no later than k does
+            if (b[i] - b[j]) * (a[j] - a[k]) <= (b[k] - b[j]) * (a[j] - a[i]):
+                hull.pop()
+            else:
+                break
+        hull.append(i)
+    a, b = a[hull], b[hull]
+    return a, b, (b[1:] - b[:-1]) / (a[:-1] - a[1:])
 
-    scale = max(float(np.abs(t).max()), 1.0)
-    ts = t / scale
-    n = len(t)
-    cols = 3 if fit_drift else 2  # [c0, (c1,) m]
-    rows_hi = np.column_stack([np.ones(n), ts, np.ones(n)] if fit_drift else [np.ones(n), np.ones(n)])
-    rows_lo = np.column_stack([-np.ones(n), -ts, np.ones(n)] if fit_drift else [-np.ones(n), np.ones(n)])
-    c = np.zeros(cols)
-    c[-1] = -1.0
-    res = linprog(c, A_ub=np.vstack([rows_hi, rows_lo]), b_ub=np.concatenate([hi, -lo]),
-                  bounds=[(None, None)] * (cols - 1) + [(None, float(np.max(hi - lo)) / 2.0)], method="highs")
-    if not res.success:
-        mid = (lo + hi) / 2.0
-        return float(np.median(mid)), 0.0, float(-np.max(np.abs(mid - np.median(mid))))
-    x = res.x
-    return float(x[0]), (float(x[1]) / scale if fit_drift else 0.0), float(x[-1])
+
+def _margin_function(t: np.ndarray, lo: np.ndarray, hi: np.ndarray):
+    """2·m(c1) = min_i(hi_i − c1·t_i) − max_i(lo_i − c1·t_i), the room a line of slope c1 leaves inside every
+    interval (concave, piecewise linear), and the slopes where it bends (sorted)."""
+    ua, ub, ux = _lower_envelope(-t, hi)
+    la, lb, lx = _lower_envelope(t, -lo)  # max_i(lo_i − c·t_i) = −min_i(t_i·c − lo_i)
+
+    def room(c: np.ndarray) -> np.ndarray:
+        c = np.asarray(c, dtype=np.float64)
+        upper = (ua[None, :] * c[:, None] + ub[None, :]).min(axis=1)
+        lower = -(la[None, :] * c[:, None] + lb[None, :]).min(axis=1)
+        return upper - lower
+
+    return room, np.unique(np.concatenate([ux, lx]))
+
+
+def _max_margin_line(t: np.ndarray, lo: np.ndarray, hi: np.ndarray, fit_drift: bool) -> tuple[float, float, float]:
+    """The line c0 + c1·t that lies deepest inside every interval [lo_i, hi_i] (the linear program: maximise the
+    margin m with lo_i + m ≤ c0 + c1·t_i ≤ hi_i − m); m < 0 when no line fits all. Solved exactly: for a slope c1
+    the best c0 is midway between min_i(hi_i − c1·t_i) and max_i(lo_i − c1·t_i) and the margin half their distance,
+    a concave piecewise-linear function of c1 whose maximum lies where it bends (``_margin_function``); no
+    interval allows more than half its width, so m ≤ min_i (hi_i − lo_i)/2. Where the narrowest interval alone
+    binds, every slope of a range gives that margin: the middle of the range. Without drift, c1 = 0."""
+    c1 = 0.0
+    if fit_drift:
+        room, bends = _margin_function(t, lo, hi)
+        if len(bends):
+            f = room(bends)
+            top = np.flatnonzero(f >= f.max() - 8 * np.spacing(float(np.max(np.abs(np.concatenate([lo, hi]))))))
+            c1 = float((bends[top[0]] + bends[top[-1]]) / 2.0)  # where one interval binds alone, a range of slopes is optimal: its middle
+    upper, lower = float(np.min(hi - c1 * t)), float(np.max(lo - c1 * t))
+    return (upper + lower) / 2.0, c1, (upper - lower) / 2.0
 
 
 def _slope_range(t: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[float, float] | None:
-    """The smallest and largest slope c1 of a line c0 + c1·t inside every [lo_i, hi_i] (two LPs);
-    None when no line fits all intervals or the times do not spread."""
-    from scipy.optimize import linprog
-
+    """The smallest and largest slope c1 of a line c0 + c1·t inside every [lo_i, hi_i]: the ends of the slopes
+    where the margin function (``_margin_function``) is ≥ 0, each found on the linear piece where it crosses 0
+    (beyond the outer bends the function falls at (max t − min t) per unit of slope on either side). None when
+    no line fits all intervals or the times do not spread."""
     if len(t) < 2 or np.ptp(t) <= 0:
         return None
-    scale = float(np.abs(t).max())
-    ts = t / scale
-    a = np.vstack([np.column_stack([np.ones_like(ts), ts]), np.column_stack([-np.ones_like(ts), -ts])])
-    b = np.concatenate([hi, -lo])
-    out = []
-    for sign in (1.0, -1.0):
-        res = linprog([0.0, sign], A_ub=a, b_ub=b, bounds=[(None, None), (None, None)], method="highs")
-        if not res.success:
-            return None
-        out.append(float(res.x[1]) / scale)
-    return out[0], out[1]
+    room, bends = _margin_function(t, lo, hi)
+    if not len(bends):
+        return None
+    f = room(bends)
+    top = int(np.argmax(f))
+    if f[top] < 0:
+        return None
+    spread = float(np.ptp(t))
+
+    def end(side: int) -> float:
+        idx = np.arange(top, -1, -1) if side < 0 else np.arange(top, len(bends))
+        below = np.flatnonzero(f[idx] < 0)
+        if not len(below):  # past the outermost bend
+            k = idx[-1]
+            return float(bends[k] + side * f[k] / spread)
+        k_out, k_in = idx[below[0]], idx[below[0] - 1]
+        return float(bends[k_in] + (bends[k_out] - bends[k_in]) * f[k_in] / (f[k_in] - f[k_out]))
+
+    return end(-1), end(1)
 
 
 def align_dumps(dump_start: np.ndarray, dump_end: np.ndarray, kern_start: np.ndarray, kern_end: np.ndarray,

@@ -328,20 +328,30 @@ def _gpu_metrics(src, rank: int, shift: int, warnings: list[str]) -> pa.Table:
     )
 
 
-def read_nsys_export(path: str | Path, rank: int = 0) -> NsysExport:
+def read_nsys_export(path: str | Path) -> NsysExport:
     """Read an nsys SQLite or parquetdir export into run-dataset tables (session-relative ns + UTC);
     a damaged file (pages SQLite cannot read, text that is not UTF-8, values Arrow cannot hold) is an
-    InputError naming it."""
+    InputError naming it. What one export file holds is read once and then from the user cache
+    (collectors/export_cache.py: keyed by its content and the reader's code)."""
     import sqlite3
 
+    from dataclasses import fields as fields_of
+
+    from xstage_trace.collectors.export_cache import cached_fields
+
+    def read(p: Path) -> dict:
+        e = _read_nsys_export(p)
+        return {f.name: getattr(e, f.name) for f in fields_of(e) if f.name != "path"}
+
     try:
-        return _read_nsys_export(Path(path), rank)
+        fields = cached_fields(Path(path), read)
     except (sqlite3.Error, UnicodeDecodeError, OverflowError, pa.ArrowException) as exc:
         raise InputError(path, f"not a readable Nsight Systems export ({exc.__class__.__name__}: {str(exc).splitlines()[0][:100] if str(exc) else ''})",
                          "export the report again with: nsys export --type sqlite REPORT.nsys-rep") from None
+    return NsysExport(path=Path(path), **fields)
 
 
-def _read_nsys_export(path: Path, rank: int) -> NsysExport:
+def _read_nsys_export(path: Path) -> NsysExport:
     path = Path(path)
     if not path.exists():
         raise InputError(path, "no such file or folder", "check the path")
@@ -373,9 +383,9 @@ def _read_nsys_export(path: Path, rank: int) -> NsysExport:
         if normalized:
             warnings.append(f"{path.name}: export made with --ts-normalize (UTC timestamps); converted to session-relative")
         to_utc = (lambda a: a + epoch) if epoch is not None else (lambda a: np.full(len(a), None))
-        nvtx = _nvtx(src, strings, rank, to_utc, shift, warnings)
-        kernels = _kernels(src, strings, rank, to_utc, shift, nvtx, warnings)
-        metrics = _gpu_metrics(src, rank, shift, warnings)
+        nvtx = _nvtx(src, strings, 0, to_utc, shift, warnings)  # rank 0: collect gives each export its rank
+        kernels = _kernels(src, strings, 0, to_utc, shift, nvtx, warnings)
+        metrics = _gpu_metrics(src, 0, shift, warnings)
         gpus = _gpus(src, kernels["device_id"].to_numpy(), warnings)
     finally:
         src.close()
