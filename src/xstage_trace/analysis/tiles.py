@@ -19,7 +19,8 @@ median where it is beyond the control's spread: its p99 by more than the noise a
 counted where the mainloop is inflated: beyond that median plus the control's own per-tile spread by more than the
 noise and more than INFLATION_FRACTION; Eq. 46. Where the control has no tile of that id, the median and p99 of the
 control's mainloops of the same shape, tile kind and operand path stand in), so a mainloop stretched by pending
-remote stores is a stall too. The
+remote stores is a stall too. The control's mainloops are taken in SM clock cycles and converted at the tile's own
+launch clock (Eq. 46a, ``ns_per_cycle``): a host-mapped launch runs its SMs faster than its HBM control. The
 control is the run's local-store (HBM) launch of the same configuration (``RunConfig.is_control``);
 without one the compute part is not judged (NaN), and without any control in the run the slot-wait
 floor is unknown and the measured stall is NaN, never 0.
