@@ -2,7 +2,8 @@
 the reference kernel: a Table 3 row and a verdict per configuration. Their counts and medians are checked
 against an independent computation from the decoded probe records, written here in a few lines of numpy
 (docs/model.md §12: a tile's measured stall is its wait beyond the control's floor plus its compute span beyond
-the control's median of the same tile where it is inflated), not against the implementation's own tables."""
+the control's median of the same tile where it is inflated, the control's compute taken in SM clock cycles at the
+tile's own clock, Eq. 46a), not against the implementation's own tables."""
 
 from __future__ import annotations
 
@@ -16,13 +17,13 @@ from conftest import SAMPLES
 NOISE_MIN_NS, INFLATION = 200.0, 0.05
 
 
-def _spans(records, event: str) -> dict[tuple[int, int], float]:
-    """{(cta, tile): end − begin} in ns of one event's begin/end records (the decoder's per-record
-    %globaltimer ns; one pair per tile in these kernels)."""
+def _spans(records, event: str, column: str = "t_gt_ns") -> dict[tuple[int, int], float]:
+    """{(cta, tile): end − begin} of one event's begin/end records in ``column``: the decoder's per-record
+    %globaltimer ns, or ``clock``, the SM's cycle counter (one pair per tile in these kernels)."""
     r = records[records["event"] == event]
     begin, end = r[r["kind"] == "begin"], r[r["kind"] == "end"]
-    b = dict(zip(zip(begin["cta"], begin["tile"]), begin["t_gt_ns"]))
-    return {k: float(t - b[k]) for k, t in zip(zip(end["cta"], end["tile"]), end["t_gt_ns"]) if k in b}
+    b = dict(zip(zip(begin["cta"], begin["tile"]), begin[column]))
+    return {k: float(t - b[k]) for k, t in zip(zip(end["cta"], end["tile"]), end[column]) if k in b}
 
 
 def _decoded(folder: Path):
@@ -38,17 +39,20 @@ def _decoded(folder: Path):
 def _by_hand(folder: Path, wait_event: str | None, store_event: str) -> dict[tuple[str, str], dict]:
     """Per (dest, shape): tiles, and the median measured stall by the definition, from the raw records."""
     dumps = _decoded(folder)
-    tiles = []  # (dest, shape, is_control, mainloop, wait or NaN, store span, tile id)
+    tiles = []  # (dest, shape, is_control, mainloop, wait or NaN, store span, tile id, the launch's ns per cycle)
     for cfg, rec in dumps:
         main, store = _spans(rec, "mainloop"), _spans(rec, store_event)
+        cycles = _spans(rec, "mainloop", "clock")
+        period = np.median([main[k] / c for k, c in cycles.items() if c > 0])  # the launch's SM clock period
         wait = _spans(rec, wait_event) if wait_event else {}
         start = rec[(rec["event"] == "mainloop") & (rec["kind"] == "begin")].sort_values(["cta", "t_gt_ns"])
         for cta, g in start.groupby("cta"):
             order = list(g["tile"])
             for i, tile in enumerate(order):  # tile i's wait is recorded on tile i+1 (one staging buffer, DeepGEMM)
                 w = wait.get((cta, order[i + 1]), np.nan) if wait_event and i + 1 < len(order) else np.nan
-                tiles.append((cfg.dest, cfg.shape, cfg.is_control, main[(cta, tile)], w, store.get((cta, tile), np.nan), tile))
-    dest, shape, ctrl, mainloop, wait, span, tile_id = (np.array(c) for c in zip(*tiles))
+                tiles.append((cfg.dest, cfg.shape, cfg.is_control, main[(cta, tile)], w, store.get((cta, tile), np.nan), tile, period))
+    dest, shape, ctrl, mainloop, wait, span, tile_id, period = (np.array(c) for c in zip(*tiles))
+    cyc = mainloop / period
     ctrl = ctrl.astype(bool)
     waits_c = wait[ctrl & ~np.isnan(wait)]
     floor = np.median(waits_c) if len(waits_c) else 0.0
@@ -57,11 +61,12 @@ def _by_hand(folder: Path, wait_event: str | None, store_event: str) -> dict[tup
     for key in sorted(set(zip(dest, shape))):
         sel = (dest == key[0]) & (shape == key[1])
         c = ctrl & (shape == key[1])
-        # the control of the same tile id: its median over the control's launches, plus the control's own spread
-        med_of = {t: np.median(mainloop[c & (tile_id == t)]) for t in set(tile_id[c])}
-        spread = max(np.percentile([m - med_of[t] for m, t in zip(mainloop[c], tile_id[c])], 99), 0.0)
-        med = np.array([med_of[t] for t in tile_id[sel]])
-        ref = med + spread
+        # the control of the same tile id: its median over the control's launches, plus the control's own spread, in
+        # cycles, at this tile's clock
+        med_of = {t: np.median(cyc[c & (tile_id == t)]) for t in set(tile_id[c])}
+        spread = max(np.percentile([m - med_of[t] for m, t in zip(cyc[c], tile_id[c])], 99), 0.0)
+        med = np.array([med_of[t] for t in tile_id[sel]]) * period[sel]
+        ref = med + spread * period[sel]
         inflated = mainloop[sel] - ref > np.maximum(noise, INFLATION * ref)
         compute = np.where(inflated, mainloop[sel] - med, 0.0)
         if wait_event:

@@ -19,7 +19,8 @@ median where it is beyond the control's spread: its p99 by more than the noise a
 counted where the mainloop is inflated: beyond that median plus the control's own per-tile spread by more than the
 noise and more than INFLATION_FRACTION; Eq. 46. Where the control has no tile of that id, the median and p99 of the
 control's mainloops of the same shape, tile kind and operand path stand in), so a mainloop stretched by pending
-remote stores is a stall too. The
+remote stores is a stall too. The control's mainloops are taken in SM clock cycles and converted at the tile's own
+launch clock (Eq. 46a, ``ns_per_cycle``): a host-mapped launch runs its SMs faster than its HBM control. The
 control is the run's local-store (HBM) launch of the same configuration (``RunConfig.is_control``);
 without one the compute part is not judged (NaN), and without any control in the run the slot-wait
 floor is unknown and the measured stall is NaN, never 0.
@@ -76,7 +77,7 @@ def tile_spans(probes: pd.DataFrame, lifecycle: TileLifecycle, slots: int | None
     slots = lay.slots if slots is None else slots
     cover_tiles = slots - 1 + int(lay.wait_after_mainloop)
     rows = np.flatnonzero(probes["event"].isin(lay.events).to_numpy())
-    p = probes[[*TILE_KEYS, "event", "kind", "payload", "t_ns"]].iloc[rows]
+    p = probes[[*TILE_KEYS, "event", "kind", "payload", "t_ns", *(["clock"] if "clock" in probes else [])]].iloc[rows]
     code = key_codes(p, TILE_KEYS)
     event, kind = p["event"], p["kind"]
     begin, end = (kind == "begin").to_numpy(), (kind == "end").to_numpy()
@@ -109,6 +110,8 @@ def tile_spans(probes: pd.DataFrame, lifecycle: TileLifecycle, slots: int | None
     rows, start = mb[order], start[order]
     ids = run_ids(rank[rows], dump[rows], cta[rows])
     mainloop = t[me[order]] - start
+    clock = p["clock"].to_numpy(np.float64) if "clock" in p else None
+    cycles = clock[me[order]] - clock[mb[order]] if clock is not None else np.full(len(rows), np.nan)
     payload = cols["payload"][order]
     wait, rs, ls = (cols[c][order] for c in ("wait_ns", "rs_ns", "ls_ns"))
     wait_start, rs_start, ls_start = (cols[c][order] for c in ("wait_start_ns", "rs_start_ns", "ls_start_ns"))
@@ -125,6 +128,7 @@ def tile_spans(probes: pd.DataFrame, lifecycle: TileLifecycle, slots: int | None
     out = pd.DataFrame({
         "rank": p["rank"].to_numpy()[rows], "dump": as_text(p["dump"].iloc[rows]).array, "cta": p["cta"].to_numpy()[rows],
         "tile": p["tile"].to_numpy()[rows], "mainloop_start_ns": start, "mainloop_end_ns": t[me[order]], "mainloop_ns": mainloop,
+        "ns_per_cycle": launch_ns_per_cycle(dump[rows] * (int(rank.max(initial=0)) + 1) + rank[rows], mainloop, cycles),
         "is_l2": is_l2, "expert": expert, "wave": wave,
         "wait_ns": wait, "rs_ns": rs, "ls_ns": ls, "position": cumcount(ids), "cover_ns": cover,
         "slot_wait_ns": shift_back(wait, ids, slots), "epilogue_span_ns": epilogue,
@@ -136,6 +140,17 @@ def tile_spans(probes: pd.DataFrame, lifecycle: TileLifecycle, slots: int | None
     if lay.tile_kind is not None:
         out["tile_kind"] = lay.tile_kind
     return out
+
+
+def launch_ns_per_cycle(launch: np.ndarray, mainloop_ns: np.ndarray, mainloop_cycles: np.ndarray) -> np.ndarray:
+    """docs/model.md Eq. 46a: per tile the SM clock period of its launch (ns per cycle): the median over the
+    launch's tiles of mainloop ns / mainloop clock cycles (the probes' %globaltimer against their clock64; every
+    tile of a launch runs at the launch's clock to ppm). 1 where a launch records no cycles (its spans are then
+    compared in ns)."""
+    ratio = np.where(mainloop_cycles > 0, mainloop_ns / np.where(mainloop_cycles > 0, mainloop_cycles, 1.0), np.nan)
+    keys, med = _medians_by(launch, ratio)
+    out = med[np.searchsorted(keys, launch)] if len(keys) else np.ones(len(launch))
+    return np.where(np.isnan(out), 1.0, out)
 
 
 def finish_tiles(t: pd.DataFrame, dumps: pd.DataFrame, noise_ns: float | None = None, control: ControlStats | None = None,
@@ -177,8 +192,11 @@ def finish_tiles(t: pd.DataFrame, dumps: pd.DataFrame, noise_ns: float | None = 
     # GEMM tile of its K), else the group's median and p99
     tile_ml, tile_ep, jitter = _tile_control_lookup(t, control.per_tile)
     matched = ~np.isnan(tile_ml)
-    ctrl_p99 = np.where(matched, tile_ml + jitter, ctrl["ctrl"])
-    ctrl_median = np.where(matched, tile_ml, ctrl["ctrl_median"])
+    # the control's compute in cycles, at this tile's clock (Eq. 46a: a launch stalled behind its stores runs its SMs
+    # at a higher clock than its HBM control, whose Tensor Cores never idle)
+    period = t["ns_per_cycle"].to_numpy(np.float64) if "ns_per_cycle" in t else np.ones(n)
+    ctrl_p99 = np.where(matched, tile_ml + jitter, ctrl["ctrl"]) * period
+    ctrl_median = np.where(matched, tile_ml, ctrl["ctrl_median"]) * period
     mainloop = t["mainloop_ns"].to_numpy(np.float64)
     noise = np.full(n, float(noise_ns))
     inflated = mainloop_inflated(pd.DataFrame({"control_mainloop_ns": ctrl_p99, "mainloop_ns": mainloop, "noise_ns": noise}, copy=False))
@@ -201,7 +219,7 @@ def finish_tiles(t: pd.DataFrame, dumps: pd.DataFrame, noise_ns: float | None = 
                  "epilogue_lead_ns": lead, "predicted_stall_ns": predicted, "slot_wait_ns": slot_wait,
                  "wait_floor_ns": np.full(n, floor_ns if control.waits else np.nan), "measured_stall_ns": measured, "noise_ns": noise,
                  "backpressured": (predicted > noise_ns) | slot, "control_mainloop_ns": ctrl_p99, "control_compute_ns": ctrl_median,
-                 "control_epilogue_ns": tile_ep, **_forward_inputs(t), "compute_stall_ns": compute, "stall_ns": np.where(unmeasured, np.nan, total_stall_ns(measured, compute)),
+                 "control_epilogue_ns": tile_ep, "ns_per_cycle": period, **_forward_inputs(t), "compute_stall_ns": compute, "stall_ns": np.where(unmeasured, np.nan, total_stall_ns(measured, compute)),
                  "forward_stall_ns": np.where(np.isnan(link), recurrence, link),
                  "diagnosis": text_of_codes(np.select([slot, inflated], [0, 1], 2), ["slot_backpressure", "mainloop_inflation", "none"])})
     return pd.DataFrame(cols, copy=False)
@@ -256,7 +274,8 @@ CONTROL_KEYS = ["shape", "tile_kind", "operands"]
 
 def _tile_control_lookup(t: pd.DataFrame, per_tile: Mapping[tuple, TileControl]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per tile of ``t`` its per-tile control (``TileControl`` of its CONTROL_KEYS, the entry of its tile id):
-    median mainloop, median epilogue span and the group's jitter; NaN where the control has no tile of that id."""
+    median mainloop (cycles), median epilogue span (ns) and the group's jitter (cycles); NaN where the control has no
+    tile of that id."""
     n = len(t)
     ml, ep, jitter = np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan)
     if not per_tile or not n:
@@ -270,7 +289,7 @@ def _tile_control_lookup(t: pd.DataFrame, per_tile: Mapping[tuple, TileControl])
         rows = np.flatnonzero(combo == g)
         at = np.minimum(np.searchsorted(tc.tile, tile[rows]), len(tc.tile) - 1)
         hit = tc.tile[at] == tile[rows]
-        ml[rows[hit]], ep[rows[hit]], jitter[rows[hit]] = tc.mainloop_ns[at[hit]], tc.epilogue_ns[at[hit]], tc.jitter_ns
+        ml[rows[hit]], ep[rows[hit]], jitter[rows[hit]] = tc.mainloop_cycles[at[hit]], tc.epilogue_ns[at[hit]], tc.jitter_cycles
     return ml, ep, jitter
 
 
@@ -291,14 +310,14 @@ class ControlStats:
 @dataclass(frozen=True)
 class TileControl:
     """docs/model.md §12, the per-tile control of one (shape, tile kind, operand path): per tile id (sorted,
-    ``tile``) the median mainloop and epilogue span (ns; NaN where none was recorded) of the control's tiles with
-    that id, over its launches, and ``jitter_ns``: the p99 of the control tiles' mainloop beyond their own tile's
-    median (the control's run-to-run spread of one tile; 0 with one launch)."""
+    ``tile``) the median mainloop (SM clock cycles, Eq. 46a) and epilogue span (ns; NaN where none was recorded) of
+    the control's tiles with that id, over its launches, and ``jitter_cycles``: the p99 of the control tiles'
+    mainloop beyond their own tile's median (the control's run-to-run spread of one tile; 0 with one launch)."""
 
     tile: np.ndarray
-    mainloop_ns: np.ndarray
+    mainloop_cycles: np.ndarray
     epilogue_ns: np.ndarray
-    jitter_ns: float
+    jitter_cycles: float
 
 
 def _medians_by(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -364,23 +383,24 @@ def with_dump_config(t: pd.DataFrame, dumps: pd.DataFrame) -> pd.DataFrame:
 @dataclass
 class ControlSample:
     """What the control statistics are taken of, from some control tiles: their slot waits (NaN dropped)
-    and, per (shape, tile kind, operand path) — None where a key is missing — their mainloops and their
-    remote-store spans (NaN dropped; a group whose values are all missing holds none). The statistics of
-    the samples of disjoint sets of tiles are those of their union (``control_stats_from_samples``)."""
+    and, per (shape, tile kind, operand path) — None where a key is missing — their mainloops (in SM clock
+    cycles, Eq. 46a) and their remote-store spans (ns; NaN dropped; a group whose values are all missing holds
+    none). The statistics of the samples of disjoint sets of tiles are those of their union
+    (``control_stats_from_samples``)."""
 
     waits_ns: np.ndarray
-    mainloops_ns: dict[tuple, np.ndarray]
+    mainloops_cycles: dict[tuple, np.ndarray]
     stores_ns: dict[tuple, np.ndarray]
     tiles: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=dict)
 
 
 def control_sample(tiles: pd.DataFrame | Mapping[str, pd.Series]) -> ControlSample:
     """The control tiles' values in ``tiles`` (with_dump_config's columns, a frame or a mapping of columns); per
-    group also each tile's id, mainloop and epilogue span (``ControlSample.tiles``, the per-tile control)."""
+    group also each tile's id, mainloop (cycles) and epilogue span (ns) (``ControlSample.tiles``, the per-tile control)."""
     ctrl = np.asarray(tiles["is_control"], bool)
     waits = tiles["slot_wait_ns"].to_numpy(np.float64)[ctrl]
     keys = [(codes[ctrl], names) for codes, names in (text_codes(tiles[k]) for k in CONTROL_KEYS)]  # -1: missing
-    mainloop = tiles["mainloop_ns"].to_numpy(np.float64)[ctrl]
+    mainloop = _cycles(tiles, "mainloop_ns")[ctrl]  # the compute spans in cycles of the control's clock (Eq. 46a)
     store_col = next((c for c in ("rs_ns", "rs_span_ns") if c in tiles), None)
     store = (tiles[store_col].to_numpy(np.float64) if store_col else np.full(len(ctrl), np.nan))[ctrl]
     tile = np.asarray(tiles["tile"], np.int64)[ctrl] if "tile" in tiles else None  # without tile ids: no per-tile control
@@ -397,6 +417,12 @@ def control_sample(tiles: pd.DataFrame | Mapping[str, pd.Series]) -> ControlSamp
     return ControlSample(waits[~np.isnan(waits)], groups, stores, per_tile)
 
 
+def _cycles(tiles: pd.DataFrame | Mapping[str, pd.Series], column: str) -> np.ndarray:
+    """A span column in SM clock cycles: ns over the launch's clock period (``ns_per_cycle``; as ns where absent)."""
+    ns = np.asarray(tiles[column], np.float64)
+    return ns / np.asarray(tiles["ns_per_cycle"], np.float64) if "ns_per_cycle" in tiles else ns
+
+
 def control_stats_from_samples(samples: Callable[[], Iterable[ControlSample]], cap: int) -> ControlStats:
     """docs/model.md §5's control statistics of the control tiles whose samples ``samples()`` yields (anew on every
     call), holding at most ``cap`` values of a sample at once (``selection.order_statistics``): the slot-wait
@@ -405,7 +431,7 @@ def control_stats_from_samples(samples: Callable[[], Iterable[ControlSample]], c
     all the tiles, whatever the cap. The per-tile control (``tile_controls``: 24 B per control tile) is held whole."""
     def chunks() -> Iterator[dict]:
         for s in samples():
-            yield {"waits": s.waits_ns, **{("mainloop", k): v for k, v in s.mainloops_ns.items()},
+            yield {"waits": s.waits_ns, **{("mainloop", k): v for k, v in s.mainloops_cycles.items()},
                    **{("store", k): v for k, v in s.stores_ns.items()}}
 
     def ranks_of(name, n: int) -> list[int]:

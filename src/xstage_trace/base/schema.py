@@ -187,6 +187,7 @@ TILES = pa.schema(
         ("control_mainloop_ns", pa.float64()),
         ("control_compute_ns", pa.float64()),
         ("control_epilogue_ns", pa.float64()),
+        ("ns_per_cycle", pa.float64()),
         ("rs_bytes", pa.float64()),
         ("load_steps", pa.int32()),
         ("load_stages", pa.int32()),
