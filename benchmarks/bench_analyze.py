@@ -127,6 +127,7 @@ def main() -> None:
                 for src in args.src:
                     shutil.rmtree(work / "run", ignore_errors=True)
                     env = dict(os.environ, **({"PYTHONPATH": str(Path(src).resolve())} if src else {}))
+                    env.pop("PYTHONDONTWRITEBYTECODE", None)  # an install keeps its bytecode: time the analysis, not the compiler
                     t = time_v([*exe, "analyze", str(report), str(work / "dumps"), "--calibration", str(CALIBRATION), "-o", str(work / "run"), "--json"], env)
                     summary = json.loads(t["stdout"])
                     assert summary["probes"] == records, (summary["probes"], records)

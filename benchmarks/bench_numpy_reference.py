@@ -194,6 +194,7 @@ def main() -> None:
     report = next(TRACED.glob("*.nsys-rep"))
     work = Path(tempfile.mkdtemp(prefix="xstage-bench-reference-synthetic-"))
     env = dict(os.environ, **({"PYTHONPATH": str(Path(args.src).resolve())} if args.src else {}))
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # an install keeps its bytecode: time the analysis, not the compiler
     try:
         replicate(dumps, copies, work / "dumps")
         os.sync()
