@@ -88,3 +88,13 @@ def test_run_table_matches_its_schema_and_is_empty_without_a_link_model():
     assert "link_whatif" in [a.name for a in RUN_ANALYSES]
     tiles = pd.DataFrame({"rank": [0], "dump": ["d"], "cta": [0], "position": [0], "rs_bytes": [1.0], "control_compute_ns": [1.0]})
     assert run_whatifs(tiles, pd.DataFrame({"rank": [0], "dump": ["d"]}), None).empty
+
+
+def test_plain_stores_wait_for_their_round_by_hand():
+    # Eq. 48, two CTAs of one tile each (FLUX's Triton GEMM-RS runs so): both compute 10 ns and issue their 1000-byte
+    # plain stores at 10 ns; the link serves them back to back at 50 B/ns, draining at 30 and 50 ns, and each store
+    # completes when its round has drained: both wait 50 - 10 = 40 ns. Kernel: the last drain, 50 ns.
+    t = launch_whatifs([0, 1], [0, 0], 1000.0, 10.0, MODEL, plain_store=True).set_index("alternative")
+    assert t.loc["as_run", "stall_ns"] == 40.0 and t.loc["as_run", "kernel_ns"] == 50.0
+    without = launch_whatifs([0, 1], [0, 0], 1000.0, 10.0, MODEL).set_index("alternative")
+    assert without.loc["as_run", "stall_ns"] == 0.0  # tensor stores: a CTA's first tile has no load to wait for

@@ -193,3 +193,35 @@ def forward_tiles(cta, position, bytes_per_tile, compute_ns, model: LinkModel, e
         pending[sel] = True
     kernel = float(dep.max()) if len(w_t) else 0.0
     return Forward(out["issue"], out["accept"], out["drained"], out["start"], out["stall"], kernel)
+
+
+def forward_launch(cta, position, bytes_per_tile, compute_ns, model: LinkModel, epilogue_ns=0.0, steps=1, stages=None,
+                   cover_tiles: int = 0, plain_store: bool = False, load_lag_ns=0.0) -> tuple[Forward, np.ndarray]:
+    """docs/model.md §11, Eq. 48: one launch's forward prediction (``forward_tiles``) and its per-tile stall: the load
+    wait that stretches the compute, plus, for a lifecycle whose staging buffer is waited for (``cover_tiles`` ≥ 1
+    compute spans cover a store), the store's acceptance beyond the end of the compute that covers it, and for plain
+    stores (``plain_store``, Eq. 48: the stores of one issue round share the link and each completes when its round
+    has drained) that round's drain beyond the store's issue. The prediction of ``analyze`` and every what-if
+    alternative (§13) are this function of their inputs."""
+    from xstage_trace.analysis.columnar import shift_back
+
+    cta, pos = np.asarray(cta, np.int64), np.asarray(position, np.int64)
+    n = len(cta)
+    nbytes = np.broadcast_to(np.asarray(bytes_per_tile, np.float64), (n,))
+    offered = np.broadcast_to(np.asarray(compute_ns, np.float64), (n,))
+    f = forward_tiles(cta, pos, nbytes, offered, model, epilogue_ns=epilogue_ns, steps=steps, stages=stages, load_lag_ns=load_lag_ns)
+    stall = f.stall_ns
+    if cover_tiles:  # the buffer's wait: accepted after the covering tile's compute end
+        order = np.lexsort((pos, cta))
+        inv = np.empty_like(order)
+        inv[order] = np.arange(len(order))
+        end = (f.compute_start_ns + offered + stall)[order]
+        need = shift_back(end, cta[order], cover_tiles)
+        wait = np.where(nbytes[order] > 0, np.maximum(f.accept_ns[order] - need, 0.0), 0.0)
+        stall = stall + np.nan_to_num(wait)[inv]
+    if plain_store:  # Eq. 48: plain stores of one round share the link; each completes when its round has drained
+        rnd = np.unique(pos, return_inverse=True)[1]
+        done = np.full(rnd.max(initial=-1) + 1, -np.inf)
+        np.maximum.at(done, rnd, np.nan_to_num(f.drained_ns, nan=-np.inf))
+        stall = stall + np.where(nbytes > 0, np.maximum(done[rnd] - f.store_issue_ns, 0.0), 0.0)
+    return f, stall

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from xstage_trace.analysis.forward import LinkModel, forward_tiles
+from xstage_trace.analysis.forward import LinkModel, forward_launch
 
 WHATIF_COLUMNS = ["alternative", "parameter", "kernel_ns", "stall_ns", "gain"]
 
@@ -45,39 +45,42 @@ def prefetch_lag_ns(cta, position, compute_ns, epilogue_ns, model: LinkModel) ->
     return lag
 
 
-def _median_stall(stall_ns, position) -> float:
-    s = np.asarray(stall_ns, np.float64)[np.asarray(position) > 0]
-    return float(np.nanmedian(s)) if np.isfinite(s).any() else 0.0
+def _median_stall(stall_ns) -> float:
+    """The median predicted stall over the launch's tiles, as Table 3 takes the prediction's median (NaN: none)."""
+    s = np.asarray(stall_ns, np.float64)
+    return float(np.nanmedian(s)) if np.isfinite(s).any() else float("nan")
 
 
 def launch_whatifs(cta, position, bytes_per_tile, compute_ns, model: LinkModel, epilogue_ns=0.0, steps=1, stages=None,
-                   ctas_options=None) -> pd.DataFrame:
+                   ctas_options=None, cover_tiles: int = 0, plain_store: bool = False) -> pd.DataFrame:
     """docs/model.md §13: one row per alternative (``WHATIF_COLUMNS``) for one launch: ``as_run``; ``sm_count`` for
     each K' of ``ctas_options`` (default: a half, a quarter and an eighth of the launch's CTAs), the best kept;
     ``prefetch`` (Eq. 51); ``link_floor`` (Eq. 49, no stall). ``gain`` = as-run kernel time / the alternative's.
-    Kernel time: the forward model's first compute start to the last drain (Eq. 43); stall: median over tiles at
-    positions ≥ 1."""
+    Every alternative is ``forward.forward_launch`` of its inputs, the function ``analyze``'s prediction is (with the
+    lifecycle's buffer wait, ``cover_tiles``, and plain stores, ``plain_store``, Eq. 48), so ``as_run`` is that
+    prediction. Kernel time: the forward model's first compute start to the last drain (Eq. 43); stall: median
+    over tiles at positions ≥ 1."""
     cta, pos = np.asarray(cta, np.int64), np.asarray(position, np.int64)
     n = len(cta)
     steps_a = np.broadcast_to(np.asarray(steps, np.int64), (n,))
     stages_a = steps_a if stages is None else np.broadcast_to(np.asarray(stages, np.int64), (n,))
-    kw = dict(epilogue_ns=epilogue_ns, steps=steps_a, stages=stages_a)
+    kw = dict(epilogue_ns=epilogue_ns, steps=steps_a, stages=stages_a, cover_tiles=cover_tiles, plain_store=plain_store)
     rows = []
-    base = forward_tiles(cta, pos, bytes_per_tile, compute_ns, model, **kw)
-    rows.append(("as_run", float(len(np.unique(cta))), base.kernel_ns, _median_stall(base.stall_ns, pos)))
+    base, stall = forward_launch(cta, pos, bytes_per_tile, compute_ns, model, **kw)
+    rows.append(("as_run", float(len(np.unique(cta))), base.kernel_ns, _median_stall(stall)))
     k = len(np.unique(cta))
     options = sorted({int(x) for x in (ctas_options if ctas_options is not None else (k // 2, k // 4, k // 8)) if 0 < int(x) < k})
     best = None
     for kp in options:  # a handful of K' values
         c2, p2 = redistributed(cta, pos, kp)
-        f = forward_tiles(c2, p2, bytes_per_tile, compute_ns, model, **kw)
-        cand = ("sm_count", float(kp), f.kernel_ns, _median_stall(f.stall_ns, p2))
+        f, stall = forward_launch(c2, p2, bytes_per_tile, compute_ns, model, **kw)
+        cand = ("sm_count", float(kp), f.kernel_ns, _median_stall(stall))
         best = cand if best is None or cand[2] < best[2] else best
     if best is not None:
         rows.append(best)
     lag = prefetch_lag_ns(cta, pos, compute_ns, epilogue_ns, model)
-    f = forward_tiles(cta, pos, bytes_per_tile, compute_ns, model, load_lag_ns=lag, **kw)
-    rows.append(("prefetch", 1.0, f.kernel_ns, _median_stall(f.stall_ns, pos)))
+    f, stall = forward_launch(cta, pos, bytes_per_tile, compute_ns, model, load_lag_ns=lag, **kw)
+    rows.append(("prefetch", 1.0, f.kernel_ns, _median_stall(stall)))
     rows.append(("link_floor", np.nan, link_floor_ns(np.broadcast_to(np.asarray(bytes_per_tile, np.float64), (n,)), model), np.nan))
     out = pd.DataFrame(rows, columns=WHATIF_COLUMNS[:-1])
     out["gain"] = base.kernel_ns / out["kernel_ns"]
@@ -106,7 +109,8 @@ def run_whatifs(tiles: pd.DataFrame, dumps: pd.DataFrame, link: LinkModel | None
         col = lambda name, default: np.nan_to_num(t[name].to_numpy(np.float64)) if name in t else default  # noqa: E731
         w = launch_whatifs(t["cta"].to_numpy(), t["position"].to_numpy(), col("rs_bytes", 0.0), offered, link,
                            epilogue_ns=col("control_epilogue_ns", 0.0), steps=col("load_steps", 1).astype(np.int64),
-                           stages=col("load_stages", 1).astype(np.int64))
+                           stages=col("load_stages", 1).astype(np.int64), cover_tiles=int(col("cover_tiles", np.zeros(1)).max(initial=0)),
+                           plain_store=bool(t["plain_store"].iloc[0]) if "plain_store" in t else False)
         for k in ("dest", "shape", "variant", "schedule"):
             w[k] = str(t[k].iloc[0]) if pd.notna(t[k].iloc[0]) else "-"  # the verdicts' placeholder
         rows.append(w)

@@ -275,8 +275,7 @@ def forward_link_launches(tiles: pd.DataFrame, models: Mapping[str, object]) -> 
     the epilogue before the store is issued the control's epilogue span of the same tile (``control_epilogue_ns``; 0
     where unknown). Launches whose operands sit in shared memory (``operands`` smem: nothing to queue behind the host
     writes; ``forward_stall_ns`` predicts those) or without a model are skipped."""
-    from xstage_trace.analysis.columnar import shift_back
-    from xstage_trace.analysis.forward import forward_tiles
+    from xstage_trace.analysis.forward import forward_launch
 
     n = len(tiles)
     if not n or not models:
@@ -298,24 +297,9 @@ def forward_link_launches(tiles: pd.DataFrame, models: Mapping[str, object]) -> 
         model = models.get(dests[rows[0]])
         if model is None or not np.isfinite(offered[rows]).all() or on_chip[rows[0]]:
             continue
-        f = forward_tiles(cta[rows], pos[rows], nbytes[rows], offered[rows], model, epilogue_ns=epilogue[rows], steps=steps[rows],
-                          stages=stages[rows])
-        stall = f.stall_ns
-        k = int(cover_tiles[rows].max(initial=0))
-        if k:  # the buffer's wait: accepted after the covering tile's compute end
-            order = np.lexsort((pos[rows], cta[rows]))
-            inv = np.empty_like(order)
-            inv[order] = np.arange(len(order))
-            ids = cta[rows][order]
-            end = (f.compute_start_ns + offered[rows] + stall)[order]
-            need = shift_back(end, ids, k)
-            wait = np.where(nbytes[rows][order] > 0, np.maximum(f.accept_ns[order] - need, 0.0), 0.0)
-            stall = stall + np.nan_to_num(wait)[inv]
-        if plain[rows[0]]:  # Eq. 48: plain stores of one round share the link; each completes when its round has drained
-            rnd = np.unique(pos[rows], return_inverse=True)[1]
-            done = np.full(rnd.max(initial=-1) + 1, -np.inf)
-            np.maximum.at(done, rnd, np.nan_to_num(f.drained_ns, nan=-np.inf))
-            stall = stall + np.where(nbytes[rows] > 0, np.maximum(done[rnd] - f.store_issue_ns, 0.0), 0.0)
+        f, stall = forward_launch(cta[rows], pos[rows], nbytes[rows], offered[rows], model, epilogue_ns=epilogue[rows],
+                                  steps=steps[rows], stages=stages[rows], cover_tiles=int(cover_tiles[rows].max(initial=0)),
+                                  plain_store=bool(plain[rows[0]]))
         yield rows, f, stall
 
 

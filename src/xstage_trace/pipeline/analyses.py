@@ -276,7 +276,7 @@ TABLE3_READS = ("dest", "shape", "variant", "schedule", "mainloop_ns", "cover_ns
                 "measured_stall_ns", "backpressured", "noise_ns", "control_mainloop_ns", "control_compute_ns", "compute_stall_ns",
                 "stall_ns", "forward_stall_ns")  # what table3_from_tiles reads
 WHATIF_READS = ("rank", "dump", "dest", "shape", "variant", "schedule", "cta", "position", "control_compute_ns",
-                "control_epilogue_ns", "rs_bytes", "load_steps", "load_stages")  # what analysis.link_whatif.run_whatifs reads
+                "control_epilogue_ns", "rs_bytes", "load_steps", "load_stages", "cover_tiles", "plain_store")  # what analysis.link_whatif.run_whatifs reads
 DUMP_ANALYSES: tuple[Analysis, ...] = (  # in order: a step sees the results of the steps above it
     Analysis("calibration_points", _calibration_points, keep="result", file="calibration_points.csv",
              order=("dest", "mode", "K", "B", "gap_ns")),
