@@ -15,14 +15,13 @@ from pathlib import Path
 
 import pytest
 
+from conftest import RECIPE_FIX as FIX, deepgemm_tree
+
 from xstage_trace.base.errors import InputError
 from xstage_trace.instrument.recipes import RECIPES, get
 from xstage_trace.instrument.recipes import engine
 from xstage_trace.instrument.recipes.engine import Drift, Found
 from xstage_trace.instrument.recipes.model import Anchor, Recipe, Upstream, shape
-
-FIX = Path(__file__).resolve().parent / "fixtures" / "recipes"
-DG_STEMS = ("sm90_fp8_gemm_1d2d", "sm90_fp8_gemm_1d1d", "sm90_bf16_gemm")
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
@@ -32,22 +31,6 @@ def cli(*args: str) -> subprocess.CompletedProcess:
 def snapshot(root: Path) -> dict[str, bytes]:
     return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
-
-@pytest.fixture
-def dg_tree(tmp_path: Path) -> Path:
-    """A DeepGEMM-shaped tree: the fixture kernel and launcher under the three sm_90 names."""
-    root = tmp_path / "deepgemm"
-    kernel = (FIX / "deepgemm_sm90" / "kernel.cuh.in").read_text()
-    launcher = (FIX / "deepgemm_sm90" / "launcher.hpp.in").read_text()
-    for stem in DG_STEMS:
-        k = root / "deep_gemm/include/deep_gemm/impls" / f"{stem}.cuh"
-        k.parent.mkdir(parents=True, exist_ok=True)
-        k.write_text(kernel.replace("KERNEL", stem))
-        la = root / "csrc/jit_kernels/impls" / f"{stem}.hpp"
-        la.parent.mkdir(parents=True, exist_ok=True)
-        la.write_text(launcher.replace("KERNEL", stem))
-    shutil.copy(FIX / "deepgemm_sm90" / "python_api.cpp", root / "csrc" / "python_api.cpp")
-    return root
 
 
 def test_shape_tolerates_whitespace_between_tokens():
@@ -347,18 +330,7 @@ def test_flux_recipe_on_fixture_patches_only_the_scatter_visitor(tmp_path: Path)
 @pytest.fixture
 def mm_tree(tmp_path: Path) -> Path:
     """A DeepGEMM-shaped tree for the sm_100 Mega MoE recipe: its fixture kernel, the sm_90 launcher shape."""
-    root = tmp_path / "deepgemm"
-    kernel = (FIX / "deepgemm_megamoe" / "kernel.cuh.in").read_text()
-    launcher = (FIX / "deepgemm_sm90" / "launcher.hpp.in").read_text()
-    for stem in ("sm100_fp8_fp4_mega_moe", "sm100_bf16_mega_moe"):
-        k = root / "deep_gemm/include/deep_gemm/impls" / f"{stem}.cuh"
-        k.parent.mkdir(parents=True, exist_ok=True)
-        k.write_text(kernel.replace("KERNEL", stem))
-        la = root / "csrc/jit_kernels/impls" / f"{stem}.hpp"
-        la.parent.mkdir(parents=True, exist_ok=True)
-        la.write_text(launcher.replace("KERNEL", stem))
-    shutil.copy(FIX / "deepgemm_sm90" / "python_api.cpp", root / "csrc" / "python_api.cpp")
-    return root
+    return deepgemm_tree(tmp_path / "deepgemm", "deepgemm_megamoe", ("sm100_fp8_fp4_mega_moe", "sm100_bf16_mega_moe"))
 
 
 def test_megamoe_recipe_on_fixture_brackets_mma_epilogue_and_nvlink_barrier(mm_tree: Path):
