@@ -34,7 +34,6 @@ def tree_state(root: Path) -> dict:
     return out
 
 
-
 def refused(r: subprocess.CompletedProcess, name: str) -> str:
     assert r.returncode == 2, (r.stdout, r.stderr)
     lines = r.stderr.splitlines()
