@@ -19,6 +19,7 @@ copies, so two commits are compared under the same load. Without it, the install
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -28,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil  # a dependency of dask distributed
@@ -74,6 +76,20 @@ def _tree_rss_bytes(proc: psutil.Process) -> int:
     return total
 
 
+@contextlib.contextmanager
+def scratch(prefix: str, keep: bool = False) -> Iterator[Path]:
+    """A new folder in the temporary directory (name starting ``prefix``) for a benchmark's synthetic inputs
+    and runs: removed afterwards, or kept and its path printed when ``keep``."""
+    work = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        yield work
+    finally:
+        if keep:
+            print(f"kept {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+
+
 def time_v(argv: list[str], env: dict | None = None) -> dict:
     """Run ``argv`` under /usr/bin/time -v: wall s, user s, sys s, CPU %, peak RSS of its largest
     process and peak summed RSS of its process tree (bytes), stdout."""
@@ -117,8 +133,7 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for target in args.records:
         copies = max(1, math.ceil(target / per_copy))
-        work = Path(tempfile.mkdtemp(prefix=f"xstage-bench-analyze-synthetic-{int(target):d}-"))
-        try:
+        with scratch(f"xstage-bench-analyze-synthetic-{int(target):d}-", args.keep) as work:
             replicate(dumps, copies, work / "dumps")
             os.sync()  # a user's dumps are on disk already: not dirty pages the kernel writes back during the run
             records = copies * per_copy
@@ -134,11 +149,6 @@ def main() -> None:
                     run_gb = sum(p.stat().st_size for p in (work / "run").rglob("*") if p.is_file()) / 1e9
                     print(f"| {src or 'installed'} | {records / 1e6:.2f} M | {copies * len(dumps)} | {gb:.2f} | {run_gb:.2f} | {t['wall_s']:.1f} | {records / t['wall_s'] / 1e6:.3f} | "
                           f"{t['cpu_pct']:.0f} | {records / (t['user_s'] + t['sys_s']) / 1e6:.3f} | {(t['user_s'] + t['sys_s']) / records * 1e9:.0f} | {t['peak_rss_bytes'] / 1e9:.2f} | {t['tree_rss_bytes'] / 1e9:.2f} | {os.getloadavg()[0]:.2f} |", flush=True)
-        finally:
-            if args.keep:
-                print(f"kept {work}")
-            else:
-                shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

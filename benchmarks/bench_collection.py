@@ -19,11 +19,10 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-from bench_analyze import time_v  # run as a script from benchmarks/: its folder is on sys.path
+from bench_analyze import scratch, time_v  # run as a script from benchmarks/: its folder is on sys.path
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACED = ROOT / "sample_traces" / "h200_fused_moe" / "traced"
@@ -93,8 +92,7 @@ def main() -> None:
     ap.add_argument("--calibration-runs", type=int, default=30)
     ap.add_argument("--keep", action="store_true")
     args = ap.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="xstage-bench-collection-synthetic-"))
-    try:
+    with scratch("xstage-bench-collection-synthetic-", args.keep) as work:
         fused, root = build(work, args.runs, args.calibration_runs)
         tiles = json.loads((fused / "manifest.json").read_text())["tables"]["tiles"]
         print(f"{args.runs} fused-kernel runs ({tiles} tiles each, {args.runs * tiles / 1e6:.1f} M tiles) + {args.calibration_runs} calibration runs")
@@ -112,11 +110,6 @@ def main() -> None:
             for q in ("table3", "worst", "calibration-drift"):
                 wall, rss = cli(root, q)
                 print(f"| CLI `collection ROOT --query {q} --json` | {wall:.2f} (peak RSS {rss:.2f} GB) |")
-    finally:
-        if args.keep:
-            print(f"kept {work}")
-        else:
-            shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -32,14 +32,13 @@ import os
 import re
 import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_analyze import CALIBRATION, TRACED, dump_records, replicate, time_v  # noqa: E402
+from bench_analyze import CALIBRATION, TRACED, dump_records, replicate, scratch, time_v  # noqa: E402
 
 MIN_NOISE_NS = 200.0
 
@@ -192,10 +191,9 @@ def main() -> None:
     copies = max(1, math.ceil(args.records / per_copy))
     records = copies * per_copy
     report = next(TRACED.glob("*.nsys-rep"))
-    work = Path(tempfile.mkdtemp(prefix="xstage-bench-reference-synthetic-"))
     env = dict(os.environ, **({"PYTHONPATH": str(Path(args.src).resolve())} if args.src else {}))
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # an install keeps its bytecode: time the analysis, not the compiler
-    try:
+    with scratch("xstage-bench-reference-synthetic-") as work:
         replicate(dumps, copies, work / "dumps")
         os.sync()
         print(f"{records / 1e6:.2f} M records, {copies * len(dumps)} dumps; load average before {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
@@ -227,8 +225,6 @@ def main() -> None:
         print(f"per-configuration table: {len(mine)} groups, " + ("the reference agrees with the tool (counts equal, medians within 1 ns)" if not bad else f"{len(bad)} differ:"))
         for k, a, b in bad:
             print(f"  {k}: reference {a}\n  {' ' * len(k)}  tool      {b}")
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,32 @@ SAMPLE_WARMUPS = 2  # warm-up launches per configuration before the trials in th
 SHARED = ROOT.parent / "shared" / "reference_traces"
 
 
+RECIPE_FIX = ROOT / "tests" / "fixtures" / "recipes"
+DG_STEMS = ("sm90_fp8_gemm_1d2d", "sm90_fp8_gemm_1d1d", "sm90_bf16_gemm")
+
+
+def deepgemm_tree(root: Path, kernel_fixture: str, stems: tuple[str, ...]) -> Path:
+    """A DeepGEMM-shaped tree at ``root``: ``tests/fixtures/recipes/<kernel_fixture>/kernel.cuh.in`` and the
+    sm_90 launcher shape under each of ``stems``, with the sm_90 fixture's ``csrc/python_api.cpp``."""
+    kernel = (RECIPE_FIX / kernel_fixture / "kernel.cuh.in").read_text()
+    launcher = (RECIPE_FIX / "deepgemm_sm90" / "launcher.hpp.in").read_text()
+    for stem in stems:
+        k = root / "deep_gemm/include/deep_gemm/impls" / f"{stem}.cuh"
+        k.parent.mkdir(parents=True, exist_ok=True)
+        k.write_text(kernel.replace("KERNEL", stem))
+        la = root / "csrc/jit_kernels/impls" / f"{stem}.hpp"
+        la.parent.mkdir(parents=True, exist_ok=True)
+        la.write_text(launcher.replace("KERNEL", stem))
+    shutil.copy(RECIPE_FIX / "deepgemm_sm90" / "python_api.cpp", root / "csrc" / "python_api.cpp")
+    return root
+
+
+@pytest.fixture
+def dg_tree(tmp_path: Path) -> Path:
+    """A DeepGEMM-shaped tree: the fixture kernel and launcher under the three sm_90 names."""
+    return deepgemm_tree(tmp_path / "deepgemm", "deepgemm_sm90", DG_STEMS)
+
+
 def reference_sqlite() -> Path:
     """The H200 Burst–Gap export (shipped zstd-compressed beside its report), decompressed."""
     from xstage_trace.collectors.compressed import decompressed_export

@@ -17,8 +17,6 @@ import pytest
 from xstage_trace.base.errors import InputError
 from xstage_trace.instrument.recipes import engine, get
 
-FIX = Path(__file__).resolve().parent / "fixtures" / "recipes"
-DG_STEMS = ("sm90_fp8_gemm_1d2d", "sm90_fp8_gemm_1d1d", "sm90_bf16_gemm")
 KERNEL = "deep_gemm/include/deep_gemm/impls/sm90_fp8_gemm_1d2d.cuh"
 
 
@@ -34,23 +32,6 @@ def tree_state(root: Path) -> dict:
         what = os.readlink(p) if stat.S_ISLNK(st.st_mode) else (p.read_bytes() if stat.S_ISREG(st.st_mode) else "dir")
         out[p.relative_to(root).as_posix()] = (stat.S_IFMT(st.st_mode), stat.S_IMODE(st.st_mode), what)
     return out
-
-
-@pytest.fixture
-def dg_tree(tmp_path: Path) -> Path:
-    """A DeepGEMM-shaped tree (the fixture kernel and launcher under the three sm_90 names)."""
-    root = tmp_path / "deepgemm"
-    kernel = (FIX / "deepgemm_sm90" / "kernel.cuh.in").read_text()
-    launcher = (FIX / "deepgemm_sm90" / "launcher.hpp.in").read_text()
-    for stem in DG_STEMS:
-        k = root / "deep_gemm/include/deep_gemm/impls" / f"{stem}.cuh"
-        k.parent.mkdir(parents=True, exist_ok=True)
-        k.write_text(kernel.replace("KERNEL", stem))
-        la = root / "csrc/jit_kernels/impls" / f"{stem}.hpp"
-        la.parent.mkdir(parents=True, exist_ok=True)
-        la.write_text(launcher.replace("KERNEL", stem))
-    shutil.copy(FIX / "deepgemm_sm90" / "python_api.cpp", root / "csrc" / "python_api.cpp")
-    return root
 
 
 def refused(r: subprocess.CompletedProcess, name: str) -> str:

@@ -203,14 +203,18 @@ def in_small_disk(folder: Path, size: str, cli_args: list, read_only: bool = Fal
     return p.returncode, Path(f"{folder}.err").read_text(), Path(f"{folder}.ls").read_text().split()
 
 
+def writing_args(command: str, run: Path, folder: Path) -> list:
+    """The command line of ``command`` (analyze, report or export) writing its output into ``folder``."""
+    return {"analyze": ["analyze", *LOCAL_DUMPS, "-o", folder / "r.run"],
+            "report": ["report", run, "-o", folder / "r.report"],
+            "export": ["export", run, "-o", folder / "r.pftrace"]}[command]
+
+
 @needs_unshare
 @pytest.mark.parametrize("command", ["analyze", "report", "export"])
 def test_a_full_disk_is_one_line_and_leaves_nothing(fused_run, tmp_path, command):
     disk = tmp_path / "disk"
-    args = {"analyze": ["analyze", *LOCAL_DUMPS, "-o", disk / "r.run"],
-            "report": ["report", fused_run, "-o", disk / "r.report"],
-            "export": ["export", fused_run, "-o", disk / "r.pftrace"]}[command]
-    rc, err, left = in_small_disk(disk, "256k", args)
+    rc, err, left = in_small_disk(disk, "256k", writing_args(command, fused_run, disk))
     assert rc == 2, err
     assert len(err.splitlines()) == 1 and "disk is full" in err and "Traceback" not in err, err
     assert left == []
@@ -220,10 +224,7 @@ def test_a_full_disk_is_one_line_and_leaves_nothing(fused_run, tmp_path, command
 @pytest.mark.parametrize("command", ["report", "export", "analyze"])
 def test_a_read_only_folder_is_one_line(fused_run, tmp_path, command):
     disk = tmp_path / "ro"
-    args = {"analyze": ["analyze", *LOCAL_DUMPS, "-o", disk / "r.run"],
-            "report": ["report", fused_run, "-o", disk / "r.report"],
-            "export": ["export", fused_run, "-o", disk / "r.pftrace"]}[command]
-    rc, err, left = in_small_disk(disk, "1m", args, read_only=True)
+    rc, err, left = in_small_disk(disk, "1m", writing_args(command, fused_run, disk), read_only=True)
     assert rc == 2, err
     assert len(err.splitlines()) == 1 and str(disk) in err and "Traceback" not in err, err
     assert left == []

@@ -15,14 +15,13 @@ from pathlib import Path
 
 import pytest
 
+from conftest import RECIPE_FIX as FIX, deepgemm_tree
+
 from xstage_trace.base.errors import InputError
 from xstage_trace.instrument.recipes import RECIPES, get
 from xstage_trace.instrument.recipes import engine
 from xstage_trace.instrument.recipes.engine import Drift, Found
 from xstage_trace.instrument.recipes.model import Anchor, Recipe, Upstream, shape
-
-FIX = Path(__file__).resolve().parent / "fixtures" / "recipes"
-DG_STEMS = ("sm90_fp8_gemm_1d2d", "sm90_fp8_gemm_1d1d", "sm90_bf16_gemm")
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
@@ -33,21 +32,11 @@ def snapshot(root: Path) -> dict[str, bytes]:
     return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-@pytest.fixture
-def dg_tree(tmp_path: Path) -> Path:
-    """A DeepGEMM-shaped tree: the fixture kernel and launcher under the three sm_90 names."""
-    root = tmp_path / "deepgemm"
-    kernel = (FIX / "deepgemm_sm90" / "kernel.cuh.in").read_text()
-    launcher = (FIX / "deepgemm_sm90" / "launcher.hpp.in").read_text()
-    for stem in DG_STEMS:
-        k = root / "deep_gemm/include/deep_gemm/impls" / f"{stem}.cuh"
-        k.parent.mkdir(parents=True, exist_ok=True)
-        k.write_text(kernel.replace("KERNEL", stem))
-        la = root / "csrc/jit_kernels/impls" / f"{stem}.hpp"
-        la.parent.mkdir(parents=True, exist_ok=True)
-        la.write_text(launcher.replace("KERNEL", stem))
-    shutil.copy(FIX / "deepgemm_sm90" / "python_api.cpp", root / "csrc" / "python_api.cpp")
-    return root
+def located(recipe: Recipe, root: Path) -> list[Found]:
+    """The recipe's anchors found in ``root``; none may drift (the drifts' descriptions fail the test)."""
+    results = engine.locate(recipe, root)
+    assert [r.describe() for r in results if isinstance(r, Drift)] == []
+    return results
 
 
 def test_shape_tolerates_whitespace_between_tokens():
@@ -228,8 +217,7 @@ def test_check_on_real_checkout(target: str, tmp_path: Path):
     if not src:
         pytest.skip(f"set {var} to an upstream checkout")
     recipe = get(target)
-    results = engine.locate(recipe, Path(src))
-    assert [r.describe() for r in results if isinstance(r, Drift)] == []
+    results = located(recipe, Path(src))
     copy = tmp_path / "tree"
     for rel in {r.path for r in results} | set(recipe.sentinel):
         (copy / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -270,8 +258,7 @@ def test_fa3_recipe_on_fixture_threads_the_buffer_through_params(tmp_path: Path)
     root = tmp_path / "fa"
     shutil.copytree(FIX / "fa3", root)
     before = snapshot(root)
-    results = engine.locate(get("fa3"), root)
-    assert [r.describe() for r in results if isinstance(r, Drift)] == []
+    results = located(get("fa3"), root)
     engine.apply(engine.plan(get("fa3"), root))
     epi = (root / "hopper/epilogue_fwd.hpp").read_text()
     assert epi.count("::xstage::DeviceBuffer xstage_buf{};") == 2  # Arguments and Params
@@ -328,8 +315,7 @@ def test_flux_recipe_on_fixture_patches_only_the_scatter_visitor(tmp_path: Path)
     root = tmp_path / "flux"
     shutil.copytree(FIX / "flux", root)
     before = snapshot(root)
-    results = engine.locate(get("flux"), root)
-    assert [r.describe() for r in results if isinstance(r, Drift)] == []
+    results = located(get("flux"), root)
     by_name = {}
     for r in results:
         by_name.setdefault(r.anchor.name, []).append(r.line)
@@ -347,25 +333,13 @@ def test_flux_recipe_on_fixture_patches_only_the_scatter_visitor(tmp_path: Path)
 @pytest.fixture
 def mm_tree(tmp_path: Path) -> Path:
     """A DeepGEMM-shaped tree for the sm_100 Mega MoE recipe: its fixture kernel, the sm_90 launcher shape."""
-    root = tmp_path / "deepgemm"
-    kernel = (FIX / "deepgemm_megamoe" / "kernel.cuh.in").read_text()
-    launcher = (FIX / "deepgemm_sm90" / "launcher.hpp.in").read_text()
-    for stem in ("sm100_fp8_fp4_mega_moe", "sm100_bf16_mega_moe"):
-        k = root / "deep_gemm/include/deep_gemm/impls" / f"{stem}.cuh"
-        k.parent.mkdir(parents=True, exist_ok=True)
-        k.write_text(kernel.replace("KERNEL", stem))
-        la = root / "csrc/jit_kernels/impls" / f"{stem}.hpp"
-        la.parent.mkdir(parents=True, exist_ok=True)
-        la.write_text(launcher.replace("KERNEL", stem))
-    shutil.copy(FIX / "deepgemm_sm90" / "python_api.cpp", root / "csrc" / "python_api.cpp")
-    return root
+    return deepgemm_tree(tmp_path / "deepgemm", "deepgemm_megamoe", ("sm100_fp8_fp4_mega_moe", "sm100_bf16_mega_moe"))
 
 
 def test_megamoe_recipe_on_fixture_brackets_mma_epilogue_and_nvlink_barrier(mm_tree: Path):
     root = mm_tree
     before = snapshot(root)
-    results = engine.locate(get("deepgemm-megamoe"), root)
-    assert [r.describe() for r in results if isinstance(r, Drift)] == []
+    results = located(get("deepgemm-megamoe"), root)
     by_name = {r.anchor.name: r.line for r in results if r.path.endswith("sm100_bf16_mega_moe.cuh")}
     # kernel.cuh.in, counted by hand: the MMA warp's first tcgen05 fence is line 25 (not the k-loop's,
     # line 27), the epilogue lambda closes on line 47, the barrier call starts on line 53

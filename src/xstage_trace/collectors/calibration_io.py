@@ -69,6 +69,20 @@ def _producer_key(text) -> int | None:
     return k if k > 0 else None
 
 
+def _check_entries(path, name: str, entries: dict, pair: bool, what: str) -> None:
+    """InputError unless every entry of the document's object ``name`` has a key K > 0 (``pair``: "K,B",
+    both > 0) and a positive finite value (``what`` it is, for the message)."""
+    for key, value in entries.items():
+        if pair:
+            parts = key.split(",") if isinstance(key, str) else []
+            key_ok = len(parts) == 2 and all(_producer_key(x) is not None for x in parts)
+        else:
+            key_ok = _producer_key(key) is not None
+        if not key_ok or not _finite(value, 0.0, True):
+            shape = '"K,B": ' if pair else ""
+            raise InputError(path, f"{name} entry {key!r}: {value!r} is not {shape}a positive finite {what}", _REFIT)
+
+
 def check_document(doc, path: str | Path | None) -> None:
     """InputError unless ``doc`` is a calibration document this version reads: calibration_version
     1..CALIBRATION_VERSION, a known store instruction from version 4 on, R > 0 finite, every T_iss^0(K, B) > 0 finite with K, B > 0, Q(K) > 0 finite, overhead ≥ 0."""
@@ -84,29 +98,13 @@ def check_document(doc, path: str | Path | None) -> None:
     floors = doc.get("issue_floor_ns")
     if not isinstance(floors, dict) or not floors:
         raise InputError(path, "issue_floor_ns is missing or empty", _REFIT)
-    for key, value in floors.items():
-        parts = key.split(",") if isinstance(key, str) else []
-        if len(parts) != 2 or any(_producer_key(x) is None for x in parts) or not _finite(value, 0.0, True):
-            raise InputError(path, f"issue_floor_ns entry {key!r}: {value!r} is not \"K,B\": a positive finite time", _REFIT)
-    caps = doc.get("capacity_by_producers_bytes") or {}
-    if not isinstance(caps, dict):
-        raise InputError(path, "capacity_by_producers_bytes is not an object", _REFIT)
-    for key, value in caps.items():
-        if _producer_key(key) is None or not _finite(value, 0.0, True):
-            raise InputError(path, f"capacity_by_producers_bytes entry {key!r}: {value!r} is not a positive finite capacity", _REFIT)
-    by_k = doc.get("rate_by_producers_gbps") or {}
-    if not isinstance(by_k, dict):
-        raise InputError(path, "rate_by_producers_gbps is not an object", _REFIT)
-    for key, value in by_k.items():
-        if _producer_key(key) is None or not _finite(value, 0.0, True):
-            raise InputError(path, f"rate_by_producers_gbps entry {key!r}: {value!r} is not a positive finite rate", _REFIT)
-    conf = doc.get("rate_by_configuration_gbps") or {}
-    if not isinstance(conf, dict):
-        raise InputError(path, "rate_by_configuration_gbps is not an object", _REFIT)
-    for key, value in conf.items():
-        parts = key.split(",") if isinstance(key, str) else []
-        if len(parts) != 2 or any(_producer_key(x) is None for x in parts) or not _finite(value, 0.0, True):
-            raise InputError(path, f"rate_by_configuration_gbps entry {key!r}: {value!r} is not \"K,B\": a positive finite rate", _REFIT)
+    _check_entries(path, "issue_floor_ns", floors, True, "time")
+    for name, pair, what in (("capacity_by_producers_bytes", False, "capacity"), ("rate_by_producers_gbps", False, "rate"),
+                             ("rate_by_configuration_gbps", True, "rate")):
+        entries = doc.get(name) or {}
+        if not isinstance(entries, dict):
+            raise InputError(path, f"{name} is not an object", _REFIT)
+        _check_entries(path, name, entries, pair, what)
     if not _finite(doc.get("loop_overhead_ns", 0.0), 0.0, False):
         raise InputError(path, f"loop_overhead_ns {doc.get('loop_overhead_ns')!r} is not a finite number >= 0", _REFIT)
     _check_link(doc, path, version)

@@ -72,6 +72,19 @@ def rel_iqr_pct(x: np.ndarray) -> float:
     return float(100 * (q3 - q1) / med) if med else float("nan")
 
 
+def _decide(row: dict, change: float, thr: float, lo: float, hi: float, thr_text: str, words: tuple[str, str]) -> dict:
+    """The module docstring's verdict on a change with enough samples: neutral within ±``thr``, regression
+    (improvement) beyond it with the interval [``lo``, ``hi``] above (below) 0, else inconclusive; ``row``
+    with verdict and reason (``thr_text``: the threshold as the reason prints it; ``words``: up, down)."""
+    if abs(change) <= thr:
+        return dict(row, verdict="neutral", reason=f"|change| ≤ {thr_text}")
+    if change > 0 and lo > 0:
+        return dict(row, verdict="regression", reason=f"{words[0]} by more than {thr_text}, interval above 0")
+    if change < 0 and hi < 0:
+        return dict(row, verdict="improvement", reason=f"{words[1]} by more than {thr_text}, interval below 0")
+    return dict(row, verdict="inconclusive", reason="change beyond the threshold but the interval contains 0")
+
+
 def kernel_verdict(base_ns: np.ndarray | None, new_ns: np.ndarray | None, cfg: GateConfig) -> dict:
     """The module docstring's rule for one configuration's trials (ns)."""
     row = {"base_ms": np.nan, "new_ms": np.nan, "base_trials": 0, "new_trials": 0, "change_pct": np.nan,
@@ -92,13 +105,7 @@ def kernel_verdict(base_ns: np.ndarray | None, new_ns: np.ndarray | None, cfg: G
         return dict(row, verdict="inconclusive", reason=f"fewer than {cfg.min_trials} trials")
     lo, hi = bootstrap_change_pct(base_ns, new_ns, cfg)
     row.update(ci_low_pct=lo, ci_high_pct=hi)
-    if abs(change) <= thr:
-        return dict(row, verdict="neutral", reason=f"|change| ≤ {thr:.2f} %")
-    if change > 0 and lo > 0:
-        return dict(row, verdict="regression", reason=f"slower by more than {thr:.2f} %, interval above 0")
-    if change < 0 and hi < 0:
-        return dict(row, verdict="improvement", reason=f"faster by more than {thr:.2f} %, interval below 0")
-    return dict(row, verdict="inconclusive", reason="change beyond the threshold but the interval contains 0")
+    return _decide(row, change, thr, lo, hi, f"{thr:.2f} %", ("slower", "faster"))
 
 
 def _stall_stats(run, keys: list[str]) -> pd.DataFrame:
@@ -178,13 +185,7 @@ def metric_verdict(base: np.ndarray, new: np.ndarray, stat, floor_abs: float, cf
     a = (1 - cfg.confidence) / 2
     lo, hi = (float(v) for v in np.quantile(diff, [a, 1 - a]))
     row.update(ci_low=lo, ci_high=hi)
-    if abs(change) <= thr:
-        return dict(row, verdict="neutral", reason=f"|change| ≤ {thr:.3g}")
-    if change > 0 and lo > 0:
-        return dict(row, verdict="regression", reason=f"up by more than {thr:.3g}, interval above 0")
-    if change < 0 and hi < 0:
-        return dict(row, verdict="improvement", reason=f"down by more than {thr:.3g}, interval below 0")
-    return dict(row, verdict="inconclusive", reason="change beyond the threshold but the interval contains 0")
+    return _decide(row, change, thr, lo, hi, f"{thr:.3g}", ("up", "down"))
 
 
 def compare_tiles(base, new, cfg: GateConfig = GateConfig()) -> pd.DataFrame:
