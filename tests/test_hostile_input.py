@@ -1140,8 +1140,9 @@ def test_a_read_only_report_folder_uses_the_user_cache(xs, fake_nsys, report, tm
     finally:
         report.parent.chmod(0o755)
     assert r.rc == 0, r.err
-    cached = sorted(p.name for p in (tmp_path / "xdg" / "xstage-trace").iterdir())
+    cached = sorted(p.name for p in (tmp_path / "xdg" / "xstage-trace").iterdir() if p.name != "decoded")
     assert len(cached) == 2 and cached[1].endswith(".sqlite") and cached[0].endswith(".export.json")
+    assert (tmp_path / "xdg" / "xstage-trace" / "decoded").is_dir()  # the export as read (collectors/export_cache.py)
     assert stat.S_IMODE((tmp_path / "xdg" / "xstage-trace").stat().st_mode) == 0o700
     assert _cache_files(report.parent) == []
     assert xs("analyze", report, "--nsys", fake_nsys, "-o", tmp_path / "run2").rc == 0
