@@ -12,6 +12,7 @@ import pytest
 from xstage_trace.analysis import burst_gap as bg
 from xstage_trace.analysis.partition import (RHO_REF, PartitionProblem, choose_comm_ctas, completion_columns, scaled_rho,
                                              work_tiles)
+from xstage_trace.analysis.recurrence import SCAN_BLOCK, audit_sequence, backlog_bytes, stalled_trajectory
 from xstage_trace.analysis.timing import max_across_ranks_median
 from xstage_trace.analysis.whatif import interleave, interleave_speedup, qloop_audit
 
@@ -43,6 +44,103 @@ def test_capacity_from_a_knee_in_whole_bytes_is_a_float():
     # Eq. 9 on integers: Q = 5000 − 2·1000 = 3000 B, as float64 like every other volume
     q = bg.capacity_from_knee_bytes(5000, 2, 1000)
     assert q == 3000.0 and q.dtype == np.float64
+
+
+# ---------------------------------------------------------------- §4 backlog recurrence, audit, stalled trajectory
+
+def test_an_unbounded_gap_drains_the_queue_before_later_bursts():
+    # Eq. 12 with Δb = (5, −∞, 3, 2): q = (0, 5, [5 − ∞]₊ = 0, 0 + 3 = 3)
+    assert backlog_bytes([5.0, -np.inf, 3.0, 2.0]).tolist() == [0.0, 5.0, 0.0, 3.0]
+    # the backlog before the drain (5) is every byte the sequence built: it must still drain to 0
+    assert backlog_bytes([5.0, -np.inf, 0.0]).tolist() == [0.0, 5.0, 0.0]
+
+
+def _audit_by_hand(capacity):
+    # V = 2000 B each, G = (500, 800, ∞), T0 = 500 ns, R = 1 B/ns: Δb = (1000, 700, −∞), q = (0, 1000, 1700),
+    # b^iso = 2000 − 500 = 1500 B per burst
+    return audit_sequence([2000, 2000, 2000], [500, 800, np.inf], 500, 1.0, capacity)
+
+
+def test_audit_onset_and_excess_by_hand():
+    # Q = 1500: q + b^iso = (1500, 2500, 3200): the guard (Eq. 14) first fails at burst 1, by 2500 − 1500 = 1000 B
+    a = _audit_by_hand(1500.0)
+    assert a.table["guard_ok"].tolist() == [True, False, False]
+    assert (a.onset, a.onset_excess_bytes) == (1, 1000.0)
+    # Q per burst (1500, 3000, 3000): bursts 0 and 1 fit, burst 2 exceeds by 3200 − 3000 = 200 B
+    a = _audit_by_hand(np.array([1500.0, 3000.0, 3000.0]))
+    assert a.table["guard_ok"].tolist() == [True, True, False]
+    assert (a.onset, a.onset_excess_bytes) == (2, 200.0)
+
+
+def test_audit_without_backpressure_has_no_onset():
+    for capacity in (None, 5000.0):
+        a = _audit_by_hand(capacity)
+        assert a.table["guard_ok"].all() and a.onset is None and a.onset_excess_bytes is None
+
+
+def test_audit_table_of_integer_inputs_is_in_float_columns():
+    a = _audit_by_hand(1500)
+    assert list(a.table.columns) == ["volume_bytes", "gap_ns", "issue_floor_ns", "rho", "delta_b_bytes", "q_bytes",
+                                     "b_iso_bytes", "guard_ok"]
+    assert a.table[["volume_bytes", "issue_floor_ns"]].values.tolist() == [[2000.0, 500.0]] * 3
+    assert (a.table.dtypes.drop("guard_ok") == np.float64).all()
+    whole = audit_sequence([2000, 2000], [500, 800], 500, 1, 1500)  # every argument an integer
+    assert whole.table["gap_ns"].tolist() == [500.0, 800.0] and (whole.table.dtypes.drop("guard_ok") == np.float64).all()
+
+
+def test_stalled_trajectory_by_hand():
+    # R = 1 B/ns, Q = 1000 B, T0 = 100 ns, V = (1500, 500, 200), G = (300, 100, 1000), no loop overhead (Eq. 15, 16):
+    # n = 0: T = max(100, 0 + 1500 − 1000) = 500, q₁ = [1500 − (500 + 300)]₊ = 700
+    # n = 1: T = max(100, 700 + 500 − 1000) = 200, q₂ = [700 + 500 − (200 + 100)]₊ = 900
+    # n = 2: T = max(100, 900 + 200 − 1000) = 100, q₃ = [900 + 200 − (100 + 1000)]₊ = 0
+    t = stalled_trajectory([1500.0, 500.0, 200.0], [300.0, 100.0, 1000.0], 100.0, 1.0, 1000.0)
+    assert t.to_dict("list") == {"q_bytes": [0.0, 700.0, 900.0], "issue_ns": [500.0, 200.0, 100.0],
+                                 "issue_overhead_ns": [400.0, 100.0, 0.0], "period_ns": [800.0, 300.0, 1100.0],
+                                 "q_after_bytes": [700.0, 900.0, 0.0]}
+    # o = 50: T = 500, q₁ = [1500 − 850]₊ = 650; T = max(100, 150) = 150, q₂ = [1150 − 300]₊ = 850;
+    # T = max(100, 50) = 100, q₃ = [1050 − 1150]₊ = 0; periods T + G + o = (850, 300, 1150)
+    t = stalled_trajectory([1500.0, 500.0, 200.0], [300.0, 100.0, 1000.0], 100.0, 1.0, 1000.0, 50.0)
+    assert t["q_after_bytes"].tolist() == [650.0, 850.0, 0.0] and t["issue_ns"].tolist() == [500.0, 150.0, 100.0]
+    assert t["period_ns"].tolist() == [850.0, 300.0, 1150.0]
+
+
+def test_stalled_trajectory_over_several_scan_blocks_matches_its_recursion():
+    # 3 blocks of SCAN_BLOCK maps and part of a fourth; phases of 900 bursts that fill the path (mean
+    # Δ = 1500 − (100 + 1340 + 20) = +40 B) and drain it (−200 B): the queue enters each later block at another level
+    rng = np.random.default_rng(5)
+    n = 3 * SCAN_BLOCK + 100
+    phase = (np.arange(n) // 900) % 2
+    v = rng.uniform(0, 3000, n)
+    g = rng.uniform(0, 2680, n) + 240 * phase
+    t0, rate, cap, o = 100.0, 1.0, 10000.0, 20.0
+    t = stalled_trajectory(v, g, t0, rate, cap, o)
+    q, qs, ts = 0.0, [], []
+    for i in range(n):  # Eq. 15 and 16, one burst at a time
+        qs.append(q)
+        ts.append(max(t0, (q + v[i] - cap) / rate))
+        q = max(q + v[i] - rate * (ts[-1] + g[i] + o), 0.0)
+    np.testing.assert_allclose(t["q_bytes"], qs, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(t["issue_ns"], ts, rtol=0, atol=1e-6)
+    entering = np.array(qs)[SCAN_BLOCK::SCAN_BLOCK]  # the queue as each later block starts
+    assert len(np.unique(entering)) == 3 and (entering > 0).all()
+    assert (np.array(ts) > t0).sum() > 100 and (np.array(qs) == 0).sum() > 100  # both clamps act
+
+
+def test_stalled_trajectory_that_never_empties_nor_fills_carries_the_queue_across_scan_blocks():
+    # Q = 10⁶ B, R = 1 B/ns, T0 = 100 ns, o = 0. Burst 0: V = 1100, G = 0 → a = 1000; burst 1: V = 995000,
+    # G = 900000 → a = 94900 with the small bound c = Q − G = 10⁵ (q = 1000 + 94900 = 95900 stays under it);
+    # then V = 240 ± 20, G = 100 → a = 40 ± 20 B. The queue only grows and stays under Q − R·(G + o) and
+    # Q + R·T0 − V, so no clamp acts: q_{n+1} = q_n + a_n exactly (integers), T = T0 throughout
+    rng = np.random.default_rng(3)
+    n = 3 * SCAN_BLOCK + 100
+    v = 240.0 + rng.integers(-20, 21, n)
+    g = np.full(n, 100.0)
+    v[:2], g[:2] = (1100.0, 995000.0), (0.0, 900000.0)
+    t = stalled_trajectory(v, g, 100.0, 1.0, 1e6)
+    a = v - (100.0 + g)
+    assert t["q_after_bytes"].tolist() == np.cumsum(a).tolist()
+    assert t["q_bytes"].tolist() == [0.0] + np.cumsum(a)[:-1].tolist()
+    assert (t["issue_ns"] == 100.0).all()
 
 
 # ---------------------------------------------------------------- §6 interleaving what-if
