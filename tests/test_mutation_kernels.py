@@ -13,8 +13,8 @@ import pytest
 
 from xstage_trace.analysis.columnar import as_text, cumcount, run_ids, sort_codes, text_codes, text_of_codes
 from xstage_trace.analysis.platform import PlatformModel
-from xstage_trace.analysis.selection import (linear_quantile_of, median_of, median_ranks, numpy_percentile_of, order_statistics,
-                                             quantile_ranks)
+from xstage_trace.analysis.selection import (float_keys, key_floats, linear_quantile_of, median_of, median_ranks, numpy_percentile_of,
+                                             order_statistics, quantile_ranks)
 from xstage_trace.analysis.spans import join_rows, key_codes, pair_spans
 
 # ---------------------------------------------------------------- selection.py
@@ -56,11 +56,38 @@ def _chunks(*parts):
 
 def test_order_statistics_count_every_sample_of_a_chunk_after_one_goes_over_the_cap():
     # cap 2: "a" goes over in the first chunk, "b" (after it in the same chunk) and "c" must still be counted and held
-    chunks = _chunks({"a": np.array([3.0, 1.0, 2.0]), "b": np.array([5.0]), "c": np.array([7.0, 8.0])})
+    # (and in the next chunk, where "a" is already over, "b" after it too)
+    chunks = _chunks({"a": np.array([3.0, 1.0, 2.0]), "b": np.array([5.0]), "c": np.array([7.0, 8.0])},
+                     {"a": np.array([0.0, 4.0]), "b": np.array([6.0])})
     n, whole, found = order_statistics(chunks, lambda name, m: median_ranks(m), 2)
-    assert n == {"a": 3, "b": 1, "c": 2}
-    assert set(whole) == {"b", "c"} and whole["c"].tolist() == [7.0, 8.0]
-    assert found["a"] == {1: 2.0}
+    assert n == {"a": 5, "b": 2, "c": 2}
+    assert set(whole) == {"b", "c"} and whole["b"].tolist() == [5.0, 6.0] and whole["c"].tolist() == [7.0, 8.0]
+    assert found["a"] == {2: 2.0}
+
+
+def test_order_statistics_of_integer_chunks_over_the_cap_narrow_on_their_float_values():
+    n, whole, found = order_statistics(_chunks({"x": np.array([5, -3, 9])}, {"x": np.array([0, 2])}),
+                                       lambda name, m: median_ranks(m), 2)
+    assert found["x"] == {2: 2.0}  # sorted: −3, 0, 2, 5, 9
+    x = np.array([-2.5, -1.0, -0.0])
+    assert key_floats(float_keys(x).tolist()).tolist() == x.tolist()  # keys as Python ints (all below 2^63 here)
+
+
+def test_narrowing_collects_a_rank_only_once_its_range_holds_at_most_cap_keys():
+    # 0.0 and the two smallest denormals have keys 2^63, 2^63 + 1, 2^63 + 2: with cap 2 they share a bin of
+    # every pass (2^48, 2^32, 2^16 keys wide) until the last one splits them one key per bin, so the chunks are read
+    # 1 + 64/16 = 5 times and the median (rank 2) is the key 2^63 + 2; with cap 3 the 3 keys of the first pass's bin
+    # are collected in the second: 3 reads
+    x = np.array([0.0, 5e-324, 1e-323, 1.0, 2.0])
+    for cap, reads in ((2, 5), (3, 3)):
+        calls = []
+
+        def chunks():
+            calls.append(1)
+            return iter([{"x": x[:2]}, {"x": x[2:]}])
+
+        assert order_statistics(chunks, lambda name, m: median_ranks(m), cap)[2] == {"x": {2: 1e-323}}
+        assert len(calls) == reads
 
 
 def test_order_statistics_hold_a_sample_of_exactly_the_cap_whole_as_float64():
@@ -186,8 +213,8 @@ def test_pair_spans_without_begins_or_without_ends_is_empty():
 
 # ---------------------------------------------------------------- platform.py
 
-# issue floors at K = 1 and 4, B = 1000 and 4000 bytes, given out of order
-FLOORS = {(4, 4000): 500.0, (1, 1000): 100.0, (4, 1000): 200.0, (1, 4000): 300.0}
+# issue floors at K = 1 (B = 1000, 4000, 16000 bytes) and K = 4 (B = 1000, 4000), given out of order
+FLOORS = {(4, 4000): 500.0, (1, 1000): 100.0, (1, 16000): 700.0, (4, 1000): 200.0, (1, 4000): 300.0}
 
 
 def test_capacity_at_the_largest_k_and_at_the_nearest_k():
@@ -203,10 +230,10 @@ def test_capacity_at_the_largest_k_and_at_the_nearest_k():
 
 def test_floor_is_log_linear_in_b_between_points_and_proportional_outside():
     m = PlatformModel(1.0, FLOORS)
-    # K = 1: B = 2000 is halfway in log between 1000 and 4000: 100 + ½·(300 − 100) = 200; B = 500: 100·500/1000 = 50;
-    # B = 8000: 300·8000/4000 = 600; the points themselves
-    got = m.floor_ns(1, [2000.0, 500.0, 8000.0, 1000.0, 4000.0])
-    np.testing.assert_allclose(got, [200.0, 50.0, 600.0, 100.0, 300.0], rtol=1e-12)
+    # K = 1: B = 2000 is halfway in log between 1000 and 4000: 100 + ½·(300 − 100) = 200; B = 8000 between 4000 and
+    # 16000: 300 + ½·(700 − 300) = 500; B = 500: 100·500/1000 = 50; B = 32000: 700·32000/16000 = 1400; the points themselves
+    got = m.floor_ns(1, [2000.0, 8000.0, 500.0, 32000.0, 1000.0, 4000.0, 16000.0])
+    np.testing.assert_allclose(got, [200.0, 500.0, 50.0, 1400.0, 100.0, 300.0, 700.0], rtol=1e-12)
     # K = 3 → nearest calibrated K = 4: 200 + ½·(500 − 200) = 350; K = 1.4 → K = 1
     np.testing.assert_allclose(m.floor_ns([3, 4, 1.4], [2000.0, 1000.0, 2000.0]), [350.0, 200.0, 200.0], rtol=1e-12)
 
@@ -217,6 +244,14 @@ def test_floor_of_queries_that_reach_only_the_larger_k():
     assert m.floor_ns(np.array([[4, 1], [1, 4]]), 1000.0).tolist() == [[200.0, 100.0], [100.0, 200.0]]
 
 
+def test_floor_at_the_calibrated_end_points_is_the_calibrated_value_exactly():
+    # t·B/B is not t in floating point for these two (the proportional rule outside the range must not apply at its ends)
+    lo, hi = 237.3639424086752, 351.9959036792751
+    assert lo * 1536.0 / 1536.0 != lo and hi * 24576.0 / 24576.0 != hi
+    m = PlatformModel(1.0, {(2, 1536): lo, (2, 24576): hi})
+    assert m.floor_ns(2, [1536.0, 24576.0]).tolist() == [lo, hi]
+
+
 def test_floor_without_points_is_refused():
-    with pytest.raises(ValueError, match="no issue floor points"):
+    with pytest.raises(ValueError, match="^platform model has no issue floor points$"):
         PlatformModel(1.0).floor_ns(1, 1000.0)
