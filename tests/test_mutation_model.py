@@ -252,7 +252,7 @@ def test_completion_columns_by_hand_where_the_last_c_leaves_no_compute_slot():
     assert choose_comm_ctas(t) == 2  # T(1) = T(2): C = 2 leaves fewer empty slots
 
 
-def test_completion_columns_of_an_integer_rho_are_in_fractional_waves():
+def test_completion_columns_of_an_integer_rho_are_float64():
     t = completion_columns(_small(), rho=1)
     assert t["split_service"].dtype == np.float64 and t["completion_waves"].dtype == np.float64
 
