@@ -29,7 +29,7 @@ add calibration  "$A/calibration_fit.py $A/calibration_capacity.py $A/calibratio
 add tiles        "$A/tiles.py $A/stall.py $A/verdict.py $A/tile_error.py $A/bursts.py $A/piggyback.py" \
                  "tests/test_tiles.py tests/test_verdict.py tests/test_diagnosis.py tests/test_tile_error.py tests/test_fa3_piggyback.py tests/test_mutation_tiles.py"
 add kernels      "$A/selection.py $A/columnar.py $A/spans.py $A/platform.py" \
-                 "tests/test_selection.py tests/test_columnar.py"
+                 "tests/test_selection.py tests/test_columnar.py tests/test_mutation_kernels.py"
 add pairing      "$C/pairing.py"      "tests/test_mutation_pairing.py tests/test_trust.py::test_a_clock_two_seconds_off_is_refused"
 add align        "$C/align.py"        "tests/test_collect_align.py tests/test_mutation_align.py"
 add probe_format "$C/probe_format.py" "tests/test_probe_format.py tests/test_mutation_probe_format.py"
