@@ -6,6 +6,7 @@ overflow, warnings (docs/mutation.md)."""
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from xstage_trace.base.errors import InputError
@@ -15,8 +16,10 @@ from xstage_trace.collectors.probe_format import (HEADER_DTYPE, RECORD_DTYPE, SL
 GT0 = 1_764_000_000_000_000_000  # ns: a %globaltimer value of 2025
 
 
-def _write(path, slices, records_per_slice, *, names=("mainloop", "rs"), capacity=4, khz=2_000_000, roles=1, rank=0, label="", device=0):
-    """The file: header, event names (32 bytes each), slice table, then each slice's stored records."""
+def _dump_bytes(slices, records_per_slice, *, names=("mainloop", "rs"), capacity=4, khz=2_000_000, roles=1, rank=0, label="",
+                device=0, gpu=b"NVIDIA H200", **header):
+    """The file: header, event names (32 bytes each), slice table, then each slice's stored records.
+    ``label`` and ``names`` may be bytes (not UTF-8); ``header`` sets header fields after the others."""
     sl = np.zeros(len(slices), SLICE_DTYPE)
     for i, s in enumerate(slices):
         for k, v in s.items():
@@ -33,8 +36,15 @@ def _write(path, slices, records_per_slice, *, names=("mainloop", "rs"), capacit
     h["num_slices"], h["roles_per_cta"], h["capacity"], h["num_events"] = len(slices), roles, capacity, len(names)
     h["header_bytes"] = 448 + 32 * len(names) + 48 * len(slices)
     h["sm_count"], h["sm_clock_khz"], h["device_index"], h["rank"] = 132, khz, device, rank
-    h["gpu_name"], h["label"] = b"NVIDIA H200", label.encode()
-    path.write_bytes(h.tobytes() + np.array([n.encode() for n in names], "S32").tobytes() + sl.tobytes() + b"".join(recs))
+    h["gpu_name"], h["label"] = gpu, label if isinstance(label, bytes) else label.encode()
+    for k, v in header.items():
+        h[k] = v
+    names_raw = np.array([n if isinstance(n, bytes) else n.encode() for n in names], "S32").tobytes()
+    return h.tobytes() + names_raw + sl.tobytes() + b"".join(recs)
+
+
+def _write(path, slices, records_per_slice, **kw):
+    path.write_bytes(_dump_bytes(slices, records_per_slice, **kw))
     return path
 
 
@@ -154,3 +164,137 @@ def test_record_limit(tmp_path, monkeypatch):
             max_dump_records()
     monkeypatch.setenv("XSTAGE_MAX_DUMP_RECORDS", " ")
     assert max_dump_records() == 4 << 20
+
+
+# --- every refusal names the file, the problem (with the numbers the bytes give) and the fix -------------------
+
+REGEN = "re-run the instrumented program to write a fresh dump"
+RECOPY = "copy the whole file again or re-run the instrumented program"
+GOOD = _slice(1, gt_open=GT0, gt_close=GT0 + 100_000, clk_open=0, clk_close=200_000)
+
+
+def _refusal(path, **kw) -> InputError:
+    with pytest.raises(InputError) as e:
+        decode_probe_dump(path, **kw)
+    assert e.value.path == str(path)
+    return e.value
+
+
+def _zst(path, data: bytes, *, declare_size=True):
+    """``data`` as one zstd frame: pyarrow's one-shot codec declares the content size, its stream does not."""
+    if declare_size:
+        path.write_bytes(pa.Codec("zstd").compress(data, asbytes=True))
+    else:
+        with pa.output_stream(str(path), compression="zstd") as fh:
+            fh.write(data)
+    return path
+
+
+def test_header_refusals_name_the_field_and_the_fix(tmp_path):
+    e = _refusal(_write(tmp_path / "m.xsp", [GOOD], [[(1, 0, 0, 0, 0)]], magic=b"NOTPROBE"))
+    assert (e.problem, e.fix) == ("not an xstage probe dump (bad magic)", "pass a .xsp file written by xstage/host.hpp or ProbeBuffer.dump")
+    e = _refusal(_write(tmp_path / "v.xsp", [GOOD], [[(1, 0, 0, 0, 0)]], version=2))
+    assert (e.problem, e.fix) == ("probe dump format version 2 is not supported (this xstage-trace reads 1)",
+                                  "use the xstage-trace release that matches the probe header that wrote it")
+    e = _refusal(_write(tmp_path / "r.xsp", [GOOD], [[(1, 0, 0, 0, 0)]], record_bytes=32))
+    assert (e.problem, e.fix) == ("corrupt probe dump header (record size 32, expected 16)", REGEN)
+    e = _refusal(_write(tmp_path / "h.xsp", [GOOD], [[(1, 0, 0, 0, 0)]], header_bytes=448 + 64 + 48 + 16))
+    assert (e.problem, e.fix) == ("corrupt probe dump header (table sizes disagree)", REGEN)
+    e = _refusal(_write(tmp_path / "k.xsp", [GOOD], [[(1, 0, 0, 0, 0)]], khz=10_000_001))
+    assert (e.problem, e.fix) == ("corrupt probe dump header (SM clock 10000001 kHz is outside 100000-10000000 kHz)", REGEN)
+
+
+def test_header_counts_must_fit_31_bits(tmp_path):
+    e = _refusal(_write(tmp_path / "s.xsp", [GOOD], [[(1, 0, 0, 0, 0)]], sm_count=1 << 31))
+    assert (e.problem, e.fix) == ("corrupt probe dump header (sm_count 2147483648)", REGEN)
+    assert decode_probe_dump(_write(tmp_path / "t.xsp", [GOOD], [[(1, 0, 0, 0, 0)]], sm_count=(1 << 31) - 1)).header["sm_count"] == (1 << 31) - 1
+
+
+def test_the_header_clock_limit_10_ghz_is_admitted(tmp_path):
+    assert decode_probe_dump(_write(tmp_path / "k.xsp", [GOOD], [[(1, 0, 0, 0, 0)]], khz=10_000_000)).header["sm_clock_khz"] == 10_000_000
+
+
+def test_256_event_names_are_admitted_and_257_refused(tmp_path):
+    names = [f"e{i}" for i in range(256)]
+    d = decode_probe_dump(_write(tmp_path / "a.xsp", [GOOD], [[(1, 255, 0, 0, 0)]], names=names))
+    assert d.event_names == names and d.records.to_pandas()["event"].astype(str).tolist() == ["e255"]
+    e = _refusal(_write(tmp_path / "b.xsp", [GOOD], [[(1, 0, 0, 0, 0)]], names=names + ["e256"]))
+    assert (e.problem, e.fix) == ("corrupt probe dump header (table sizes disagree)", REGEN)
+
+
+def test_a_header_alone_holds_no_slices(tmp_path):
+    """448 bytes: a whole header with no events and no slices (the file is not truncated)."""
+    p = _write(tmp_path / "e.xsp", [], [], names=())
+    assert p.stat().st_size == 448
+    e = _refusal(p)
+    assert (e.problem, e.fix) == ("holds no probe slices (no CTA opened one)",
+                                  "re-run the instrumented program with the probes compiled in (-DXSTAGE_TRACE), or leave this dump out")
+
+
+def test_short_and_long_files_are_refused_with_their_byte_counts(tmp_path):
+    """One slice of 2 records: 448 + 2·32 + 48 = 560 header bytes, 592 in all."""
+    data = _dump_bytes([_slice(2, gt_open=GT0, gt_close=GT0 + 100_000, clk_open=0, clk_close=200_000)], [[(1, 0, 0, 0, 0), (2, 0, 0, 0, 0)]])
+    assert len(data) == 592
+    (tmp_path / "s.xsp").write_bytes(data[:580])
+    e = _refusal(tmp_path / "s.xsp")
+    assert (e.problem, e.fix) == ("truncated probe dump (580 of 592 bytes)", RECOPY)
+    (tmp_path / "l.xsp").write_bytes(data + b"\0" * 48)
+    e = _refusal(tmp_path / "l.xsp")
+    assert (e.problem, e.fix) == ("corrupt probe dump (48 bytes beyond the last record)", REGEN)
+    (tmp_path / "h.xsp").write_bytes(data[:200])
+    e = _refusal(tmp_path / "h.xsp", records=False)
+    assert (e.problem, e.fix) == ("truncated probe dump (200 bytes)", RECOPY)
+    (tmp_path / "z.xsp").write_bytes(b"")
+    assert _refusal(tmp_path / "z.xsp").problem == "truncated probe dump (0 bytes, the header alone is 448)"
+
+
+def test_unknown_events_overflow_label_and_rank_refusals_name_the_fix(tmp_path):
+    e = _refusal(_write(tmp_path / "e.xsp", [GOOD], [[(1, 2, 0, 0, 0)]]))
+    assert (e.problem, e.fix) == ("corrupt probe dump (1 records with unknown event or kind)",
+                                  "re-run the instrumented program; check that it registers every event id it uses")
+    one_over = _slice(5, gt_open=GT0, gt_close=GT0 + 100_000, clk_open=0, clk_close=200_000)  # 5 attempted, 4 kept
+    e = _refusal(_write(tmp_path / "o.xsp", [one_over, GOOD], [[(i, 0, 0, 0, 0) for i in range(5)], [(1, 0, 0, 0, 0)]]))
+    assert (e.problem, e.fix) == ("probe buffer overflowed: 1 records dropped in 1 of 2 slices (capacity 4 records per slice)",
+                                  "raise the capacity passed to HostBuffer/ProbeBuffer, or pass --allow-overflow to analyze what was kept")
+    e = _refusal(_write(tmp_path / "b.xsp", [GOOD], [[(1, 0, 0, 0, 0)]], label="K=many"))
+    assert e.problem.startswith("bad run configuration in the dump label: ") and "K" in e.problem
+    assert e.fix == "write key=value words into the label (docs/probe-format.md, section Label)"
+    e = _refusal(_write(tmp_path / "r.xsp", [GOOD], [[(1, 0, 0, 0, 0)]], rank=2, label="rank=1"))
+    assert e.fix == "pass the same rank to HostBuffer/ProbeBuffer and to the label"
+
+
+def test_the_record_limit_messages_name_the_memory_and_the_setting(tmp_path, monkeypatch):
+    """5,000,000 records over the default limit of 4 Mi; 5e6 × 210 bytes = 1.05 GB, printed as 1.1. The plain
+    dump is a sparse file of its full size (448 + 32·2 + 48 + 16·5e6 bytes): refused before a record is read."""
+    monkeypatch.delenv("XSTAGE_MAX_DUMP_RECORDS", raising=False)
+    big = _slice(5_000_000, gt_open=GT0, gt_close=GT0 + 100_000, clk_open=0, clk_close=200_000)
+    tables = _dump_bytes([big], [[]], capacity=5_000_000)
+    problem = "dump holds 5000000 records, more than the 4194304 one dump may hold (analysis needs about 1.1 GB of memory)"
+    fix = "set XSTAGE_MAX_DUMP_RECORDS=5000000 if this machine has the memory, or capture fewer records (smaller capacity or fewer slices)"
+    e = _refusal(_zst(tmp_path / "b.xsp.zst", tables))
+    assert (e.problem, e.fix) == (problem, fix)
+    p = tmp_path / "b.xsp"
+    with open(p, "wb") as fh:
+        fh.write(tables)
+        fh.truncate(len(tables) + 16 * 5_000_000)
+    e = _refusal(p)
+    assert (e.problem, e.fix) == (problem, fix)
+    monkeypatch.setenv("XSTAGE_MAX_DUMP_RECORDS", "many")
+    with pytest.raises(InputError) as e:
+        max_dump_records()
+    assert e.value.fix == "set it to a record count, e.g. XSTAGE_MAX_DUMP_RECORDS=4194304"
+
+
+def test_a_read_error_names_the_os_reason(tmp_path, monkeypatch):
+    import errno
+
+    from xstage_trace.collectors import probe_format
+
+    p = _write(tmp_path / "p.xsp", [GOOD], [[(1, 0, 0, 0, 0)]])
+
+    def refuse(*a, **k):
+        raise PermissionError(errno.EACCES, "Permission denied")
+
+    monkeypatch.setattr(probe_format, "open", refuse, raising=False)  # the module's open(), not the test's
+    e = _refusal(p)
+    assert (e.problem, e.fix) == ("cannot read probe dump (Permission denied)", "check the path and its permissions")
