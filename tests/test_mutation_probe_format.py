@@ -298,3 +298,119 @@ def test_a_read_error_names_the_os_reason(tmp_path, monkeypatch):
     monkeypatch.setattr(probe_format, "open", refuse, raising=False)  # the module's open(), not the test's
     e = _refusal(p)
     assert (e.problem, e.fix) == ("cannot read probe dump (Permission denied)", "check the path and its permissions")
+
+
+# --- anchors at the edges of the rules of docs/probe-format.md -------------------------------------------------
+
+
+def test_anchor_edges_use_the_nominal_clock_or_the_measured_one(tmp_path):
+    """Per slice, 100 µs (or 20 µs) of globaltimer over: 10,000 cycles = exactly 10 ns per cycle (100 MHz, the
+    lower limit: used); 1 cycle (10^5 ns per cycle: implausible); 0 cycles (no rate: nominal, not implausible);
+    20 µs over 1,000 cycles = 20 ns per cycle (50 MHz: implausible, at exactly the shortest trusted span);
+    opened at globaltimer 0 (never opened: nominal). Nominal: 0.5 ns per cycle. The two implausible slices are
+    reported as such, the other two fallbacks (0 cycles, never opened) as having no clock rate, not as short."""
+    s = [
+        _slice(1, gt_open=GT0, gt_close=GT0 + 100_000, clk_open=0, clk_close=10_000),
+        _slice(1, gt_open=GT0, gt_close=GT0 + 100_000, clk_open=0, clk_close=1),
+        _slice(1, gt_open=GT0, gt_close=GT0 + 100_000, clk_open=50, clk_close=50),
+        _slice(1, gt_open=GT0, gt_close=GT0 + 20_000, clk_open=0, clk_close=1_000),
+        _slice(1, gt_open=0, gt_close=100_000, clk_open=0, clk_close=180_000),
+    ]
+    d = decode_probe_dump(_write(tmp_path / "a.xsp", s, [[(100, 0, 0, 0, 0)]] * 5))
+    assert d.slices.to_pandas()["ns_per_cycle"].tolist() == pytest.approx([10.0, 0.5, 0.5, 0.5, 0.5])
+    assert d.records.to_pandas()["t_gt_ns"].tolist() == [GT0 + 1_000, GT0 + 50, GT0 + 25, GT0 + 50, 50]
+    assert d.warnings == ["a.xsp: 2 slices ran under 20 µs or have anchors that give no clock rate; their clock64→ns uses the nominal SM clock",
+                          "a.xsp: 2 slices have anchors implying a clock outside 100-10000 MHz; their times use the nominal SM clock"]
+
+
+def test_warnings_count_only_slices_that_hold_records(tmp_path):
+    """Two trusted slices with records, one short slice with a record, one short and one unclosed slice without."""
+    short = _slice(1, gt_open=GT0, gt_close=GT0 + 1_000, clk_open=0, clk_close=2_000)
+    empty_short = _slice(0, gt_open=GT0, gt_close=GT0 + 1_000, clk_open=0, clk_close=2_000)
+    empty_open = _slice(0, gt_open=GT0, gt_close=0, clk_open=0, clk_close=0, closed=0)
+    d = decode_probe_dump(_write(tmp_path / "w.xsp", [GOOD, GOOD, short, empty_short, empty_open],
+                                 [[(1, 0, 0, 0, 0)], [(1, 0, 0, 0, 0)], [(1, 0, 0, 0, 0)], [], []]))
+    assert d.warnings == ["w.xsp: 1 slices ran under 20 µs or have anchors that give no clock rate; their clock64→ns uses the nominal SM clock"]
+    unclosed = _slice(1, gt_open=GT0, gt_close=0, clk_open=0, clk_close=0, closed=0)
+    d = decode_probe_dump(_write(tmp_path / "u.xsp", [GOOD, unclosed, empty_open], [[(1, 0, 0, 0, 0)], [(1, 0, 0, 0, 0)], []]))
+    assert d.warnings == ["u.xsp: 1 slices were never closed (kernel exited early?); their times use the nominal SM clock"]
+
+
+def test_epoch_times_and_anchor_clocks_keep_every_bit(tmp_path):
+    """Odd epoch ns (not float64-representable near 1.76e18) and an open anchor above 2^60: the slice table's
+    times and each record's clock are the integers in the file; a record 10 cycles after the anchor at the
+    nominal 0.5 ns per cycle is at gt_open + 5."""
+    anchor = (1 << 60) + 12_345
+    s0 = _slice(1, gt_open=GT0 + 1, gt_close=GT0 + 3, clk_open=anchor, clk_close=anchor + 4)
+    d = decode_probe_dump(_write(tmp_path / "b.xsp", [s0], [[(anchor + 10, 0, 1, 0, 0)]]))
+    s = d.slices.to_pandas()
+    assert s["open_gt_ns"].tolist() == [GT0 + 1] and s["close_gt_ns"].tolist() == [GT0 + 3]
+    r = d.records.to_pandas()
+    assert r["clock"].tolist() == [anchor + 10] and r["t_gt_ns"].tolist() == [GT0 + 6]
+
+
+# --- header fields, names, label --------------------------------------------------------------------------------
+
+
+def test_text_fields_end_at_the_first_nul_and_bad_utf8_is_replaced(tmp_path):
+    """A C writer may leave stale bytes after a field's terminating NUL; bytes that are not UTF-8 become U+FFFD."""
+    d = decode_probe_dump(_write(tmp_path / "t.xsp", [GOOD], [[(1, 1, 0, 0, 0)]], names=(b"main\xffloop", b"rs"),
+                                 label=b"dest=host note=\xff\0stale\0bytes", gpu=b"H\xff200\0old\0name"))
+    assert d.event_names == ["main\ufffdloop", "rs"]
+    assert d.header["label"] == "dest=host note=\ufffd" and d.config.extra == {"note": "\ufffd"}
+    assert d.header["gpu_name"] == "H\ufffd200"
+    assert d.slices.to_pandas()["label"].tolist() == ["dest=host note=\ufffd"]
+
+
+def test_the_header_dict_and_the_dump_fields(tmp_path):
+    p = _write(tmp_path / "f.xsp", [GOOD], [[(1, 0, 0, 0, 0)]], capacity=3, names=("a", "b", "c"))
+    d = decode_probe_dump(p)
+    assert d.path == p and d.event_names == ["a", "b", "c"]
+    assert (d.header["capacity"], d.header["version"], d.header["num_slices"]) == (3, 1, 1)
+
+
+def test_cta_and_role_when_the_header_says_zero_or_one_role(tmp_path):
+    """roles_per_cta 0 is read as 1: each slice is its own CTA, role 0."""
+    slices = [GOOD, GOOD, GOOD]
+    for roles in (0, 1):
+        d = decode_probe_dump(_write(tmp_path / f"r{roles}.xsp", slices, [[(1, 0, 0, i, 0)] for i in range(3)], roles=roles))
+        r, s = d.records.to_pandas(), d.slices.to_pandas()
+        assert r["cta"].tolist() == [0, 1, 2] and r["role"].tolist() == [0, 0, 0]
+        assert s["cta"].tolist() == [0, 1, 2] and s["role"].tolist() == [0, 0, 0] and d.header["roles_per_cta"] == 1
+
+
+def test_rank_one_is_written_into_every_record(tmp_path):
+    d = decode_probe_dump(_write(tmp_path / "r.xsp", [GOOD, GOOD], [[(1, 0, 0, 0, 0)], [(2, 0, 0, 0, 0)]], rank=1))
+    assert d.records.to_pandas()["rank"].tolist() == [1, 1] and d.slices.to_pandas()["rank"].tolist() == [1, 1]
+
+
+def test_dumps_row_holds_the_header_and_the_label_fields(tmp_path):
+    p = _write(tmp_path / "row.xsp", [GOOD], [[(1, 0, 0, 0, 0)]], rank=2, device=3, label="dest=host K=4 rank=2", gpu=b"NVIDIA H200")
+    d = decode_probe_dump(p)
+    row = d.dumps_row()
+    assert (row["rank"], row["dump"], row["device_index"], row["gpu_name"], row["sm_count"], row["label"], row["kernel_index"]) == (
+        2, "row.xsp", 3, "NVIDIA H200", 132, "dest=host K=4 rank=2", None)
+    assert row["dest"] == "host" and row["K"] == 4
+
+
+def test_probe_dump_names():
+    from xstage_trace.collectors.probe_format import is_probe_dump_name
+
+    assert [is_probe_dump_name(n) for n in ("a.xsp", "A.XSP", "a.xsp.zst", "a.XSP.ZST", "a.xsp.gz", "a.zst", "xsp")] == [
+        True, True, True, True, False, False, False]
+
+
+def test_the_dump_span_uses_slices_with_records_and_their_closes(tmp_path):
+    """Used slices open at +100 and +200, the first closes at +1,000, the second is unclosed (close field
+    +9,000); an empty slice opens earlier (+0) and closes later (+5,000). Span: +100 to +1,000. With no
+    closed slice among the used ones, the last close field of those counts (+9,000); with no used slice,
+    every slice counts."""
+    used = _slice(1, gt_open=GT0 + 100, gt_close=GT0 + 1_000, clk_open=0, clk_close=0)
+    unclosed = _slice(1, gt_open=GT0 + 200, gt_close=GT0 + 9_000, clk_open=0, clk_close=0, closed=0)
+    empty = _slice(0, gt_open=GT0, gt_close=GT0 + 5_000, clk_open=0, clk_close=0)
+    d = decode_probe_dump(_write(tmp_path / "s.xsp", [used, unclosed, empty], [[(1, 0, 0, 0, 0)], [(1, 0, 0, 0, 0)], []]))
+    assert dump_span_gt_ns(d.slices) == (GT0 + 100, GT0 + 1_000) and d.span_gt_ns == (GT0 + 100, GT0 + 1_000)
+    d = decode_probe_dump(_write(tmp_path / "u.xsp", [unclosed, empty], [[(1, 0, 0, 0, 0)], []]))
+    assert d.span_gt_ns == (GT0 + 200, GT0 + 9_000)
+    d = decode_probe_dump(_write(tmp_path / "e.xsp", [empty, _slice(0, gt_open=GT0 + 50, gt_close=GT0 + 7_000, clk_open=0, clk_close=0)], [[], []]))
+    assert d.records.num_rows == 0 and d.span_gt_ns == (GT0, GT0 + 7_000)
