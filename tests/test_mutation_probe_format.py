@@ -414,3 +414,100 @@ def test_the_dump_span_uses_slices_with_records_and_their_closes(tmp_path):
     assert d.span_gt_ns == (GT0 + 200, GT0 + 9_000)
     d = decode_probe_dump(_write(tmp_path / "e.xsp", [empty, _slice(0, gt_open=GT0 + 50, gt_close=GT0 + 7_000, clk_open=0, clk_close=0)], [[], []]))
     assert d.records.num_rows == 0 and d.span_gt_ns == (GT0, GT0 + 7_000)
+
+
+# --- how the bytes are read: compressed, header only, memory-mapped ---------------------------------------------
+
+TWO = [_slice(2, gt_open=GT0, gt_close=GT0 + 100_000, clk_open=0, clk_close=200_000), GOOD]
+TWO_RECORDS = [[(10, 0, 1, 5, 6), (20, 0, 2, 5, 7)], [(30, 1, 0, 9, 8)]]
+
+
+def _same_dump(a, b):
+    """The same tables but for the file name."""
+    assert a.records.drop_columns(["dump"]).equals(b.records.drop_columns(["dump"]))
+    assert a.slices.drop_columns(["dump"]).equals(b.slices.drop_columns(["dump"]))
+    assert a.header == b.header and a.event_names == b.event_names
+
+
+def test_a_zstd_frame_is_decoded_by_its_magic_whatever_its_name(tmp_path):
+    data = _dump_bytes(TWO, TWO_RECORDS, label="dest=host")
+    plain = decode_probe_dump(_write(tmp_path / "d.xsp", TWO, TWO_RECORDS, label="dest=host"))
+    assert plain.records.to_pandas()["tile"].tolist() == [5, 5, 9]
+    for name, declare in (("c.xsp", True), ("c.xsp.zst", True), ("s.xsp", False), ("s.bin", False)):
+        _same_dump(decode_probe_dump(_zst(tmp_path / name, data, declare_size=declare)), plain)
+
+
+def test_the_first_bytes_of_a_dump_plain_or_compressed(tmp_path):
+    """2 event names and 2 slices: the tables are 448 + 64 + 96 = 608 bytes."""
+    from xstage_trace.collectors.probe_format import read_dump_bytes
+
+    data = _dump_bytes(TWO, TWO_RECORDS)
+    (tmp_path / "d.xsp").write_bytes(data)
+    _zst(tmp_path / "d.xsp.zst", data)
+    for limit in (100, 448, 500, 608):
+        for p in (tmp_path / "d.xsp", tmp_path / "d.xsp.zst"):
+            assert read_dump_bytes(p, limit).tobytes() == data[:limit], (p.name, limit)
+    assert read_dump_bytes(tmp_path / "d.xsp.zst").tobytes() == data
+    full = decode_probe_dump(tmp_path / "d.xsp.zst")
+    head = decode_probe_dump(tmp_path / "d.xsp.zst", records=False)
+    assert head.slices.equals(full.slices) and head.header == full.header and head.records.num_rows == 0
+
+
+def test_a_header_only_decode_reads_nothing_past_the_slice_table(tmp_path):
+    """Junk after the last record: the full decode refuses it; the header-only one never reads that far."""
+    data = _dump_bytes(TWO, TWO_RECORDS) + b"\1" * 16
+    (tmp_path / "j.xsp").write_bytes(data)
+    _zst(tmp_path / "j.xsp.zst", data, declare_size=False)  # no declared size: the junk is found as the frame is read
+    for p, problem in ((tmp_path / "j.xsp", "corrupt probe dump (16 bytes beyond the last record)"),
+                       (tmp_path / "j.xsp.zst", "corrupt probe dump (bytes beyond the last record)")):
+        assert decode_probe_dump(p, records=False).slices.num_rows == 2
+        e = _refusal(p)
+        assert (e.problem, e.fix) == (problem, REGEN)
+
+
+def test_a_compressed_dump_whose_frame_size_disagrees_with_its_header(tmp_path):
+    """The header says 608 + 3·16 = 656 bytes; the frame declares 672 (16 more)."""
+    e = _refusal(_zst(tmp_path / "x.xsp.zst", _dump_bytes(TWO, TWO_RECORDS) + b"\0" * 16))
+    assert (e.problem, e.fix) == ("corrupt probe dump (its zstd frame declares 672 bytes, its header 656)", REGEN)
+
+
+def test_bad_compressed_dumps_are_named_like_plain_ones(tmp_path):
+    data = _dump_bytes(TWO, TWO_RECORDS)
+    e = _refusal(_zst(tmp_path / "h.xsp.zst", data[:200]))
+    assert e.problem == "truncated probe dump (200 bytes, the header alone is 448)"
+    e = _refusal(_zst(tmp_path / "t.xsp.zst", data[:460]))
+    assert e.problem == "truncated probe dump (460 of at least 608 header bytes)"
+    e = _refusal(_zst(tmp_path / "m.xsp.zst", b"NOTPROBE" + data[8:]))
+    assert e.problem == "not an xstage probe dump (bad magic)"
+    (tmp_path / "g.xsp.zst").write_bytes(b"\x28\xb5\x2f\xfd" + b"\x07" * 40)
+    e = _refusal(tmp_path / "g.xsp.zst")
+    assert e.problem.startswith("corrupt zstd-compressed probe dump (")
+    assert e.fix == "copy the whole file again or decompress it with zstd -d and pass the .xsp"
+
+
+def test_compressed_header_limits_events_and_slices(tmp_path, monkeypatch):
+    """In a compressed dump the table sizes are checked before they are read: 256 event names are admitted,
+    257 refused; with a limit of 2 records, 2 slices are admitted and 3 (even empty ones) refused; a dump of
+    exactly the limit's records is admitted."""
+    names = [f"e{i}" for i in range(256)]
+    d = decode_probe_dump(_zst(tmp_path / "a.xsp.zst", _dump_bytes([GOOD], [[(1, 255, 0, 0, 0)]], names=names)))
+    assert d.records.to_pandas()["event"].astype(str).tolist() == ["e255"]
+    e = _refusal(_zst(tmp_path / "b.xsp.zst", _dump_bytes([GOOD], [[(1, 0, 0, 0, 0)]], names=names + ["e256"])))
+    assert (e.problem, e.fix) == ("corrupt probe dump header (257 events, 1 slices)", REGEN)
+    monkeypatch.setenv("XSTAGE_MAX_DUMP_RECORDS", "2")
+    assert decode_probe_dump(_zst(tmp_path / "c.xsp.zst", _dump_bytes([GOOD, GOOD], [[(1, 0, 0, 0, 0)], [(2, 0, 0, 0, 0)]]))).records.num_rows == 2
+    empty = _slice(0, gt_open=GT0, gt_close=GT0 + 100_000, clk_open=0, clk_close=200_000)
+    e = _refusal(_zst(tmp_path / "d.xsp.zst", _dump_bytes([empty] * 3, [[]] * 3)))
+    assert (e.problem, e.fix) == ("corrupt probe dump header (2 events, 3 slices)", REGEN)
+
+
+def test_plain_dumps_of_8_mib_and_more_are_mapped_read_only(tmp_path):
+    from xstage_trace.collectors.probe_format import read_dump_bytes
+
+    for size, mapped in ((8 << 20, True), ((8 << 20) - 1, False)):
+        p = tmp_path / f"{size}.xsp"
+        with open(p, "wb") as fh:
+            fh.truncate(size)
+        raw = read_dump_bytes(p)
+        assert isinstance(raw, np.memmap) == mapped and raw.dtype == np.uint8 and raw.size == size
+        assert not (mapped and raw.flags.writeable)
