@@ -511,3 +511,50 @@ def test_plain_dumps_of_8_mib_and_more_are_mapped_read_only(tmp_path):
         raw = read_dump_bytes(p)
         assert isinstance(raw, np.memmap) == mapped and raw.dtype == np.uint8 and raw.size == size
         assert not (mapped and raw.flags.writeable)
+
+
+# --- a dump of 2^20 records: decoded in two halves on two threads ------------------------------------------------
+
+BIG_COUNTS = np.array([300_000, 200_000, 348_576, 200_000])  # 2^20 records; the halves split after slice 1
+BIG_CLK_OPEN = [1_000, 5 << 40, (1 << 60) + 12_345, (8 << 48) - 8_000]  # slice 3's low 48 bits wrap after 1,000 records
+
+
+def _big_dump(path, bad=()):
+    """Record i of slice s: 8·i cycles after the open anchor, event i mod 2, kind i mod 3, tile 10^6·s + i,
+    payload 7·i + s. Each slice spans 8·count cycles over 5·count ns of globaltimer: 0.625 ns per cycle, so
+    record i is at gt_open + 5·i exactly. ``bad``: (record, byte 6 or 7, value) to corrupt."""
+    n = int(BIG_COUNTS.sum())
+    s = np.repeat(np.arange(4), BIG_COUNTS)
+    i = np.arange(n) - np.repeat(np.cumsum(BIG_COUNTS) - BIG_COUNTS, BIG_COUNTS)
+    gt_open = [GT0 + 1 + k * 1_000_000_000 for k in range(4)]
+    slices = [_slice(int(c), gt_open=g, gt_close=g + 5 * int(c), clk_open=a, clk_close=a + 8 * int(c), smid=3 + 2 * k)
+              for k, (c, g, a) in enumerate(zip(BIG_COUNTS, gt_open, BIG_CLK_OPEN))]
+    clock = np.array(BIG_CLK_OPEN, dtype=np.uint64)[s] + (8 * i).astype(np.uint64)
+    rec = np.zeros(n, RECORD_DTYPE)
+    rec["ts_ev"] = (clock & np.uint64((1 << 48) - 1)) | ((i % 2).astype(np.uint64) << 48) | ((i % 3).astype(np.uint64) << 56)
+    rec["tile"], rec["payload"] = 1_000_000 * s + i, 7 * i + s
+    raw = rec.view(np.uint8).reshape(n, 16)
+    for k, byte, value in bad:
+        raw[k, byte] = value
+    path.write_bytes(_dump_bytes(slices, [[]] * 4, capacity=int(BIG_COUNTS.max())) + rec.tobytes())
+    return path, dict(slice=s, clock=clock.astype(np.int64), t_gt_ns=np.array(gt_open, dtype=np.int64)[s] + 5 * i,
+                      event_id=i % 2, kind=i % 3, tile=1_000_000 * s + i, payload=7 * i + s, sm_id=3 + 2 * s)
+
+
+def test_a_dump_of_2_20_records_decodes_every_field_by_hand(tmp_path):
+    p, want = _big_dump(tmp_path / "big.xsp")
+    d = decode_probe_dump(p)
+    r = d.records
+    assert r.num_rows == 1 << 20 and not d.warnings
+    for name, values in want.items():
+        got = r[name].combine_chunks().indices.to_numpy() if name == "kind" else r[name].to_numpy()
+        assert np.array_equal(got, values), name
+    assert d.slices.to_pandas()["ns_per_cycle"].tolist() == [0.625] * 4
+
+
+def test_corrupt_records_in_both_halves_of_a_2_20_record_dump_are_all_counted(tmp_path):
+    """Kind 3 in the first record (first half), event 2 (of 2 names) in the last two (second half)."""
+    n = 1 << 20
+    p, _ = _big_dump(tmp_path / "bad.xsp", bad=[(0, 7, 3), (n - 1, 6, 2), (n - 2, 6, 2)])
+    e = _refusal(p)
+    assert e.problem == "corrupt probe dump (3 records with unknown event or kind)"
