@@ -385,11 +385,12 @@ def test_rank_one_is_written_into_every_record(tmp_path):
 
 
 def test_dumps_row_holds_the_header_and_the_label_fields(tmp_path):
-    p = _write(tmp_path / "row.xsp", [GOOD], [[(1, 0, 0, 0, 0)]], rank=2, device=3, label="dest=host K=4 rank=2", gpu=b"NVIDIA H200")
+    """The rank is the header's even where the label does not name one."""
+    p = _write(tmp_path / "row.xsp", [GOOD], [[(1, 0, 0, 0, 0)]], rank=2, device=3, label="dest=host K=4", gpu=b"NVIDIA H200")
     d = decode_probe_dump(p)
     row = d.dumps_row()
     assert (row["rank"], row["dump"], row["device_index"], row["gpu_name"], row["sm_count"], row["label"], row["kernel_index"]) == (
-        2, "row.xsp", 3, "NVIDIA H200", 132, "dest=host K=4 rank=2", None)
+        2, "row.xsp", 3, "NVIDIA H200", 132, "dest=host K=4", None)
     assert row["dest"] == "host" and row["K"] == 4
 
 
