@@ -271,3 +271,17 @@ def test_the_fit_carries_the_platform_store_path_and_store():
 def test_recurrence_medians_of_no_launch_are_empty():
     per, iss = recurrence_medians(np.array([]), np.array([]), np.array([]), np.array([]), np.array([]), 50.0, np.array([], dtype=int))
     assert per.size == 0 and iss.size == 0
+
+
+def test_isolated_launches_join_the_floors_and_are_scored_by_the_law():
+    """HAND plus isolated launches at (4, 1000), 105 ns, and (4, 250), 30 ns. Floors: (4, 250) has only its own
+    launch, 30; (4, 1000): recovered 100, 105, 108 and the isolated 105, all within 10 % of 100: median 105. Q(4)
+    is fitted from the transients (whatever it is, above the excesses 4000 − 2·105 = 3790 and 1000 − 2·30 = 940
+    the law then predicts the floors): both launches are predicted exactly."""
+    iso = [_pt(4, 1000, 0, 105, 0, mode="isolated"), _pt(4, 250, 0, 30, 0, mode="isolated")]
+    fit = fit_calibration(pd.DataFrame(HAND + iso))
+    assert fit.model.issue_floor_ns[(4, 250)] == pytest.approx(30.0) and fit.model.issue_floor_ns[(4, 1000)] == pytest.approx(105.0)
+    assert fit.model.capacity([4])[0] > 3790
+    assert fit.isolated["B"].tolist() == [1000, 250] and fit.isolated["pred_issue_iso_ns"].tolist() == pytest.approx([105.0, 30.0])
+    assert (fit.isolated_errors["points"], fit.isolated_errors["points_beyond_q"]) == (2, 0)
+    assert len(fit.points) == len(HAND) and set(fit.points["mode"]) == {"periodic"}
