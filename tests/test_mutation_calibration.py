@@ -32,7 +32,7 @@ HAND = [
 ]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture  # per test, so that mutation testing attributes the fit to every test that reads it
 def hand_fit():
     return fit_calibration(pd.DataFrame(HAND))
 
@@ -285,3 +285,24 @@ def test_isolated_launches_join_the_floors_and_are_scored_by_the_law():
     assert fit.isolated["B"].tolist() == [1000, 250] and fit.isolated["pred_issue_iso_ns"].tolist() == pytest.approx([105.0, 30.0])
     assert (fit.isolated_errors["points"], fit.isolated_errors["points_beyond_q"]) == (2, 0)
     assert len(fit.points) == len(HAND) and set(fit.points["mode"]) == {"periodic"}
+
+
+def test_a_floor_vote_needs_a_launch_recovered_by_construction():
+    """HAND plus a K=4 launch at G = 2000 < 1.5·V/R = 3000 issuing in 109 ns, within 10 % of the 100 ns floor: it is
+    not recovered by construction, so T_iss^0(4, 1000) stays the median of 100, 105, 108 = 105 (not 106.5)."""
+    fit = fit_calibration(pd.DataFrame(HAND + [_pt(4, 1000, 2000, 109, 2162)]))
+    assert fit.model.issue_floor_ns[(4, 1000)] == pytest.approx(105.0)
+
+
+def test_fit_defaults_and_the_reason_when_q_is_fitted(hand_fit):
+    assert hand_fit.model.platform == "" and hand_fit.capacity_reason is None and hand_fit.model.capacity_by_producers
+    assert set(hand_fit.capacity) == {4, 8} and hand_fit.model.rate_by_configuration_gbps == {(4, 1000): pytest.approx(2.0), (8, 1000): pytest.approx(5.0)}
+    again = fit_calibration(pd.DataFrame(HAND))
+    assert again.capacity == hand_fit.capacity  # the bootstrap is seeded: the same intervals every time
+
+
+def test_a_lower_bound_fit_keeps_its_store_and_without_a_gap_0_launch_has_no_bound():
+    bulk = fit_calibration(pd.DataFrame([_pt(4, 1000, 0, 100, 160, store="bulk"), _pt(4, 1000, 5000, 104, 5150, store="bulk")]))
+    assert bulk.rates is None and bulk.store == "bulk"
+    none = fit_calibration(pd.DataFrame([_pt(4, 1000, 5000, 104, 5150)]))
+    assert none.rates is None and np.isnan(none.model.rate_gbps) and none.capacity_reason.startswith("no drain-limited periodic launch: R >= nan GB/s")
