@@ -32,7 +32,7 @@ HAND = [
 ]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture  # per test, so that mutation testing attributes the fit to every test that reads it
 def hand_fit():
     return fit_calibration(pd.DataFrame(HAND))
 
@@ -172,3 +172,137 @@ def test_a_sweep_never_drain_limited_gives_a_lower_bound():
     assert fit.model.issue_floor_ns[(4, 1000)] == pytest.approx(102.0)  # 100 and 104 within 10 % of 100 (120 is not): median 102
     # o over the launches recovered at the lower-bound rate (G ≥ 1.5·4000/25 = 240): 5150 − 5000 − 102 = 48
     assert fit.model.loop_overhead_ns == pytest.approx(48.0)
+
+
+# A hand model for validate(): R(K, B) = 2 GB/s (R(K) and the pooled R are 3, so using them shows), T_iss^0 = 100 ns
+# at (4, 1000) and (8, 1000), 20 ns at (4, 100), o = 50 ns, Q(4) = 1 B, Q(8) = 1 GiB.
+VAL_MODEL = CalibratedPlatform(3.0, {(4, 1000): 100.0, (4, 100): 20.0, (8, 1000): 100.0}, {4: 1.0, 8: float(2**30)}, 50.0, "H200", "host",
+                               {4: 3.0, 8: 3.0}, {(4, 1000): 2.0, (4, 100): 2.0, (8, 1000): 2.0})
+VAL_POINTS = [
+    # A: V = 4000, G = 0: Eq. 1 + o: period max(100 + 0 + 50, 2000) = 2000, issue max(100, 2000 − 50) = 1950; the
+    # recurrence with Q = 1 B (test_recurrence_medians_by_hand): issue 1999.5, period 2049.5, 2.5 % off Eq. 1: "capacity"
+    _pt(4, 1000, 0, 2000, 2500),
+    # B: V = 8000, G = 10000: period max(100 + 10000 + 50, 4000) = 10150, issue max(100, 4000 − 10050) = 100; with
+    # Q = 1 GiB the recurrence never stalls: issue 100, period 10150, as Eq. 1: "floor" (4000 < 10150)
+    _pt(8, 1000, 10000, 125, 10000),
+    # isolated: I1 V = 4000: excess 4000 − 2·100 > Q = 1: max(100, 3999/2) = 1999.5 (beyond Q); I2 V = 400:
+    # 400 − 40 > 1: max(20, 399/2) = 199.5 (beyond Q); I3 V = 8000: 8000 − 200 < 1 GiB: the floor 100 (within Q)
+    _pt(4, 1000, 0, 1600, 0, mode="isolated", p90=2000), _pt(4, 100, 0, 200, 0, mode="isolated", p90=250),
+    _pt(8, 1000, 0, 125, 0, mode="isolated", p90=200),
+]
+
+
+def _val_fit():
+    """A fit of only point A (its own predictions), to validate VAL_POINTS against."""
+    from xstage_trace.analysis.calibration_fit import CalibrationFit
+
+    own = predict(pd.DataFrame(VAL_POINTS[:1]), VAL_MODEL)
+    return CalibrationFit(VAL_MODEL, None, {}, None, own, own.iloc[0:0])
+
+
+def test_validate_predicts_every_column_by_hand():
+    from xstage_trace.analysis.calibration_fit import validate
+
+    other = pd.DataFrame(VAL_POINTS + [dict(VAL_POINTS[0], dest="peer"), dict(VAL_POINTS[1], store="bulk")])  # two left out
+    v = validate(_val_fit(), other)
+    p = v.points
+    assert list(p.columns[: len(other.columns)]) == list(other.columns) and p.index.tolist() == [0, 1]
+    assert p["K"].tolist() == [4, 8]
+    assert p["issue_floor_ns"].tolist() == [100.0, 100.0] and p["rate_gbps"].tolist() == [2.0, 2.0]
+    assert p["pred_period_ss_ns"].tolist() == pytest.approx([2000.0, 10150.0])
+    assert p["pred_issue_ss_ns"].tolist() == pytest.approx([1950.0, 100.0])
+    assert p["pred_period_rec_ns"].tolist() == pytest.approx([2049.5, 10150.0])
+    assert p["pred_issue_rec_ns"].tolist() == pytest.approx([1999.5, 100.0])
+    assert p["regime"].tolist() == ["capacity", "floor"]
+    # % errors: A: |2000 − 2500|/2500 = 20, |1950 − 2000|/2000 = 2.5, |2049.5 − 2500|/2500 = 18.02, 0.5/2000 = 0.025;
+    # B: 150/10000 = 1.5, 25/125 = 20 (both lines)
+    assert p["period_err_ss_pct"].tolist() == pytest.approx([20.0, 1.5]) and p["issue_err_ss_pct"].tolist() == pytest.approx([2.5, 20.0])
+    assert p["period_err_rec_pct"].tolist() == pytest.approx([18.02, 1.5]) and p["issue_err_rec_pct"].tolist() == pytest.approx([0.025, 20.0])
+    ss, rec = v.errors["ss"], v.errors["rec"]
+    assert ss["period_err_median_pct"] == pytest.approx(10.75) and ss["period_err_mean_pct"] == pytest.approx(10.75)
+    assert ss["issue_err_median_pct"] == pytest.approx(11.25) and ss["issue_err_mean_pct"] == pytest.approx(11.25)
+    assert rec["period_err_median_pct"] == pytest.approx(9.76) and rec["issue_err_mean_pct"] == pytest.approx(10.0125)
+    assert ss["by_producers"] == {4: {"period_err_median_pct": pytest.approx(20.0), "period_err_mean_pct": pytest.approx(20.0),
+                                      "issue_err_median_pct": pytest.approx(2.5), "issue_err_mean_pct": pytest.approx(2.5)},
+                                  8: {"period_err_median_pct": pytest.approx(1.5), "period_err_mean_pct": pytest.approx(1.5),
+                                      "issue_err_median_pct": pytest.approx(20.0), "issue_err_mean_pct": pytest.approx(20.0)}}
+    assert ss["by_regime"]["capacity"] == {"period_err_median_pct": pytest.approx(20.0), "period_err_mean_pct": pytest.approx(20.0),
+                                           "issue_err_median_pct": pytest.approx(2.5), "issue_err_mean_pct": pytest.approx(2.5), "points": 1}
+    assert set(ss["by_regime"]) == {"capacity", "floor"} and rec["by_regime"]["floor"]["points"] == 1
+    # more than 10 % off: A on both lines
+    assert ss["unexplained"] == [{"K": 4, "B": 1000, "gap_ns": 0.0, "period_med_ns": 2500.0, "period_err_ss_pct": pytest.approx(20.0)}]
+    assert rec["unexplained"] == [{"K": 4, "B": 1000, "gap_ns": 0.0, "period_med_ns": 2500.0, "period_err_rec_pct": pytest.approx(18.02)}]
+    # the fit measured only A's (K, B, G): one shared point, its errors alone
+    assert v.shared_points == 1 and v.errors_shared["ss"]["period_err_mean_pct"] == pytest.approx(20.0)
+    assert v.measured_difference["shared_points"] == 1
+
+
+def test_validate_scores_the_isolated_law_by_hand():
+    from xstage_trace.analysis.calibration_fit import validate
+
+    v = validate(_val_fit(), pd.DataFrame(VAL_POINTS))
+    i = v.isolated
+    assert i["issue_floor_ns"].tolist() == [100.0, 20.0, 100.0] and i["pred_issue_iso_ns"].tolist() == pytest.approx([1999.5, 199.5, 100.0])
+    # vs the median: |1999.5 − 1600|/1600 = 24.96875, 0.5/200 = 0.25, 25/125 = 20; vs p90: 0.5/2000 = 0.025, 50.5/250 = 20.2, 100/200 = 50
+    med, p90 = [24.96875, 0.25, 20.0], [0.025, 20.2, 50.0]
+    assert i["iso_err_med_pct"].tolist() == pytest.approx(med) and i["iso_err_p90_pct"].tolist() == pytest.approx(p90)
+    e = v.isolated_errors
+    assert (e["points"], e["points_beyond_q"]) == (3, 2)
+
+    def part(x):
+        return {"issue_err_median_pct": pytest.approx(float(np.median(x))), "issue_err_mean_pct": pytest.approx(float(np.mean(x)))}
+
+    for name, errs in (("vs_median", med), ("vs_p90", p90)):
+        assert e[name] == dict(part(errs), within_q=part(errs[2:]), beyond_q=part(errs[:2]), by_producers={4: part(errs[:2]), 8: part(errs[2:])})
+    only_within = validate(_val_fit(), pd.DataFrame(VAL_POINTS[4:])).isolated_errors  # no periodic point (crashed before)
+    assert only_within["points_beyond_q"] == 0 and only_within["vs_median"]["beyond_q"] is None
+    assert only_within["vs_median"]["within_q"] == part([20.0])
+
+
+def test_the_fit_carries_the_platform_store_path_and_store():
+    fit = fit_calibration(pd.DataFrame(HAND), platform="H200")
+    assert (fit.model.platform, fit.model.store_path, fit.store) == ("H200", "host", "stg")
+    assert fit.points.index.tolist() == list(range(len(HAND))) and "index" not in fit.points
+    lower = fit_calibration(pd.DataFrame([_pt(4, 1000, 0, 100, 160), _pt(4, 1000, 5000, 104, 5150)]), platform="H200")
+    assert (lower.model.platform, lower.model.store_path, lower.store) == ("H200", "host", "stg")
+    assert lower.capacity == {} and lower.isolated.empty and set(lower.errors) == {"ss"}
+
+
+def test_recurrence_medians_of_no_launch_are_empty():
+    per, iss = recurrence_medians(np.array([]), np.array([]), np.array([]), np.array([]), np.array([]), 50.0, np.array([], dtype=int))
+    assert per.size == 0 and iss.size == 0
+
+
+def test_isolated_launches_join_the_floors_and_are_scored_by_the_law():
+    """HAND plus isolated launches at (4, 1000), 105 ns, and (4, 250), 30 ns. Floors: (4, 250) has only its own
+    launch, 30; (4, 1000): recovered 100, 105, 108 and the isolated 105, all within 10 % of 100: median 105. Q(4)
+    is fitted from the transients (whatever it is, above the excesses 4000 − 2·105 = 3790 and 1000 − 2·30 = 940
+    the law then predicts the floors): both launches are predicted exactly."""
+    iso = [_pt(4, 1000, 0, 105, 0, mode="isolated"), _pt(4, 250, 0, 30, 0, mode="isolated")]
+    fit = fit_calibration(pd.DataFrame(HAND + iso))
+    assert fit.model.issue_floor_ns[(4, 250)] == pytest.approx(30.0) and fit.model.issue_floor_ns[(4, 1000)] == pytest.approx(105.0)
+    assert fit.model.capacity([4])[0] > 3790
+    assert fit.isolated["B"].tolist() == [1000, 250] and fit.isolated["pred_issue_iso_ns"].tolist() == pytest.approx([105.0, 30.0])
+    assert (fit.isolated_errors["points"], fit.isolated_errors["points_beyond_q"]) == (2, 0)
+    assert len(fit.points) == len(HAND) and set(fit.points["mode"]) == {"periodic"}
+
+
+def test_a_floor_vote_needs_a_launch_recovered_by_construction():
+    """HAND plus a K=4 launch at G = 2000 < 1.5·V/R = 3000 issuing in 109 ns, within 10 % of the 100 ns floor: it is
+    not recovered by construction, so T_iss^0(4, 1000) stays the median of 100, 105, 108 = 105 (not 106.5)."""
+    fit = fit_calibration(pd.DataFrame(HAND + [_pt(4, 1000, 2000, 109, 2162)]))
+    assert fit.model.issue_floor_ns[(4, 1000)] == pytest.approx(105.0)
+
+
+def test_fit_defaults_and_the_reason_when_q_is_fitted(hand_fit):
+    assert hand_fit.model.platform == "" and hand_fit.capacity_reason is None and hand_fit.model.capacity_by_producers
+    assert set(hand_fit.capacity) == {4, 8} and hand_fit.model.rate_by_configuration_gbps == {(4, 1000): pytest.approx(2.0), (8, 1000): pytest.approx(5.0)}
+    again = fit_calibration(pd.DataFrame(HAND))
+    assert again.capacity == hand_fit.capacity  # the bootstrap is seeded: the same intervals every time
+
+
+def test_a_lower_bound_fit_keeps_its_store_and_without_a_gap_0_launch_has_no_bound():
+    bulk = fit_calibration(pd.DataFrame([_pt(4, 1000, 0, 100, 160, store="bulk"), _pt(4, 1000, 5000, 104, 5150, store="bulk")]))
+    assert bulk.rates is None and bulk.store == "bulk"
+    none = fit_calibration(pd.DataFrame([_pt(4, 1000, 5000, 104, 5150)]))
+    assert none.rates is None and np.isnan(none.model.rate_gbps) and none.capacity_reason.startswith("no drain-limited periodic launch: R >= nan GB/s")

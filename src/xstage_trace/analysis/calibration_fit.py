@@ -190,6 +190,8 @@ def recurrence_medians(volume_bytes, gap_ns, floor_ns, rate_gbps, capacity_bytes
     median period and median issue time over bursts ≥ warmup, per launch (arrays of launches)."""
     n = len(bursts)
     n_tot = int(bursts.sum())
+    if n_tot == 0:  # no launch (or none with a burst): the recurrence has nothing to run over
+        return np.full(n, np.nan), np.full(n, np.nan)
     launch = np.repeat(np.arange(n), bursts)
     idx = np.arange(n_tot) - np.repeat(np.cumsum(bursts) - bursts, bursts)
     last = idx == np.repeat(bursts - 1, bursts)

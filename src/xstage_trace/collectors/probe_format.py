@@ -325,8 +325,9 @@ def decode_probe_dump(path: str | Path, rank: int | None = None, allow_overflow:
     used = stored > 0
     if (used & ~closed).any():
         warnings.append(f"{path.name}: {int((used & ~closed).sum())} slices were never closed (kernel exited early?); their times use the nominal SM clock")
-    elif (used & ~good).any():
-        warnings.append(f"{path.name}: {int((used & ~good).sum())} slices ran under {MIN_ANCHOR_SPAN_NS // 1000} µs; their clock64→ns uses the nominal SM clock")
+    elif (used & ~good & ~implausible).any():  # the implausible ones have their own warning
+        warnings.append(f"{path.name}: {int((used & ~good & ~implausible).sum())} slices ran under {MIN_ANCHOR_SPAN_NS // 1000} µs "
+                        "or have anchors that give no clock rate; their clock64→ns uses the nominal SM clock")
     if (used & implausible).any():
         warnings.append(f"{path.name}: {int((used & implausible).sum())} slices have anchors implying a clock outside "
                         f"{MIN_SM_CLOCK_KHZ // 1000}-{MAX_SM_CLOCK_KHZ // 1000} MHz; their times use the nominal SM clock")
