@@ -173,3 +173,95 @@ def test_manifest_entry_by_hand():
     # not identified: the range is given, drift and uncertainty are not
     wide = align_dumps(ks + 20_000, ke - 20_000, ks, ke).as_dict()
     assert wide["drift_ppm"] is None and wide["drift_uncertainty_ppm"] is None and wide["drift_range_ppm"] is not None
+
+
+def test_a_tie_whose_first_offset_leaves_a_residual_is_decided_by_the_offset_nearest_zero():
+    """Two dumps, d0 = [0, 50] and d1 = [1000, 1050] ns, slack 20 ns, and two kernel pairs that each hold both
+    dumps under one offset: A = [-600, -540], [400, 445] (offset 595 ns, d1 10 ns past A's second kernel: matched
+    within the slack, but no line fits both: residual (605 - 600) / 2 = 2.5 ns) and B = [-5, 55], [995, 1055]
+    (offset 0, both inside). A's kernel starts first, so the first best offset is A's; with a residual left, the
+    tied offsets decide (module text): both feasible, B's nearest zero, and B's fit leaves no residual."""
+    ks = np.array([-600.0, -5.0, 400.0, 995.0])
+    ke = np.array([-540.0, 55.0, 445.0, 1055.0])
+    al = align_dumps(np.array([0.0, 1000.0]), np.array([50.0, 1050.0]), ks, ke, slack_ns=20.0)
+    assert al.dumps_matched == 2 and al.residual_ns == 0.0
+    assert al.offset_ns == 0.0 and al.drift == 0.0
+    assert list(al.kernel_of_dump) == [1, 3]  # B's kernels, in the order given
+
+
+def _interval_dumps(lo, hi, t):
+    """Dumps and kernels whose allowed offsets are exactly [lo_i, hi_i] at dump centre t_i (100 ns dumps): a dump
+    [t − 50, t + 50] inside a kernel [t − 50 − hi, t + 50 − lo] allows the offsets [lo, hi]."""
+    a, b = np.asarray(t) - 50.0, np.asarray(t) + 50.0
+    return a, b, a - np.asarray(hi), b - np.asarray(lo)
+
+
+def test_two_dumps_that_no_constant_offset_fits_are_fitted_with_a_drift():
+    """d0 allows offsets [0, 10] ns at t = 0, d1 [20, 30] at t = 1 s: no constant offset fits (margin (10 − 20)/2 =
+    −5), the line through the middles does: 5 ns + 2e-8 · t, margin 5, and every slope from (20 − 10)/1e9 to
+    (30 − 0)/1e9 fits (the drift range)."""
+    a, b, ks, ke = _interval_dumps([0.0, 20.0], [10.0, 30.0], [0.0, 1e9])
+    al = align_dumps(a, b, ks, ke)
+    assert al.residual_ns == 0.0 and al.dumps_matched == 2
+    assert al.offset_ns == pytest.approx(5.0, abs=1e-6) and al.drift == pytest.approx(2e-8, rel=1e-9)
+    assert al.drift_range == pytest.approx((1e-8, 3e-8), rel=1e-9)
+
+
+def test_two_dumps_that_a_constant_offset_just_fits_keep_it():
+    """d0 allows [0, 10], d1 [10, 20]: the constant offset 10 fits both with margin 0, so no drift is fitted."""
+    a, b, ks, ke = _interval_dumps([0.0, 10.0], [10.0, 20.0], [0.0, 1e9])
+    al = align_dumps(a, b, ks, ke)
+    assert al.residual_ns == 0.0 and al.drift == 0.0 and al.offset_ns == pytest.approx(10.0, abs=1e-9)
+
+
+def test_a_residual_leaves_the_drift_range_unknown():
+    """Three dumps in a zigzag no line fits ([0, 1], [5, 6], [0, 1] at 0, 1, 2 s): a residual, no slope range."""
+    a, b, ks, ke = _interval_dumps([0.0, 5.0, 0.0], [1.0, 6.0, 1.0], [0.0, 1e9, 2e9])
+    al = align_dumps(a, b, ks, ke)
+    assert al.residual_ns > 0 and al.drift_range is None and not al.drift_identified
+
+
+def _exact_slope_range(t, lo, hi):
+    """The least and greatest c1 with lo_i ≤ c0 + c1·t_i ≤ hi_i for every i, by brute force in rational arithmetic:
+    the feasible polygon's vertices are where two constraint lines meet; None when none is feasible."""
+    from fractions import Fraction as F
+    from itertools import combinations
+
+    lines = [(F(float(ti)), F(float(v))) for ti, l, h in zip(t, lo, hi) for v in (l, h)]  # c0 + c1·t = v
+    best = []
+    for (t1, v1), (t2, v2) in combinations(lines, 2):
+        if t1 == t2:
+            continue
+        c1 = (v1 - v2) / (t1 - t2)
+        c0 = v1 - c1 * t1
+        if all(F(float(l)) <= c0 + c1 * F(float(ti)) <= F(float(h)) for ti, l, h in zip(t, lo, hi)):
+            best.append(c1)
+    return (min(best), max(best)) if best else None
+
+
+def test_the_slope_range_is_the_feasible_polygons_extent():
+    """collectors/align._slope_range against the brute force: random intervals around a drifting line (3–6 dumps,
+    two of them at one time in some cases), and empty cases; the ends agree to 1e-12 relative."""
+    from xstage_trace.collectors.align import _slope_range
+
+    rng = np.random.default_rng(11)
+    seen = {"range": 0, "none": 0}
+    for case in range(40):
+        n = int(rng.integers(3, 7))
+        t = np.sort(rng.uniform(0, 4e9, n))
+        if case % 3 == 0:
+            t[1] = t[0]  # two dumps at one time: lines of one slope
+        t -= t[0]
+        mid = rng.uniform(-1e4, 1e4) + rng.uniform(-5e-6, 5e-6) * t + rng.normal(0, 3e2 if case % 2 else 3e3, n)
+        lo, hi = mid - rng.uniform(5e2, 5e3, n), mid + rng.uniform(5e2, 5e3, n)
+        want = _exact_slope_range(t, lo, hi)
+        got = _slope_range(t, lo, hi)
+        if want is None:
+            assert got is None
+            seen["none"] += 1
+            continue
+        seen["range"] += 1
+        assert got is not None
+        for g, w in zip(got, want):
+            assert abs(g - float(w)) <= 1e-12 * max(abs(float(w)), 1e-9)
+    assert seen["range"] >= 10 and seen["none"] >= 5
