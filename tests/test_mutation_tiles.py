@@ -1,0 +1,145 @@
+"""The verdict rule (analysis/verdict.py, docs/model.md §12), the burst reconstruction (analysis/bursts.py, §1/§4)
+and the link what-if (analysis/link_whatif.py, §13) on small hand-made inputs whose answers are worked out by hand
+in the comments (docs/mutation.md: written against the mutants the tile-table tests let through)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from xstage_trace.analysis.verdict import VERDICT_COLUMNS, config_verdicts, stall_verdict
+
+# ---------------------------------------------------------------- §12 verdict per configuration
+
+NAN = np.nan
+
+
+def _table3(rows: list[dict]) -> pd.DataFrame:
+    """Table 3 rows (docs/model.md §12) keyed by variant; the other keys fixed."""
+    return pd.DataFrame([{"dest": "host", "shape": "s", "schedule": "wave", **r} for r in rows])
+
+
+def test_stall_verdict_reads_none_as_not_measured_and_not_predicted():
+    # measured None, predicted 300 > 200 → stall; nothing → unknown; measured 100 ≤ 200 → no stall
+    got = stall_verdict([None, None, 100.0], [300.0, None, None], 200.0)
+    assert got.tolist() == ["stall", "unknown", "no stall"]
+
+
+def test_a_prediction_equal_to_the_noise_without_a_measurement_is_unknown():
+    # not measured, prediction 200 is not above the noise 200 (§5: "exceeds") → unknown, never stall
+    assert stall_verdict([NAN], [200.0], 200.0).tolist() == ["unknown"]
+
+
+# noise 300 ns everywhere (not the 200 ns minimum, which a lost noise column would fall back to).
+# tiles, measured_tiles, stalled_tiles; medians: stall_ns (Δt_meas), slot_meas_ns (w_meas), compute_stall_ns (c_meas).
+_ROWS = [
+    # A: median 250 ≤ 300 and 1 of 4 measured tiles stalled (25 %, not more than a quarter) → covered, cause none.
+    #    prediction 100 (slot model; no forward) ≤ 300 and measurement ≤ 300: the model agrees.
+    dict(variant="A", tiles=8, measured_tiles=4, stalled_tiles=1, stall_ns=250.0, slot_meas_ns=250.0, compute_stall_ns=0.0,
+         forward_stall_ns=NAN, slot_pred_ns=100.0, backpressured_tiles=1, inflated_tiles=0, noise_ns=300.0,
+         stall_p99_ns=900.0, kernel_ns=10_000.0),
+    # B: median 0 but 1 of the 2 measured tiles stalled (50 % > 25 %; of all 8 tiles it would be 12.5 %) → stall-bound;
+    #    slot 0 and compute 0 ≤ 300, inflated 1 = backpressured 1 (not larger) → slot_backpressure.
+    #    prediction 0 ≤ 300, measurement 0 ≤ 300: agrees.
+    dict(variant="B", tiles=8, measured_tiles=2, stalled_tiles=1, stall_ns=0.0, slot_meas_ns=0.0, compute_stall_ns=0.0,
+         forward_stall_ns=NAN, slot_pred_ns=0.0, backpressured_tiles=1, inflated_tiles=1, noise_ns=300.0,
+         stall_p99_ns=800.0, kernel_ns=11_000.0),
+    # C: median 700 > 300 → stall-bound; slot 300 is not above 300, compute 400 is → mainloop_inflation
+    #    (although backpressured 3 > inflated 0). prediction 300 (= noise, not above) vs measured 700 (above): disagrees.
+    dict(variant="C", tiles=4, measured_tiles=4, stalled_tiles=3, stall_ns=700.0, slot_meas_ns=300.0, compute_stall_ns=400.0,
+         forward_stall_ns=NAN, slot_pred_ns=300.0, backpressured_tiles=3, inflated_tiles=0, noise_ns=300.0,
+         stall_p99_ns=700.0, kernel_ns=12_000.0),
+    # D: median 800 > 300; slot 400 > 300 → slot_backpressure (although compute 400 > 300 and inflated 3 > 1).
+    #    forward prediction 500 > 300 and measurement > 300: agrees.
+    dict(variant="D", tiles=4, measured_tiles=4, stalled_tiles=4, stall_ns=800.0, slot_meas_ns=400.0, compute_stall_ns=400.0,
+         forward_stall_ns=500.0, slot_pred_ns=0.0, backpressured_tiles=1, inflated_tiles=3, noise_ns=300.0,
+         stall_p99_ns=1200.0, kernel_ns=13_000.0),
+    # E: median 500 > 300; slot 0, compute 300 (not above 300), inflated 0 < backpressured 2 → slot_backpressure.
+    #    measured, no prediction at all: model_agrees None.
+    dict(variant="E", tiles=4, measured_tiles=4, stalled_tiles=2, stall_ns=500.0, slot_meas_ns=0.0, compute_stall_ns=300.0,
+         forward_stall_ns=NAN, slot_pred_ns=NAN, backpressured_tiles=2, inflated_tiles=0, noise_ns=300.0,
+         stall_p99_ns=600.0, kernel_ns=14_000.0),
+    # F: median 0, 2 of 4 stalled (50 %) → stall-bound; slot 0, compute 0, inflated 3 > backpressured 1 → mainloop_inflation.
+    #    measured 0 vs predicted 300 (= noise, not above): both not above → agrees.
+    dict(variant="F", tiles=4, measured_tiles=4, stalled_tiles=2, stall_ns=0.0, slot_meas_ns=0.0, compute_stall_ns=0.0,
+         forward_stall_ns=300.0, slot_pred_ns=NAN, backpressured_tiles=1, inflated_tiles=3, noise_ns=300.0,
+         stall_p99_ns=500.0, kernel_ns=15_000.0),
+    # G: nothing measured; forward 400 > 300 (the slot model's 100 would not be) → stall-bound on the prediction,
+    #    cause from the counts: inflated 0, backpressured 0 → slot_backpressure. model_agrees None (no measurement).
+    dict(variant="G", tiles=4, measured_tiles=0, stalled_tiles=0, stall_ns=NAN, slot_meas_ns=NAN, compute_stall_ns=NAN,
+         forward_stall_ns=400.0, slot_pred_ns=100.0, backpressured_tiles=0, inflated_tiles=0, noise_ns=300.0,
+         stall_p99_ns=NAN, kernel_ns=16_000.0),
+    # H: nothing measured and nothing predicted → unknown, basis none, cause none.
+    dict(variant="H", tiles=4, measured_tiles=0, stalled_tiles=0, stall_ns=NAN, slot_meas_ns=NAN, compute_stall_ns=NAN,
+         forward_stall_ns=NAN, slot_pred_ns=NAN, backpressured_tiles=0, inflated_tiles=0, noise_ns=300.0,
+         stall_p99_ns=NAN, kernel_ns=17_000.0),
+    # I: median 300 = noise (not above), 0 stalled → covered; prediction 0: both not above → agrees.
+    dict(variant="I", tiles=4, measured_tiles=4, stalled_tiles=0, stall_ns=300.0, slot_meas_ns=300.0, compute_stall_ns=0.0,
+         forward_stall_ns=NAN, slot_pred_ns=0.0, backpressured_tiles=0, inflated_tiles=0, noise_ns=300.0,
+         stall_p99_ns=300.0, kernel_ns=18_000.0),
+]
+
+
+def _by_variant():
+    return config_verdicts(_table3(_ROWS)).set_index("variant")
+
+
+def test_verdicts_of_hand_made_table3_rows():
+    v = _by_variant()
+    assert v["verdict"].to_dict() == {"A": "covered", "B": "stall-bound", "C": "stall-bound", "D": "stall-bound",
+                                      "E": "stall-bound", "F": "stall-bound", "G": "stall-bound", "H": "unknown",
+                                      "I": "covered"}
+    assert v["basis"].to_dict() == {**{k: "measured" for k in "ABCDEFI"}, "G": "predicted", "H": "none"}
+
+
+def test_diagnosis_of_hand_made_table3_rows():
+    v = _by_variant()
+    assert v["diagnosis"].to_dict() == {"A": "none", "B": "slot_backpressure", "C": "mainloop_inflation",
+                                        "D": "slot_backpressure", "E": "slot_backpressure", "F": "mainloop_inflation",
+                                        "G": "slot_backpressure", "H": "none", "I": "none"}
+
+
+def test_model_agrees_of_hand_made_table3_rows():
+    v = _by_variant()
+    assert v["model_agrees"].to_dict() == {"A": True, "B": True, "C": False, "D": True, "E": None, "F": True,
+                                           "G": None, "H": None, "I": True}
+
+
+def test_verdict_table_carries_the_table3_quantities_under_its_own_names():
+    v = _by_variant()
+    rows = {r["variant"]: r for r in _ROWS}
+    for name, t3 in [("measured_stall_ns", "stall_ns"), ("measured_stall_p99_ns", "stall_p99_ns"),
+                     ("slot_stall_ns", "slot_meas_ns"), ("compute_stall_ns", "compute_stall_ns"),
+                     ("slot_model_stall_ns", "slot_pred_ns"), ("predicted_stall_ns", "forward_stall_ns"),
+                     ("kernel_ns", "kernel_ns"), ("noise_ns", "noise_ns"), ("tiles", "tiles"), ("stalled_tiles", "stalled_tiles")]:
+        np.testing.assert_array_equal(v[name].to_numpy(np.float64), [rows[k][t3] for k in v.index], err_msg=name)
+
+
+def test_verdict_table_has_exactly_its_columns_and_a_fresh_index():
+    t = _table3(_ROWS[:2])
+    t.index = [7, 3]  # a filtered Table 3 keeps its old labels
+    v = config_verdicts(t)
+    assert list(v.columns) == VERDICT_COLUMNS and v.index.tolist() == [0, 1]
+    assert v["variant"].tolist() == ["A", "B"]
+
+
+def test_a_table3_without_optional_columns_uses_all_tiles_and_the_minimum_noise():
+    # no measured_tiles (the share is over all tiles), no noise (200 ns, analysis/tiles.MIN_NOISE_NS), no forward
+    # prediction, no backpressured/inflated counts.
+    # x: median 0, 2 of 4 tiles stalled (50 %) → stall-bound; slot 0, compute 0, no counts → slot_backpressure.
+    # y: median 150 ≤ 200, 0 of 4 stalled → covered.
+    t = _table3([dict(variant="x", tiles=4, stalled_tiles=2, stall_ns=0.0, slot_meas_ns=0.0, compute_stall_ns=0.0, slot_pred_ns=0.0),
+                 dict(variant="y", tiles=4, stalled_tiles=0, stall_ns=150.0, slot_meas_ns=0.0, compute_stall_ns=0.0, slot_pred_ns=0.0)])
+    v = config_verdicts(t).set_index("variant")
+    assert v["verdict"].to_dict() == {"x": "stall-bound", "y": "covered"}
+    assert v.loc["x", "diagnosis"] == "slot_backpressure" and v["noise_ns"].tolist() == [200.0, 200.0]
+    assert np.isnan(v["predicted_stall_ns"]).all()
+
+
+def test_a_forward_column_of_none_falls_back_to_the_slot_model():
+    # nothing measured; forward prediction None (an object column) → the slot model's 400 > 300 → stall-bound, predicted
+    t = _table3([dict(variant="z", tiles=2, measured_tiles=0, stalled_tiles=0, stall_ns=NAN, slot_pred_ns=400.0,
+                      forward_stall_ns=None, noise_ns=300.0)])
+    assert t["forward_stall_ns"].dtype == object
+    v = config_verdicts(t).iloc[0]
+    assert v["verdict"] == "stall-bound" and v["basis"] == "predicted"
