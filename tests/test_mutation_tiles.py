@@ -7,6 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+import pytest
+
+from xstage_trace.analysis.bursts import audit_bursts, reconstruct_bursts, remote_store_spans
+from xstage_trace.analysis.platform import PlatformModel
 from xstage_trace.analysis.verdict import VERDICT_COLUMNS, config_verdicts, stall_verdict
 
 # ---------------------------------------------------------------- §12 verdict per configuration
@@ -143,3 +147,90 @@ def test_a_forward_column_of_none_falls_back_to_the_slot_model():
     assert t["forward_stall_ns"].dtype == object
     v = config_verdicts(t).iloc[0]
     assert v["verdict"] == "stall-bound" and v["basis"] == "predicted"
+
+
+# ---------------------------------------------------------------- §1/§4 burst reconstruction
+
+BURST_COLUMNS = ["rank", "dump", "burst", "start_ns", "end_ns", "volume_bytes", "producers", "issue_ns", "gap_ns"]
+
+
+def _spans(rows) -> pd.DataFrame:
+    return pd.DataFrame(rows, columns=["rank", "dump", "cta", "tile", "start_ns", "end_ns", "bytes"])
+
+
+def test_remote_store_spans_pair_begin_and_end_per_slice_and_keep_the_end_payload():
+    # rank 0, dump 7: CTA 0 slice 0 tile 1: rs begin 100, end 160 (payload 64 on the end record);
+    # CTA 0 slice 1 tile 1: burst begin 110, end 130 (payload 32); a mainloop pair is not a remote store.
+    rec = [  # rank, dump, slice, cta, event, tile, kind, t_ns, payload
+        (0, 7, 0, 0, "rs", 1, "begin", 100, 0), (0, 7, 1, 0, "burst", 1, "begin", 110, 0),
+        (0, 7, 0, 0, "mainloop", 1, "begin", 0, 0), (0, 7, 0, 0, "mainloop", 1, "end", 90, 5),
+        (0, 7, 1, 0, "burst", 1, "end", 130, 32), (0, 7, 0, 0, "rs", 1, "end", 160, 64)]
+    probes = pd.DataFrame(rec, columns=["rank", "dump", "slice", "cta", "event", "tile", "kind", "t_ns", "payload"])
+    s = remote_store_spans(probes).sort_values("start_ns").reset_index(drop=True)
+    assert list(s.columns) == ["rank", "dump", "slice", "cta", "event", "tile", "start_ns", "end_ns", "bytes"]
+    assert s["event"].tolist() == ["rs", "burst"] and s["slice"].tolist() == [0, 1]
+    assert s["start_ns"].tolist() == [100, 110] and s["end_ns"].tolist() == [160, 130] and s["bytes"].tolist() == [64, 32]
+    assert s["dump"].tolist() == ["7", "7"]  # the dump as text, as every other table keys it
+
+
+def test_no_spans_give_an_empty_burst_table_with_its_columns():
+    b = reconstruct_bursts(_spans([]))
+    assert b.empty and list(b.columns) == BURST_COLUMNS
+
+
+def test_without_a_tile_table_the_gap_is_the_producers_own_idle_time_clipped_at_zero():
+    # CTA 0 stores [0, 100], [150, 200], [500, 600]; CTA 1 stores [10, 120], [100, 180] (begins before its
+    # previous store ends: idle −20 → 0), [400, 450].
+    # round 0: gaps CTA 0 150 − 100 = 50, CTA 1 0 → median 25; round 1: CTA 0 500 − 200 = 300, CTA 1 400 − 180 = 220
+    # → median 260; round 2: no successor → NaN. issue = latest end − earliest begin: 120 − 0, 200 − 100, 600 − 400.
+    spans = _spans([(0, "d", 0, 0, 0.0, 100.0, 10), (0, "d", 0, 1, 150.0, 200.0, 10), (0, "d", 0, 2, 500.0, 600.0, 10),
+                    (0, "d", 1, 0, 10.0, 120.0, 5), (0, "d", 1, 1, 100.0, 180.0, 5), (0, "d", 1, 2, 400.0, 450.0, 5)])
+    b = reconstruct_bursts(spans, None)
+    assert b["burst"].tolist() == [0, 1, 2]
+    np.testing.assert_array_equal(b["gap_ns"].to_numpy(), [25.0, 260.0, np.nan])
+    assert b["issue_ns"].tolist() == [120.0, 100.0, 200.0]
+    assert b["volume_bytes"].tolist() == [15, 15, 15] and b["producers"].tolist() == [2, 2, 2]
+
+
+def test_a_gap_of_exactly_zero_stays_zero():
+    # one CTA: [0, 100] then [100, 150]: idle 0 → gap 0 (not clipped up to anything); last round NaN
+    b = reconstruct_bursts(_spans([(0, "d", 0, 0, 0.0, 100.0, 8), (0, "d", 0, 1, 100.0, 150.0, 8)]))
+    np.testing.assert_array_equal(b["gap_ns"].to_numpy(), [0.0, np.nan])
+
+
+def test_ranks_and_dumps_of_the_same_name_and_cta_are_separate_producers_and_rounds():
+    # CTA 0 stores once in each of (rank 0, dump d), (rank 1, dump d), (rank 0, dump e): three sequences of one
+    # round each: burst 0 three times, each its own V, start, end, and no successor (gap NaN).
+    spans = _spans([(1, "d", 0, 0, 300.0, 350.0, 30), (0, "d", 0, 0, 0.0, 100.0, 10), (0, "e", 0, 0, 200.0, 260.0, 20)])
+    b = reconstruct_bursts(spans)
+    assert b[["rank", "dump"]].values.tolist() == [[0, "d"], [0, "e"], [1, "d"]]
+    assert b["burst"].tolist() == [0, 0, 0] and b["volume_bytes"].tolist() == [10, 20, 30]
+    assert b["issue_ns"].tolist() == [100.0, 60.0, 50.0] and np.isnan(b["gap_ns"]).all()
+
+
+def test_offered_gaps_do_not_run_from_one_ranks_or_dumps_producer_into_another():
+    # CTA 0 of (rank 0, dump d), (rank 1, dump d) and (rank 0, dump e) each runs tiles 0, 1 (mainloops 10, 20 ns)
+    # and stores only after tile 0: every store is its producer's last → the offered gap is unbounded (NaN).
+    keys = [(0, "d"), (1, "d"), (0, "e")]
+    tiles = pd.DataFrame([(r, d, 0, t, t, 10.0 * (t + 1)) for r, d in keys for t in (0, 1)],
+                         columns=["rank", "dump", "cta", "tile", "position", "mainloop_ns"])
+    spans = _spans([(r, d, 0, 0, 100.0 * i, 100.0 * i + 5, 8) for i, (r, d) in enumerate(keys)])
+    b = reconstruct_bursts(spans, tiles)
+    assert len(b) == 3 and np.isnan(b["gap_ns"]).all()
+
+
+def test_a_tile_table_holding_a_tile_twice_is_refused():
+    tiles = pd.DataFrame({"rank": [0, 0], "dump": ["d", "d"], "cta": [0, 0], "tile": [0, 0], "position": [0, 1],
+                          "mainloop_ns": [10.0, 20.0]})
+    with pytest.raises(ValueError, match=r"holds a \(rank, dump, cta, tile\) twice"):
+        reconstruct_bursts(_spans([(0, "d", 0, 0, 0.0, 5.0, 8)]), tiles)
+
+
+def test_audit_floor_is_read_at_each_bursts_producers_and_bytes_per_producer():
+    # T_iss^0 points (K, B) → ns: (1, 1000) 100, (1, 2000) 200, (2, 1000) 500, (2, 2000) 900.
+    # dump a: one producer storing 2000 B → B = 2000 → 200 ns; dump b: two producers, 2000 B → B = 1000 → 500 ns.
+    model = PlatformModel(rate_gbps=1.0, issue_floor_ns={(1, 1000): 100.0, (1, 2000): 200.0, (2, 1000): 500.0, (2, 2000): 900.0})
+    bursts = pd.DataFrame({"rank": [0, 0], "dump": ["a", "b"], "burst": [0, 0], "volume_bytes": [2000, 2000],
+                           "producers": [1, 2], "gap_ns": [np.nan, np.nan]})
+    out = audit_bursts(bursts, model)
+    assert out["issue_floor_ns"].tolist() == [200.0, 500.0]
