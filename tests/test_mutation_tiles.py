@@ -10,6 +10,9 @@ import pandas as pd
 import pytest
 
 from xstage_trace.analysis.bursts import audit_bursts, reconstruct_bursts, remote_store_spans
+from xstage_trace.analysis.forward import LinkModel, forward_launch
+from xstage_trace.analysis.link_whatif import (RUN_COLUMNS, _median_stall, launch_whatifs, link_floor_ns, prefetch_lag_ns,
+                                               redistributed, run_whatifs)
 from xstage_trace.analysis.platform import PlatformModel
 from xstage_trace.analysis.verdict import VERDICT_COLUMNS, config_verdicts, stall_verdict
 
@@ -235,3 +238,156 @@ def test_audit_floor_is_read_at_each_bursts_producers_and_bytes_per_producer():
                            "producers": [1, 2], "gap_ns": [np.nan, np.nan]})
     out = audit_bursts(bursts, model)
     assert out["issue_floor_ns"].tolist() == [200.0, 500.0]
+
+
+# ---------------------------------------------------------------- §13 link what-if
+
+LINK = LinkModel(rate_gbps=50.0, capacity_bytes=0.0, load_latency_ns=0.0)  # 1000 B take 20 ns on the link
+
+
+def test_link_floor_skips_unknown_bytes():
+    # Eq. 49 over the known bytes: (1000 + 500) / 50 = 30 ns
+    assert link_floor_ns([1000.0, np.nan, 500.0], LINK) == 30.0
+
+
+def test_redistribution_deals_tiles_in_position_then_cta_order():
+    # Eq. 50: run order (position, then CTA): (c0 p0) g0, (c1 p0) g1, (c0 p1) g2, (c1 p1) g3; K' = 3:
+    # CTA g mod 3 = 0, 1, 2, 0 and position g // 3 = 0, 0, 0, 1; rows given as c0p0, c0p1, c1p0, c1p1 → g 0, 2, 1, 3
+    c, p = redistributed([0, 0, 1, 1], [0, 1, 0, 1], 3)
+    assert c.tolist() == [0, 2, 1, 0] and p.tolist() == [0, 0, 0, 1]
+    assert c.dtype.kind == "i" and p.dtype.kind == "i"  # indices, as forward_launch reads them
+
+
+def test_prefetch_lag_by_hand():
+    # Eq. 51: L = −(C_prev − λ + E_prev), 0 for a CTA's first tile; λ = 5. Rows out of order.
+    # CTA 0 (positions 0, 1, 2): C = 10, 20, 30, E = 1, 2, 3 → L = 0, −(10 − 5 + 1) = −6, −(20 − 5 + 2) = −17
+    # CTA 1 (positions 0, 1): C = 40, 50, E = 4, 5 → L = 0, −(40 − 5 + 4) = −39
+    model = LinkModel(rate_gbps=50.0, capacity_bytes=0.0, load_latency_ns=5.0)
+    cta, pos = [1, 0, 0, 1, 0], [1, 2, 0, 0, 1]
+    lag = prefetch_lag_ns(cta, pos, [50.0, 30.0, 10.0, 40.0, 20.0], [5.0, 3.0, 1.0, 4.0, 2.0], model)
+    assert lag.tolist() == [-39.0, -17.0, 0.0, 0.0, -6.0]
+    # a previous tile shorter than λ: C − λ + E < 0 → no lag (never later than as run)
+    short = LinkModel(rate_gbps=50.0, capacity_bytes=0.0, load_latency_ns=100.0)
+    assert prefetch_lag_ns([0, 0], [0, 1], 10.0, 1.0, short).tolist() == [0.0, 0.0]
+
+
+def test_median_stall_of_no_finite_value_is_nan():
+    assert np.isnan(_median_stall([np.nan, np.nan]))
+    assert _median_stall([np.nan, 10.0, 30.0]) == 20.0
+
+
+def test_default_cta_counts_are_a_half_a_quarter_and_an_eighth_and_the_fastest_is_kept():
+    # 8 CTAs, one 1000-byte tile each, compute 10 ns: as run every store is issued at 10, the link serves them back
+    # to back: last drain 10 + 8·20 = 170 ns; no tile waits (position 0). K' ∈ {4, 2, 1}:
+    # K' = 4: round 0 stores at 10 drain by 90; round 1's loads (issued at 10) wait for them: compute 90..100,
+    #         stores drain 100 + 4·20 = 180; tiles of position 1 stall 100 − 10 − 10 = 80: median of (0 ×4, 80 ×4) = 40.
+    # K' = 2: rounds end at 50, 100, 150, 200 → 200; K' = 1: a store every 30 ns, last issued at 220 → 240.
+    # Kept: K' = 4 (180 ns). Prefetch: every CTA's only tile is its first (L = 0): as run. Floor 8000 / 50 = 160 ns.
+    t = launch_whatifs(np.arange(8), np.zeros(8, int), 1000.0, 10.0, LINK).set_index("alternative")
+    assert t.index.tolist() == ["as_run", "sm_count", "prefetch", "link_floor"]
+    assert t["parameter"].iloc[:3].tolist() == [8.0, 4.0, 1.0] and np.isnan(t.loc["link_floor", "parameter"])
+    assert t["kernel_ns"].tolist() == [170.0, 180.0, 170.0, 160.0]
+    assert t["stall_ns"].iloc[:3].tolist() == [0.0, 40.0, 0.0] and np.isnan(t.loc["link_floor", "stall_ns"])
+    assert t["gain"].tolist() == [1.0, 170.0 / 180.0, 1.0, 170.0 / 160.0]
+
+
+def test_cta_options_outside_one_to_k_minus_one_are_dropped_and_ties_keep_the_fewest():
+    # 2 CTAs: K' = 2 (= K) and 0 are not alternatives; K' = 1 twice is one option (the set) → one sm_count row.
+    t = launch_whatifs([0, 1], [0, 0], 1000.0, 10.0, LINK, ctas_options=[0, 1, 1, 2, 3]).set_index("alternative")
+    assert t.index.tolist() == ["as_run", "sm_count", "prefetch", "link_floor"] and t.loc["sm_count", "parameter"] == 1.0
+    # K' = 1: one CTA, store at 10 drains at 30; the second tile waits: 30..40, drains at 60 → 60 ns
+    assert t.loc["sm_count", "kernel_ns"] == 60.0
+    # a tie: 4 CTAs of zero-byte tiles, compute 10 ns each (the kernel is the last compute end)
+    z = launch_whatifs([0, 1, 2, 3], [0, 0, 0, 0], 0.0, 10.0, LINK, ctas_options=[2, 3]).set_index("alternative")
+    # K' = 2: 2 positions → the last compute ends at 20; K' = 3: also 2 positions (tiles 0-2, then 3) → 20: a tie, the
+    # first (fewer CTAs, sorted) is kept
+    assert z.loc["sm_count", "parameter"] == 2.0 and z.loc["sm_count", "kernel_ns"] == 20.0
+
+
+def _wired(plain_store, **kw):
+    """Every alternative is forward_launch of its inputs (§13): a 3-CTA launch of two tiles each, with an epilogue,
+    two load steps in one stage and a buffer wait."""
+    model = LinkModel(rate_gbps=50.0, capacity_bytes=400.0, load_latency_ns=4.0, issue_floor_ns=2.0)
+    cta, pos = np.array([0, 0, 1, 1, 2, 2]), np.array([0, 1, 0, 1, 0, 1])
+    nbytes = np.array([1000.0, 500.0, 800.0, 200.0, 600.0, 400.0])
+    compute = np.array([10.0, 20.0, 15.0, 5.0, 12.0, 8.0])
+    got = launch_whatifs(cta, pos, nbytes, compute, model, epilogue_ns=3.0, ctas_options=[2], plain_store=plain_store,
+                         **kw).set_index("alternative")
+    return got, (cta, pos, nbytes, compute, model)
+
+
+@pytest.mark.parametrize("plain_store", [False, True])
+def test_every_alternative_is_the_forward_prediction_of_its_inputs(plain_store):
+    got, (cta, pos, nbytes, compute, model) = _wired(plain_store, steps=2, stages=1, cover_tiles=1)
+    kw = dict(epilogue_ns=3.0, steps=2, stages=1, cover_tiles=1, plain_store=plain_store)
+
+    def row(c, p, **extra):
+        f, stall = forward_launch(c, p, nbytes, compute, model, **kw, **extra)
+        return f.kernel_ns, float(np.nanmedian(stall))
+
+    # Eq. 50 with K' = 2 by hand: run order (position, CTA) g = c0p0 0, c1p0 1, c2p0 2, c0p1 3, c1p1 4, c2p1 5;
+    # rows (c0p0, c0p1, c1p0, c1p1, c2p0, c2p1) → g 0, 3, 1, 4, 2, 5 → CTA g mod 2, position g // 2
+    want = {"as_run": row(cta, pos), "sm_count": row([0, 1, 1, 0, 0, 1], [0, 1, 0, 2, 1, 2]),
+            # Eq. 51 by hand, C + E = 13, 23, 18, 8, 15, 11, λ = 4: L = 0, −(13 − 4), 0, −(18 − 4), 0, −(15 − 4)
+            "prefetch": row(cta, pos, load_lag_ns=np.array([0.0, -9.0, 0.0, -14.0, 0.0, -11.0]))}
+    for alt, (kernel, stall) in want.items():
+        assert got.loc[alt, "kernel_ns"] == kernel and got.loc[alt, "stall_ns"] == stall, alt
+        assert got.loc[alt, "gain"] == want["as_run"][0] / kernel
+    assert got.loc["as_run", "parameter"] == 3.0 and got.loc["sm_count", "parameter"] == 2.0
+    assert got.loc["prefetch", "parameter"] == 1.0 and got.loc["link_floor", "kernel_ns"] == 3500.0 / 50.0
+
+
+def test_default_steps_and_buffer_wait_are_one_step_and_none():
+    got, (cta, pos, nbytes, compute, model) = _wired(False, stages=1)
+    f, stall = forward_launch(cta, pos, nbytes, compute, model, epilogue_ns=3.0, steps=1, stages=1, cover_tiles=0,
+                              load_lag_ns=np.array([0.0, -9.0, 0.0, -14.0, 0.0, -11.0]))
+    assert got.loc["prefetch", "kernel_ns"] == f.kernel_ns and got.loc["prefetch", "stall_ns"] == float(np.nanmedian(stall))
+
+
+def _launch_tiles(dump, n_cta, rs_bytes, compute, **cols):
+    return pd.DataFrame({"rank": 0, "dump": dump, "cta": np.arange(n_cta), "position": 0, "rs_bytes": rs_bytes,
+                         "control_compute_ns": compute, "dest": "host", "shape": "s", "variant": "v", "schedule": "wave", **cols})
+
+
+def test_run_whatifs_medians_over_the_configurations_eligible_launches_by_hand():
+    # R = 50 B/ns, λ = 0, one tile per CTA (position 0: no load waits for a store).
+    # config s: d1: 1000 B, C 10 → store at 10, drained 30: kernel 30, stall 0, floor 20;
+    #           d2: 2000 B, C 20, epilogue 5, plain stores → store at 25, drained 65: kernel 65, stall 65 − 25 = 40, floor 40.
+    #           medians: as_run/prefetch kernel 47.5, stall 20, gain 1; floor 30, gain median(1.5, 1.625) = 1.5625.
+    #           d3 (a control), d4 (operands in shared memory), d5 (no offered compute), d6 (no bytes) do not count.
+    # config t (variant unknown → "-"): d7: 2 CTAs × 1000 B, C 10: both stores at 10, drained 30, 50 → kernel 50, stall 0;
+    #           K' = 1: second tile waits for 30: 30..40, drained 60 → kernel 60, stall median(0, 20) = 10; floor 40.
+    t = pd.concat([
+        _launch_tiles("d1", 1, 1000.0, 10.0, control_epilogue_ns=0.0, plain_store=False),
+        _launch_tiles("d2", 1, 2000.0, 20.0, control_epilogue_ns=5.0, plain_store=True),
+        _launch_tiles("d3", 1, 9e6, 10.0, control_epilogue_ns=0.0, plain_store=False),
+        _launch_tiles("d4", 1, 9e6, 10.0, control_epilogue_ns=0.0, plain_store=False),
+        _launch_tiles("d5", 1, 9e6, np.nan, control_epilogue_ns=0.0, plain_store=False),
+        _launch_tiles("d6", 1, 0.0, 10.0, control_epilogue_ns=0.0, plain_store=False),
+        _launch_tiles("d7", 2, 1000.0, 10.0, control_epilogue_ns=0.0, plain_store=False).assign(shape="t", variant=None),
+    ], ignore_index=True)
+    dumps = pd.DataFrame({"rank": 0, "dump": [f"d{i}" for i in range(1, 8)],
+                          "is_control": [False, False, True, False, False, False, False],
+                          "operands": ["global", "global", "global", "smem", "global", "global", "global"]})
+    w = run_whatifs(t, dumps, LINK)
+    assert list(w.columns) == RUN_COLUMNS
+    assert set(w["dest"]) == {"host"} and set(w["schedule"]) == {"wave"}
+    assert w[["shape", "variant", "alternative"]].values.tolist() == [
+        ["s", "v", "as_run"], ["s", "v", "prefetch"], ["s", "v", "link_floor"],
+        ["t", "-", "as_run"], ["t", "-", "sm_count"], ["t", "-", "prefetch"], ["t", "-", "link_floor"]]
+    np.testing.assert_array_equal(w["kernel_ns"], [47.5, 47.5, 30.0, 50.0, 60.0, 50.0, 40.0])
+    np.testing.assert_array_equal(w["stall_ns"], [20.0, 20.0, np.nan, 0.0, 10.0, 0.0, np.nan])
+    np.testing.assert_array_equal(w["parameter"], [1.0, 1.0, np.nan, 2.0, 1.0, 1.0, np.nan])
+    np.testing.assert_array_equal(w["gain"], [1.0, 1.0, 1.5625, 1.0, 50.0 / 60.0, 1.0, 1.25])
+
+
+def test_run_whatifs_without_optional_columns_or_eligible_launches():
+    # no epilogue, steps, stages, buffer-wait or plain-store columns: 0 ns, one step, no wait, tensor stores.
+    # one launch, 1 CTA, 1000 B, C 10: kernel 30, floor 20 (gain 1.5); dumps table without the launch: not a control.
+    t = _launch_tiles("d1", 1, 1000.0, 10.0)
+    w = run_whatifs(t, pd.DataFrame({"rank": [1], "dump": ["x"]}), LINK)
+    assert w["alternative"].tolist() == ["as_run", "prefetch", "link_floor"]
+    assert w["kernel_ns"].tolist() == [30.0, 30.0, 20.0] and w["gain"].tolist() == [1.0, 1.0, 1.5]
+    # every launch a control → no rows, the table's columns
+    none = run_whatifs(t, pd.DataFrame({"rank": [0], "dump": ["d1"], "is_control": [True]}), LINK)
+    assert none.empty and list(none.columns) == RUN_COLUMNS
