@@ -357,19 +357,24 @@ def test_run_whatifs_medians_over_the_configurations_eligible_launches_by_hand()
     #           d3 (a control), d4 (operands in shared memory), d5 (no offered compute), d6 (no bytes) do not count.
     # config t (variant unknown → "-"): d7: 2 CTAs × 1000 B, C 10: both stores at 10, drained 30, 50 → kernel 50, stall 0;
     #           K' = 1: second tile waits for 30: 30..40, drained 60 → kernel 60, stall median(0, 20) = 10; floor 40.
-    t = pd.concat([
+    t = pd.concat([  # d7 first: launches are taken in (rank, dump) order, not in the frame's
+        _launch_tiles("d7", 2, 1000.0, 10.0, control_epilogue_ns=0.0, plain_store=False).assign(shape="t", variant=None),
         _launch_tiles("d1", 1, 1000.0, 10.0, control_epilogue_ns=0.0, plain_store=False),
         _launch_tiles("d2", 1, 2000.0, 20.0, control_epilogue_ns=5.0, plain_store=True),
         _launch_tiles("d3", 1, 9e6, 10.0, control_epilogue_ns=0.0, plain_store=False),
         _launch_tiles("d4", 1, 9e6, 10.0, control_epilogue_ns=0.0, plain_store=False),
         _launch_tiles("d5", 1, 9e6, np.nan, control_epilogue_ns=0.0, plain_store=False),
         _launch_tiles("d6", 1, 0.0, 10.0, control_epilogue_ns=0.0, plain_store=False),
-        _launch_tiles("d7", 2, 1000.0, 10.0, control_epilogue_ns=0.0, plain_store=False).assign(shape="t", variant=None),
+        # d8: 1 byte in all (config u): any bytes at all make a launch eligible
+        _launch_tiles("d8", 1, 1.0, 10.0, control_epilogue_ns=0.0, plain_store=False).assign(shape="u"),
     ], ignore_index=True)
-    dumps = pd.DataFrame({"rank": 0, "dump": [f"d{i}" for i in range(1, 8)],
-                          "is_control": [False, False, True, False, False, False, False],
-                          "operands": ["global", "global", "global", "smem", "global", "global", "global"]})
+    dumps = pd.DataFrame({"rank": 0, "dump": [f"d{i}" for i in range(1, 9)] + ["d3"],  # d3 listed twice (two slices)
+                          "is_control": [False, False, True, False, False, False, False, False, True],
+                          "operands": ["global", "global", "global", "smem", "global", "global", "global", "global", "global"],
+                          "slice": [0, 0, 0, 0, 0, 0, 0, 0, 1]})
     w = run_whatifs(t, dumps, LINK)
+    assert w.loc[w["shape"] == "u", "alternative"].tolist() == ["as_run", "prefetch", "link_floor"]
+    w = w[w["shape"] != "u"].reset_index(drop=True)
     assert list(w.columns) == RUN_COLUMNS
     assert set(w["dest"]) == {"host"} and set(w["schedule"]) == {"wave"}
     assert w[["shape", "variant", "alternative"]].values.tolist() == [
@@ -388,6 +393,33 @@ def test_run_whatifs_without_optional_columns_or_eligible_launches():
     w = run_whatifs(t, pd.DataFrame({"rank": [1], "dump": ["x"]}), LINK)
     assert w["alternative"].tolist() == ["as_run", "prefetch", "link_floor"]
     assert w["kernel_ns"].tolist() == [30.0, 30.0, 20.0] and w["gain"].tolist() == [1.0, 1.0, 1.5]
+    assert w["stall_ns"].iloc[:2].tolist() == [0.0, 0.0]  # tensor stores: a first tile waits for nothing
     # every launch a control → no rows, the table's columns
     none = run_whatifs(t, pd.DataFrame({"rank": [0], "dump": ["d1"], "is_control": [True]}), LINK)
     assert none.empty and list(none.columns) == RUN_COLUMNS
+    empty = run_whatifs(t.iloc[:0], pd.DataFrame({"rank": [0], "dump": ["d1"]}), LINK)
+    assert empty.empty and list(empty.columns) == RUN_COLUMNS
+
+
+@pytest.mark.parametrize("cover_tiles", [0, 1])
+def test_run_whatifs_passes_each_launchs_epilogue_loads_buffer_wait_and_store_kind(cover_tiles):
+    # one launch: its rows are launch_whatifs of its columns (the median of one launch is itself)
+    cta, pos = np.array([0, 0, 1, 1]), np.array([0, 1, 0, 1])
+    nbytes, compute = np.array([1000.0, 800.0, 600.0, 400.0]), np.array([10.0, 20.0, 15.0, 5.0])
+    t = pd.DataFrame({"rank": 0, "dump": "d", "cta": cta, "position": pos, "rs_bytes": nbytes, "control_compute_ns": compute,
+                      "control_epilogue_ns": 3.0, "load_steps": 2, "load_stages": 1, "cover_tiles": cover_tiles,
+                      "plain_store": True, "dest": "host", "shape": "s", "variant": "v", "schedule": "wave"})
+    w = run_whatifs(t, pd.DataFrame({"rank": [0], "dump": ["d"]}), LINK).set_index("alternative")
+    want = launch_whatifs(cta, pos, nbytes, compute, LINK, epilogue_ns=3.0, steps=2, stages=1, cover_tiles=cover_tiles,
+                          plain_store=True).set_index("alternative")
+    pd.testing.assert_frame_equal(w[["parameter", "kernel_ns", "stall_ns", "gain"]], want, check_names=False)
+
+
+@pytest.mark.parametrize("k, kept", [(4, 1), (16, 2)])
+def test_ties_among_the_default_cta_counts_keep_the_fewest(k, kept):
+    # k CTAs, one 1000-byte tile each, no compute: the link is never idle whatever K' (each round's loads wait for
+    # that round's stores, the next round is issued the moment they drain): every kernel time is k · 20 ns.
+    # Defaults K/2, K/4, K/8 of those in 1 … K−1: k = 4 → {2, 1}, k = 16 → {8, 4, 2}; the tie keeps the fewest.
+    t = launch_whatifs(np.arange(k), np.zeros(k, int), 1000.0, 0.0, LINK).set_index("alternative")
+    assert t.loc["as_run", "kernel_ns"] == t.loc["sm_count", "kernel_ns"] == 20.0 * k
+    assert t.loc["sm_count", "parameter"] == kept
