@@ -407,10 +407,10 @@ def test_run_whatifs_passes_each_launchs_epilogue_loads_buffer_wait_and_store_ki
     cta, pos = np.array([0, 0, 1, 1]), np.array([0, 1, 0, 1])
     nbytes, compute = np.array([1000.0, 800.0, 600.0, 400.0]), np.array([10.0, 20.0, 15.0, 5.0])
     t = pd.DataFrame({"rank": 0, "dump": "d", "cta": cta, "position": pos, "rs_bytes": nbytes, "control_compute_ns": compute,
-                      "control_epilogue_ns": 3.0, "load_steps": 2, "load_stages": 1, "cover_tiles": cover_tiles,
+                      "control_epilogue_ns": 3.0, "load_steps": 3, "load_stages": 2, "cover_tiles": cover_tiles,
                       "plain_store": True, "dest": "host", "shape": "s", "variant": "v", "schedule": "wave"})
     w = run_whatifs(t, pd.DataFrame({"rank": [0], "dump": ["d"]}), LINK).set_index("alternative")
-    want = launch_whatifs(cta, pos, nbytes, compute, LINK, epilogue_ns=3.0, steps=2, stages=1, cover_tiles=cover_tiles,
+    want = launch_whatifs(cta, pos, nbytes, compute, LINK, epilogue_ns=3.0, steps=3, stages=2, cover_tiles=cover_tiles,
                           plain_store=True).set_index("alternative")
     pd.testing.assert_frame_equal(w[["parameter", "kernel_ns", "stall_ns", "gain"]], want, check_names=False)
 
