@@ -401,16 +401,16 @@ def test_run_whatifs_without_optional_columns_or_eligible_launches():
     assert empty.empty and list(empty.columns) == RUN_COLUMNS
 
 
-@pytest.mark.parametrize("cover_tiles", [0, 1])
-def test_run_whatifs_passes_each_launchs_epilogue_loads_buffer_wait_and_store_kind(cover_tiles):
+@pytest.mark.parametrize("steps, stages, cover_tiles", [(4, 1, 1), (3, 2, 0)])  # neither is the one-step default
+def test_run_whatifs_passes_each_launchs_epilogue_loads_buffer_wait_and_store_kind(steps, stages, cover_tiles):
     # one launch: its rows are launch_whatifs of its columns (the median of one launch is itself)
     cta, pos = np.array([0, 0, 1, 1]), np.array([0, 1, 0, 1])
     nbytes, compute = np.array([1000.0, 800.0, 600.0, 400.0]), np.array([10.0, 20.0, 15.0, 5.0])
     t = pd.DataFrame({"rank": 0, "dump": "d", "cta": cta, "position": pos, "rs_bytes": nbytes, "control_compute_ns": compute,
-                      "control_epilogue_ns": 3.0, "load_steps": 3, "load_stages": 2, "cover_tiles": cover_tiles,
+                      "control_epilogue_ns": 3.0, "load_steps": steps, "load_stages": stages, "cover_tiles": cover_tiles,
                       "plain_store": True, "dest": "host", "shape": "s", "variant": "v", "schedule": "wave"})
     w = run_whatifs(t, pd.DataFrame({"rank": [0], "dump": ["d"]}), LINK).set_index("alternative")
-    want = launch_whatifs(cta, pos, nbytes, compute, LINK, epilogue_ns=3.0, steps=3, stages=2, cover_tiles=cover_tiles,
+    want = launch_whatifs(cta, pos, nbytes, compute, LINK, epilogue_ns=3.0, steps=steps, stages=stages, cover_tiles=cover_tiles,
                           plain_store=True).set_index("alternative")
     pd.testing.assert_frame_equal(w[["parameter", "kernel_ns", "stall_ns", "gain"]], want, check_names=False)
 
