@@ -26,8 +26,9 @@ add model        "$A/burst_gap.py $A/recurrence.py $A/stall_law.py $A/whatif.py 
                  "tests/test_model.py tests/test_burst_gaps.py tests/test_mutation_model.py"
 add calibration  "$A/calibration_fit.py $A/calibration_capacity.py $A/calibration_crossrun.py" \
                  "tests/test_calibration_synthetic.py tests/test_mutation_calibration.py"
-add tiles        "$A/tiles.py $A/stall.py $A/verdict.py $A/tile_error.py $A/bursts.py $A/piggyback.py" \
-                 "tests/test_tiles.py tests/test_verdict.py tests/test_diagnosis.py tests/test_tile_error.py tests/test_fa3_piggyback.py tests/test_mutation_tiles.py"
+add tiles        "$A/tiles.py $A/stall.py $A/verdict.py $A/tile_error.py $A/bursts.py $A/piggyback.py $A/link_whatif.py" \
+                 "tests/test_tiles.py tests/test_verdict.py tests/test_diagnosis.py tests/test_tile_error.py tests/test_fa3_piggyback.py
+                  tests/test_burst_gaps.py tests/test_link_whatif.py tests/test_mutation_tiles.py"
 add kernels      "$A/selection.py $A/columnar.py $A/spans.py $A/platform.py" \
                  "tests/test_selection.py tests/test_columnar.py tests/test_mutation_kernels.py"
 add pairing      "$C/pairing.py"      "tests/test_mutation_pairing.py tests/test_trust.py::test_a_clock_two_seconds_off_is_refused"

@@ -108,8 +108,8 @@ def run_whatifs(tiles: pd.DataFrame, dumps: pd.DataFrame, link: LinkModel | None
             continue
         col = lambda name, default: np.nan_to_num(t[name].to_numpy(np.float64)) if name in t else default  # noqa: E731
         w = launch_whatifs(t["cta"].to_numpy(), t["position"].to_numpy(), col("rs_bytes", 0.0), offered, link,
-                           epilogue_ns=col("control_epilogue_ns", 0.0), steps=col("load_steps", 1).astype(np.int64),
-                           stages=col("load_stages", 1).astype(np.int64), cover_tiles=int(col("cover_tiles", np.zeros(1)).max(initial=0)),
+                           epilogue_ns=col("control_epilogue_ns", 0.0), steps=col("load_steps", np.ones(1)).astype(np.int64),
+                           stages=col("load_stages", np.ones(1)).astype(np.int64), cover_tiles=int(col("cover_tiles", np.zeros(1)).max(initial=0)),
                            plain_store=bool(t["plain_store"].iloc[0]) if "plain_store" in t else False)
         for k in ("dest", "shape", "variant", "schedule"):
             w[k] = str(t[k].iloc[0]) if pd.notna(t[k].iloc[0]) else "-"  # the verdicts' placeholder
