@@ -25,8 +25,10 @@ The model (§11), per CTA, tile after tile:
   loads' return); each of those waits behind the stores issued by then, and the compute ends at
   max_j(arrival_j + (S − j)·c).
 
-Tile n's stall is its compute end beyond the unstalled one, ℓ + C (the mainloop inflation; with one step, its
-load wait beyond λ, [F(ℓ) − ℓ − λ]₊); tile 0 has none. The
+Tile n's stall is its compute end beyond the unstalled one, max(ℓ, s_{n−1}) + C (the mainloop inflation; with one
+step, its load wait beyond λ, [F(ℓ) − ℓ − λ]₊); tile 0 has none. A CTA computes one tile at a time: loads issued
+before the previous tile's store (a negative lag, the prefetch what-if) may return early, but tile n's compute
+starts no earlier than that store's issue s_{n−1}. The
 kernel ends when the last store has drained. Lockstep rounds and the CTAs' drift are not assumed: they come
 out of the recurrence (all CTAs whose loads were issued after a round's stores wait for the whole round,
 those issued before most of them get ahead).
@@ -181,13 +183,17 @@ def forward_tiles(cta, position, bytes_per_tile, compute_ns, model: LinkModel, e
             final = back == back.min()
         sel = np.flatnonzero(ready)[final]
         tiles, back, step_ns = tiles[final], back[final], step_ns[final]
+        load_free = max(load_free, float(back.max()))
+        # a CTA computes one tile at a time: loads issued ahead of the previous tile's store (a negative lag) can
+        # return early, but the compute starts no earlier than that store's issue, where the previous tile ends
+        busy = issue[sel]
+        back = np.maximum(back, busy + lam)
         finish = back - lam + work[tiles] - epi[tiles]
         many = n_steps[tiles] > n_stages[tiles]
         if many.any():
             finish[many] = _streamed_finish(back[many], step_ns[many], n_steps[tiles[many]], n_stages[tiles[many]], w_t, dep, lam)
-        load_free = max(load_free, float(back.max()))
         out["start"][tiles] = back - lam
-        out["stall"][tiles] = finish - load_at[sel] - (work[tiles] - epi[tiles])
+        out["stall"][tiles] = finish - np.maximum(load_at[sel], busy) - (work[tiles] - epi[tiles])
         issue[sel] = finish + epi[tiles]
         cur[sel] = nxt[sel]
         pending[sel] = True
