@@ -121,3 +121,19 @@ def test_prefetch_two_ctas_by_hand():
     # round 0 10..50, round 1 (issued at 20) 50..90, round 2 (issued at 60) 90..130: kernel 130 ns against 150.
     t = launch_whatifs(CTA, POS, 1000.0, 10.0, MODEL).set_index("alternative")
     assert t.loc["prefetch", "kernel_ns"] == 130.0
+
+
+def test_the_buffer_wait_under_prefetch_by_hand():
+    # one CTA, three tiles of 10 ns compute and 1000 bytes (20 ns on the link), Q = 0 (a store is accepted when it
+    # has drained), loads one tile ahead (Eq. 51), one staging buffer (cover_tiles = 1: tile i's store must be
+    # accepted before tile i+1's compute ends). Tile 0: compute 0..10, store 10, drained and accepted 30; tile 1:
+    # loads at 0 see no store, compute 10..20 (after tile 0's store issue), store 20, drained 30..50; tile 2: loads
+    # at 10 wait behind store 0 (issued at 10) until 30, compute 30..40: a 10 ns load wait. Buffer waits: tile 0's
+    # store accepted at 30, 10 ns after tile 1's compute ended (20); tile 1's at 50, 10 ns after tile 2's (40).
+    from xstage_trace.analysis.forward import forward_launch
+    from xstage_trace.analysis.link_whatif import prefetch_lag_ns
+
+    c, p = [0, 0, 0], [0, 1, 2]
+    f, stall = forward_launch(c, p, 1000.0, 10.0, MODEL, cover_tiles=1, load_lag_ns=prefetch_lag_ns(c, p, 10.0, 0.0, MODEL))
+    assert list(f.compute_start_ns) == [0.0, 10.0, 30.0] and list(f.accept_ns) == [30.0, 50.0, 70.0]
+    assert list(stall) == [10.0, 10.0, 10.0]

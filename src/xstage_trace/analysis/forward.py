@@ -221,7 +221,8 @@ def forward_launch(cta, position, bytes_per_tile, compute_ns, model: LinkModel, 
         order = np.lexsort((pos, cta))
         inv = np.empty_like(order)
         inv[order] = np.arange(len(order))
-        end = (f.compute_start_ns + offered + stall)[order]
+        epi = np.broadcast_to(np.asarray(epilogue_ns, np.float64), (n,))
+        end = (f.store_issue_ns - epi)[order]  # each tile's compute end (its store is issued one epilogue later)
         need = shift_back(end, cta[order], cover_tiles)
         wait = np.where(nbytes[order] > 0, np.maximum(f.accept_ns[order] - need, 0.0), 0.0)
         stall = stall + np.nan_to_num(wait)[inv]
