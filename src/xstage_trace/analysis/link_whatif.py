@@ -59,7 +59,7 @@ def launch_whatifs(cta, position, bytes_per_tile, compute_ns, model: LinkModel, 
     Every alternative is ``forward.forward_launch`` of its inputs, the function ``analyze``'s prediction is (with the
     lifecycle's buffer wait, ``cover_tiles``, and plain stores, ``plain_store``, Eq. 48), so ``as_run`` is that
     prediction. Kernel time: the forward model's first compute start to the last drain (Eq. 43); stall: median
-    over tiles at positions ≥ 1."""
+    over the launch's tiles (Table 3's median of the prediction)."""
     cta, pos = np.asarray(cta, np.int64), np.asarray(position, np.int64)
     n = len(cta)
     steps_a = np.broadcast_to(np.asarray(steps, np.int64), (n,))

@@ -31,7 +31,6 @@ def analyze_inputs(inputs: list[Path], output: Path | None, nsys=None, calibrati
 
     The output folder is checked before any input is read: it must be new, or an earlier run folder
     with ``force``, and it must neither be, lie inside, nor hold an input."""
-    from xstage_trace.analysis.verdict import config_verdicts
     from xstage_trace.pipeline.analyses import AnalysisContext
     from xstage_trace.base.malloc import keep_freed_memory
     from xstage_trace.analysis.calibration_model import link_model_of_document
@@ -99,7 +98,7 @@ def analyze_inputs(inputs: list[Path], output: Path | None, nsys=None, calibrati
         "tiles": written["tiles"],
         "calibration_points": int(len(points)),
         "table3": table3.round(3).astype(object).where(table3.notna(), None).to_dict("records"),  # NaN → null
-        "verdicts": verdict_records(results["verdicts"] if len(results.get("verdicts", ())) else config_verdicts(table3)),
+        "verdicts": verdict_records(results.get("verdicts", pd.DataFrame())),
         "alignment": plan.manifest["alignment"],
         "time_base": plan.manifest["time_base"],
         "warnings": warnings,

@@ -174,12 +174,17 @@ def _finish_and_write(batch: DumpBatch, folder: Path, done: dict[str, pd.DataFra
     return out
 
 
+def _backpressured(finished: dict[str, pd.DataFrame]) -> int:
+    """The backpressured tiles among a batch's finished tiles."""
+    tiles = finished.get("tiles", pd.DataFrame())
+    return int(tiles["backpressured"].sum()) if len(tiles) else 0
+
+
 def _result(records: int, done: dict[str, pd.DataFrame], finished: dict[str, pd.DataFrame], warnings: list[str]) -> DumpResult:
     rows = {a.name: len(done.get(a.name, ())) for a in DUMP_ANALYSES if a.keep == "table"}
     rows.update({name: len(frame) for name, frame in finished.items()})
     results = {a.name: done.get(a.name, pd.DataFrame()) for a in DUMP_ANALYSES if a.keep == "result"}
-    tiles = finished.get("tiles", pd.DataFrame())
-    return DumpResult(records, rows, results, int(tiles["backpressured"].sum()) if len(tiles) else 0, warnings)
+    return DumpResult(records, rows, results, _backpressured(finished), warnings)
 
 
 def _step_inputs(done: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
@@ -222,8 +227,7 @@ def finish_control_task(batch: DumpBatch, folder: Path, dump_rows: pa.Table, ctx
         return partial
     finished = _finish_and_write(batch, folder, done, dump_rows.to_pandas(), ctx, control)
     rows = dict(partial.rows, **{name: len(frame) for name, frame in finished.items()})
-    tiles = finished.get("tiles", pd.DataFrame())
-    return DumpResult(partial.records, rows, partial.results, int(tiles["backpressured"].sum()) if len(tiles) else 0, partial.warnings)
+    return DumpResult(partial.records, rows, partial.results, _backpressured(finished), partial.warnings)
 
 
 def process_task(batch: DumpBatch, folder: Path, slices: pa.Table, dump_rows: pa.Table, ctx: AnalysisContext,
