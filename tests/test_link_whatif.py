@@ -71,10 +71,10 @@ def test_sentence_on_deepgemm_names_the_fix_and_its_gain_or_that_none_gains(tmp_
     g = w[(w["dest"] == "host") & (w["shape"] == "m8192n4096k7168")].set_index("alternative")
     best = g.loc[["sm_count", "prefetch"], "kernel_ns"].astype(float)
     gain = float(np.float64(g.loc["as_run", "kernel_ns"]) / best.min())
-    if gain > 1.0:  # the faster alternative, named with its gain
+    if gain >= 1.02:  # the faster alternative, named with its gain (2 %: compare's default gate)
         assert f"{gain:.2f}× faster" in row["sentence"]
-    else:  # neither alternative beats the prediction as run: the sentence says so instead of naming a fix
-        assert "the model predicts no gain from fewer CTAs or prefetching" in row["sentence"]
+    else:  # no alternative 2 % faster than the prediction as run: the sentence says so instead of naming a fix
+        assert "the model predicts no gain of 2 % or more from fewer CTAs or prefetching" in row["sentence"]
     host = tiles[(tiles["dest"] == "host") & (tiles["shape"] == "m8192n4096k7168")]
     floor_ms = np.median([np.nansum(t["rs_bytes"]) / link.rate_gbps / 1e6 for _, t in host.groupby("dump")])
     assert f"floor (every byte once at R) is {float(f'{floor_ms:.3g}'):g} ms" in row["sentence"]

@@ -87,3 +87,25 @@ def test_the_sentence_says_where_the_calibrated_prediction_misses_the_measured_s
     assert "misses" not in sentence(pd.DataFrame([near]), pd.Series(near))
     small = dict(base, measured_stall_us=1.0, predicted_stall_us=2.9)  # 190 % but 1.9 µs: within 2 µs
     assert "misses" not in sentence(pd.DataFrame([small]), pd.Series(small))
+
+
+def test_a_predicted_gain_under_the_gate_is_not_named_as_a_fix():
+    """A schedule the what-if predicts 1 % faster is within compare's 2 % gate: the sentence says the model predicts
+    no gain of 2 % or more; 10 % faster is named with its gain (1000 / 909.1 = 1.10×)."""
+    import pandas as pd
+
+    from xstage_trace.reports.verdict_text import in_display_units, with_fixes, with_sentences
+
+    v = pd.DataFrame([{"dest": "host", "shape": "s", "variant": "-", "schedule": "-", "verdict": "stall-bound",
+                       "diagnosis": "mainloop_inflation", "basis": "measured", "tiles": 10, "stalled_tiles": 8,
+                       "measured_stall_ns": 5000.0, "slot_model_stall_ns": 0.0, "predicted_stall_ns": float("nan")}])
+
+    def whatif(best_ns: float) -> pd.DataFrame:
+        rows = [("as_run", 0, 1000.0), ("prefetch", 1, best_ns), ("sm_count", 33, 1200.0), ("link_floor", 0, 800.0)]
+        return pd.DataFrame([{"dest": "host", "shape": "s", "variant": "-", "schedule": "-", "alternative": a, "parameter": p,
+                              "kernel_ns": k, "stall_ns": 0.0, "gain": 1000.0 / k} for a, p, k in rows])
+
+    small = with_sentences(with_fixes(in_display_units(v), whatif(990.0))).iloc[0]
+    assert small["fix"] is None and "predicts no gain of 2 % or more" in small["sentence"]
+    large = with_sentences(with_fixes(in_display_units(v), whatif(909.1))).iloc[0]
+    assert large["fix"] == "prefetch" and "(1.10× faster than the predicted" in large["sentence"]

@@ -19,6 +19,8 @@ import math
 
 import pandas as pd
 
+from xstage_trace.reports.compare import GateConfig
+
 CONFIG = ("dest", "shape", "variant")
 PREDICTION_TOLERANCE, PREDICTION_TOLERANCE_US = 0.15, 2.0  # issue 28's goal: within 15 % or 2 µs of the measured median
 CAUSES = {"slot_backpressure": "slot backpressure", "mainloop_inflation": "mainloop inflation"}
@@ -31,13 +33,15 @@ def verdict_table(run) -> pd.DataFrame:
     return with_fixes(in_display_units(run.verdicts()), run.link_whatif())
 
 
+MIN_FIX_GAIN = 1.0 + GateConfig().gate_pct / 100  # a predicted gain under the gate's smallest kernel-time change (2 %) is no fix
 FIX_COLUMNS = ["fix", "fix_parameter", "fix_kernel_ms", "fix_stall_us", "fix_gain", "as_run_pred_kernel_ms", "floor_kernel_ms"]
 
 
 def with_fixes(v: pd.DataFrame, whatif: pd.DataFrame) -> pd.DataFrame:
     """docs/model.md §13: per verdict row the what-if's best alternative (least predicted kernel time among
     ``sm_count`` and ``prefetch``) with its parameter, kernel time (ms), stall (µs) and gain, the predicted as-run
-    kernel time and the link floor (ms); missing where the run has no what-if for the configuration."""
+    kernel time and the link floor (ms); missing where the run has no what-if for the configuration. An alternative
+    predicted less than ``MIN_FIX_GAIN`` faster than as run is not a fix (``compare`` would not call the change one)."""
     out = v.copy()
     for c in FIX_COLUMNS:
         out[c] = None if c == "fix" else float("nan")
@@ -57,7 +61,7 @@ def with_fixes(v: pd.DataFrame, whatif: pd.DataFrame) -> pd.DataFrame:
         if hit is None:
             continue
         best, base, floor = hit
-        if best is not None:
+        if best is not None and float(best["gain"]) >= MIN_FIX_GAIN:
             out.at[i, "fix"], out.at[i, "fix_parameter"] = best["alternative"], best["parameter"]
             out.at[i, "fix_kernel_ms"], out.at[i, "fix_stall_us"], out.at[i, "fix_gain"] = best["kernel_ns"] / 1e6, best["stall_ns"] / 1e3, best["gain"]
         out.at[i, "as_run_pred_kernel_ms"] = float(base.iloc[0]) / 1e6 if len(base) else float("nan")
@@ -79,8 +83,9 @@ def _predicted_fix(row) -> str | None:
     if pd.notna(base) and float(base) <= DRAIN_BOUND * float(row["floor_kernel_ms"]):
         floor = f"drain-bound: {floor}, and the predicted {_num(base, 'ms')} as run is within {100 * (DRAIN_BOUND - 1):.0f} % of it"
     gain = row.get("fix_gain")
-    if row.get("fix") is None or not pd.notna(gain) or float(gain) <= 1.0:
-        return f"the model predicts no gain from fewer CTAs or prefetching (as run {_num(row.get('as_run_pred_kernel_ms'), 'ms')}); {floor}"
+    if row.get("fix") is None or not pd.notna(gain):
+        return (f"the model predicts no gain of {100 * (MIN_FIX_GAIN - 1):.0f} % or more from fewer CTAs or prefetching (as run "
+                f"{_num(row.get('as_run_pred_kernel_ms'), 'ms')}); {floor}")
     what = FIXES.get(str(row["fix"]), str(row["fix"]))
     if str(row["fix"]) == "sm_count":
         what += f" ({int(row['fix_parameter'])})"
