@@ -187,3 +187,12 @@ def test_fixed_c_speedup_resamples_the_trials_by_hand():
     s = fixed_c_speedup(t, {"a": 1}, max_comm_ctas=2, n_boot=400)
     assert (s["best_fixed_c"], s["speedup_geomean"]) == (1, 1.0)
     assert (s["ci_low"], s["ci_high"]) == (0.5, 1.0)
+
+
+def test_a_c_not_measured_for_every_workload_is_not_the_best_fixed_c():
+    # C = 3 measured for a only (1 ms), C = 1 for both (a 4, b 4 ms), C = 2 for both (a 8, b 2 ms); selection a → 3,
+    # b → 2. Only C = 1 and 2 are candidates: geomeans 4 and 4 (tie: the first, C = 1). Speedup: geomean(4/1, 4/2)
+    # = 8^(1/2) = 2.828 (before the fix argmin took C = 3, whose geomean is NaN, and the speedup was NaN).
+    t = _sweep({"a": [[4.0], [8.0], [1.0]], "b": [[4.0], [2.0], [np.nan]]})
+    s = fixed_c_speedup(t.dropna(), {"a": 3, "b": 2}, max_comm_ctas=3, n_boot=10)
+    assert s["best_fixed_c"] == 1 and s["speedup_geomean"] == pytest.approx(8 ** 0.5, rel=1e-12)

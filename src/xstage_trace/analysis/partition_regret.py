@@ -9,6 +9,7 @@ geometric mean over the workloads, with a bootstrap interval over workloads and 
 
 from __future__ import annotations
 
+import warnings
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -44,10 +45,19 @@ def regret_table(times: pd.DataFrame, selected: dict[str, int], max_comm_ctas: i
                          "t_selected_ms": t_s, "regret_pct": 100.0 * (t_s - t_o) / t_o})
 
 
+def _medians(cube: np.ndarray, axis: int) -> np.ndarray:
+    """Medians over trials, NaN (without a warning) for a C with no trial."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.nanmedian(cube, axis=axis)
+
+
 def _fixed_speedup(med: np.ndarray, sel: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """med [..., workload, C]; sel [..., workload] (0-based): best fixed C (geomean) and the geomean speedup of the selection over it."""
+    """med [..., workload, C]; sel [..., workload] (0-based): best fixed C (geomean) and the geomean speedup of the selection over it.
+    A C not measured for every workload is no candidate (its geomean is NaN; argmin would pick it)."""
     logm = np.log(med)
-    best = np.argmin(logm.mean(axis=-2), axis=-1)
+    mean = logm.mean(axis=-2)
+    best = np.argmin(np.where(np.isnan(mean), np.inf, mean), axis=-1)
     t_fix = np.take_along_axis(logm, best[..., None, None].repeat(logm.shape[-2], axis=-2), axis=-1)[..., 0]
     t_sel = np.take_along_axis(logm, sel[..., None], axis=-1)[..., 0]
     return best, np.exp((t_fix - t_sel).mean(axis=-1))
@@ -60,7 +70,7 @@ def fixed_c_speedup(times: pd.DataFrame, selected: dict[str, int], max_comm_ctas
     fixed C and re-takes the medians."""
     names, cs, cube = time_cube(times, max_comm_ctas)
     sel = np.array([selected[n] for n in names]) - 1
-    med = np.nanmedian(cube, axis=2)
+    med = _medians(cube, 2)
     best, speedup = _fixed_speedup(med, sel)
     rng = np.random.default_rng(seed)
     nw, nc, nt = cube.shape
@@ -71,7 +81,7 @@ def fixed_c_speedup(times: pd.DataFrame, selected: dict[str, int], max_comm_ctas
         tr = rng.integers(0, nt, size=(b, nw, nt))
         sub = cube[w]                                            # [b, nw, nc, nt]
         sub = np.take_along_axis(sub, tr[:, :, None, :].repeat(nc, axis=2), axis=3)
-        out.append(_fixed_speedup(np.nanmedian(sub, axis=3), sel[w])[1])
+        out.append(_fixed_speedup(_medians(sub, 3), sel[w])[1])
     boot = np.concatenate(out)
     lo, hi = np.quantile(boot, [(1 - level) / 2, (1 + level) / 2])
     return {"best_fixed_c": int(cs[best]), "speedup_geomean": float(speedup), "ci_low": float(lo), "ci_high": float(hi),
