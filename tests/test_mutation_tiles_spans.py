@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from xstage_trace.analysis.platform import PlatformModel
-from xstage_trace.analysis.tiles import (CONTROL_KEYS, MIN_NOISE_NS, ControlSample, ControlStats, TileControl, _combined_keys,
+from xstage_trace.analysis.tiles import (CONTROL_KEYS, ControlSample, ControlStats, TileControl, _combined_keys,
                                          _control_lookup, _medians_by, _tile_control_lookup, _wait_stats, compute_stall_ns,
                                          control_sample, control_stats, control_stats_from_samples, finish_tiles,
                                          launch_ns_per_cycle, mainloop_inflated, tile_controls, tile_spans, total_stall_ns,
@@ -70,8 +70,8 @@ def _close(got, want):
 
 
 def test_no_probes_or_no_mainloop_give_an_empty_tile_table():
-    assert tile_spans(_probes([]), FUSED).empty
-    assert tile_spans(_probes(_span(0, "d", 0, 0, "rs", 0, 10)), FUSED).empty
+    assert tile_spans(_probes([]), FUSED).shape == (0, 0)
+    assert tile_spans(_probes(_span(0, "d", 0, 0, "rs", 0, 10)), FUSED).shape == (0, 0)
 
 
 def test_fused_spans_of_one_dump_by_hand():
@@ -84,7 +84,7 @@ def test_fused_spans_of_one_dump_by_hand():
     _close(s["mainloop_ns"], [800, 900, 700, 500])
     # ns per cycle: 800/400 = 2, 900/450 = 2, 700/280 = 2.5, 500/250 = 2 → the launch's median 2
     _close(s["ns_per_cycle"], [2.0] * 4)
-    assert s["is_l2"].tolist() == [True, False, True, False]  # CTA 1's tile has no info: payload 0
+    assert s["is_l2"].tolist() == [True, False, True, False] and s["is_l2"].dtype == bool  # CTA 1's tile: no info, payload 0
     assert s["expert"].tolist() == [3, 4, 0, 0] and s["wave"].tolist() == [2, 1, 0, 0]
     _close(s["wait_ns"], [30, 40, 50, NAN])
     _close(s["wait_start_ns"], [-50, 960, 2450, NAN])
@@ -101,7 +101,7 @@ def test_fused_spans_of_one_dump_by_hand():
     # Eq. 20: [−150 + 1300 − 900]₊ = 250; [−550 + 300 − 700]₊ = 0; tile 9 has no cover (NaN), CTA 1's tile no store
     _close(s["predicted_stall_ns"], [250, 0, NAN, NAN])
     assert s["cover_tiles"].tolist() == [1] * 4 and s["cover_tiles"].dtype == np.int8
-    assert not s["wait_in_store"].any() and not s["plain_store"].any()
+    assert s["wait_in_store"].tolist() == [False] * 4 and s["plain_store"].tolist() == [False] * 4
     assert "tile_kind" not in s
 
 
@@ -131,8 +131,9 @@ def test_gemm_spans_wait_after_the_next_mainloop_and_read_the_group_from_the_inf
     # tile i's wait is the one recorded on tile i+1: 20, 30, NaN.
     # lead = 1100 − 1500 = −400, 2100 − 2600 = −500; Eq. 20: [−400 + 600 − 500]₊ = 0 … [−500 + 100 − 400]₊ = 0
     r = []
-    for tile, (t0, t1), group, store, wait in [(0, (0, 1000), 6, (1100, 1700, 64), 10), (1, (1500, 2000), 70000, (2100, 2200, 32), 20),
-                                              (2, (2600, 3000), 3, None, 30)]:
+    # (tile 2's records first: row 0 belongs to the tile without a store)
+    for tile, (t0, t1), group, store, wait in [(2, (2600, 3000), 3, None, 30), (0, (0, 1000), 6, (1100, 1700, 64), 10),
+                                              (1, (1500, 2000), 70000, (2100, 2200, 32), 20)]:
         r += _span(2, "g", 4, tile, "mainloop", t0, t1) + _mark(2, "g", 4, tile, "schedule", group)
         r += _span(2, "g", 4, tile, "store_wait", t1 + 1, t1 + 1 + wait)
         if store:
@@ -144,8 +145,10 @@ def test_gemm_spans_wait_after_the_next_mainloop_and_read_the_group_from_the_inf
     _close(s["predicted_stall_ns"], [0, 0, NAN])
     _close(s["rs_bytes"], [64, 32, NAN])
     _close(s["ls_ns"], [NAN] * 3)
+    _close(s["epilogue_start_ns"], [1100, 2100, NAN])
     assert s["expert"].tolist() == [6, 70000, 3] and s["wave"].tolist() == [0, 0, 0] and not s["is_l2"].any()
     assert s["tile_kind"].tolist() == ["gemm"] * 3 and s["cover_tiles"].tolist() == [1] * 3
+    assert s["is_l2"].dtype == bool and s["wave"].dtype.kind == "i" and s["expert"].dtype.kind == "i"
     _close(s["ns_per_cycle"], [1.0] * 3)  # no clock column: spans compared in ns
 
 
@@ -153,31 +156,34 @@ def test_attention_spans_have_no_wait_no_cover_and_their_wait_inside_the_store()
     # no wait event, no info event: wait NaN, group 0, kind attention; S = 1 before: T_cover = 0
     # tile 3: mainloop 0→400, store 450→950 (500 ns, 128 B); tile 4: mainloop 600→900, store 1000→1100 (100 ns)
     # lead: 450 − 600 = −150 → [−150 + 500 − 0]₊ = 350; tile 4's unknown lead (0): [100]₊ = 100
-    r = _span(0, "a", 0, 3, "mainloop", 0, 400) + _span(0, "a", 0, 3, "epilogue", 450, 950, payload=128)
+    # (the store's end record comes first: row 0 is no info mark, whatever its payload)
+    r = _span(0, "a", 0, 3, "epilogue", 450, 950, payload=128)[::-1] + _span(0, "a", 0, 3, "mainloop", 0, 400)
     r += _span(0, "a", 0, 4, "mainloop", 600, 900) + _span(0, "a", 0, 4, "epilogue", 1000, 1100, payload=16)
     s = tile_spans(_probes(r), ATTN)
     _close(s["wait_ns"], [NAN, NAN])
     _close(s["cover_ns"], [0, 0])
     _close(s["predicted_stall_ns"], [350, 100])
     assert s["expert"].tolist() == [0, 0] and s["tile_kind"].tolist() == ["attention"] * 2
-    assert s["wait_in_store"].all() and s["plain_store"].all() and s["cover_tiles"].tolist() == [0, 0]
+    _close(s["rs_bytes"], [128, 16])
+    assert s["wait_in_store"].tolist() == [True, True] and s["plain_store"].tolist() == [True, True]
+    assert s["cover_tiles"].tolist() == [0, 0]
 
 
 def test_each_launch_has_its_own_clock_and_ctas_ranks_and_dumps_do_not_cover_each_other():
-    # four launches (rank 2 or 3 × dump "a" or "b"), one CTA 0 each with two tiles of 100 and 300 ns at
-    # 0.5, 0.6, 0.7, 0.8 ns per cycle. The launch key dump·(max rank + 1) + rank: a-2 → 2, a-3 → 3, b-2 → 6, b-3 → 7.
+    # four launches (rank 0 or 1 × dump "a" or "b"), one CTA 0 each with two tiles of 100 and 300 ns at
+    # 0.5, 0.6, 0.7, 0.8 ns per cycle. The launch key dump·(max rank + 1) + rank: a-0 → 0, a-1 → 1, b-0 → 2, b-1 → 3.
     r = []
-    for (rank, dump), per in zip([(2, "a"), (3, "a"), (2, "b"), (3, "b")], [0.5, 0.6, 0.7, 0.8]):
+    for (rank, dump), per in zip([(0, "a"), (1, "a"), (0, "b"), (1, "b"), (0, "c")], [0.5, 0.6, 0.7, 0.8, 0.9]):
         r += _span(rank, dump, 0, 1, "mainloop", 0, 100, c1=round(100 / per))  # 200, 167, 143, 125 cycles
         r += _span(rank, dump, 0, 2, "mainloop", 200, 500, c0=1000, c1=1000 + round(300 / per))
     s = tile_spans(_probes(r), FUSED)
-    # ordered by rank, then dump: a-2, b-2, a-3, b-3
-    assert list(zip(s["dump"], s["rank"])) == [("a", 2)] * 2 + [("b", 2)] * 2 + [("a", 3)] * 2 + [("b", 3)] * 2
+    # and a fifth, c-0 → 4 (at 0.9 ns per cycle); ordered by rank, then dump: a-0, b-0, c-0, a-1, b-1
+    assert list(zip(s["dump"], s["rank"])) == [("a", 0)] * 2 + [("b", 0)] * 2 + [("c", 0)] * 2 + [("a", 1)] * 2 + [("b", 1)] * 2
     # each launch's median of (100/c₁, 300/c₂): numpy by hand
-    want = [np.median([100 / round(100 / p), 300 / round(300 / p)]) for p in (0.5, 0.7, 0.6, 0.8)]
+    want = [np.median([100 / round(100 / p), 300 / round(300 / p)]) for p in (0.5, 0.7, 0.9, 0.6, 0.8)]
     _close(s["ns_per_cycle"], np.repeat(want, 2))
-    _close(s["cover_ns"], [300, NAN] * 4)
-    assert s["position"].tolist() == [0, 1] * 4
+    _close(s["cover_ns"], [300, NAN] * 5)
+    assert s["position"].tolist() == [0, 1] * 5
 
 
 def test_ties_in_mainloop_start_keep_the_record_order_and_categorical_keys_read_as_text():
@@ -192,12 +198,12 @@ def test_ties_in_mainloop_start_keep_the_record_order_and_categorical_keys_read_
 
 
 def test_launch_clock_is_the_median_ratio_of_the_tiles_that_record_cycles():
-    # launch 5: 100/50 = 2, 200/100 = 2, 300/0 (no cycles) → median 2; launch 9: 100/25 = 4, 100/50 = 2, −10 cycles
-    # (none) → (4 + 2)/2 = 3; launch 1: no cycles at all (NaN, −5) → 1
-    launch = np.array([5, 5, 5, 9, 9, 9, 1, 1])
-    ns = np.array([100.0, 200.0, 300.0, 100.0, 100.0, 50.0, 70.0, 80.0])
-    cycles = np.array([50.0, 100.0, 0.0, 25.0, 50.0, -10.0, NAN, -5.0])
-    _close(launch_ns_per_cycle(launch, ns, cycles), [2, 2, 2, 3, 3, 3, 1, 1])
+    # launch 5: 100/50 = 2, 300/0 (no cycles) → 2; launch 9: 100/25 = 4, 100/50 = 2, −10 cycles (none) → (4 + 2)/2 = 3;
+    # launch 1: no cycles at all (NaN, −5) → 1; launch 3: 3 ns in 1 cycle → 3
+    launch = np.array([5, 5, 9, 9, 9, 1, 1, 3])
+    ns = np.array([100.0, 300.0, 100.0, 100.0, 50.0, 70.0, 80.0, 3.0])
+    cycles = np.array([50.0, 0.0, 25.0, 50.0, -10.0, NAN, -5.0, 1.0])
+    _close(launch_ns_per_cycle(launch, ns, cycles), [2, 2, 3, 3, 3, 1, 1, 3])
     assert len(launch_ns_per_cycle(np.zeros(0, np.int64), np.zeros(0), np.zeros(0))) == 0
 
 
@@ -316,7 +322,7 @@ def test_without_a_control_nothing_is_measured_and_the_noise_is_the_minimum():
     t = finish_tiles(_tiles("h", [0, 1], [1000, 1000], [900, NAN], predicted_ns=[300.0, 200.0]), dumps)
     _close(t["measured_stall_ns"], [NAN, NAN])
     _close(t["wait_floor_ns"], [NAN, NAN])
-    _close(t["noise_ns"], [MIN_NOISE_NS] * 2)
+    _close(t["noise_ns"], [200.0] * 2)
     _close(t["compute_stall_ns"], [NAN, NAN])
     _close(t["stall_ns"], [NAN, NAN])
     _close(t["control_mainloop_ns"], [NAN, NAN])
@@ -328,11 +334,15 @@ def test_forward_inputs_default_without_their_columns_and_follow_the_schema_type
     dumps = _dumps([(0, "h", "host", "S", "global", False)])
     t = finish_tiles(_tiles("h", [0], [1000], [NAN]).drop(columns="ns_per_cycle"), dumps)
     _close(t["rs_bytes"], [NAN])
+    assert t["rs_bytes"].dtype == np.float64
     assert t["load_steps"].tolist() == [1] and t["load_stages"].tolist() == [1] and t["cover_tiles"].tolist() == [1]
-    assert t["plain_store"].tolist() == [False]
+    assert t["plain_store"].tolist() == [False] and t["plain_store"].dtype == bool
+    for c in ("load_steps", "load_stages", "cover_tiles"):
+        assert t[c].dtype == np.int32, c  # base.schema.TILES
     _close(t["ns_per_cycle"], [1.0])
-    t = finish_tiles(_tiles("h", [0], [1000], [NAN], rs_bytes=64.0, load_steps=3, load_stages=2, cover_tiles=np.int8(0),
-                            plain_store=True), dumps)
+    t = finish_tiles(_tiles("h", [0], [1000], [NAN], rs_bytes=64, load_steps=3, load_stages=2, cover_tiles=np.int8(0),
+                            plain_store=1), dumps)  # integer bytes and a 0/1 flag: the schema's float64 and bool
+    assert t["rs_bytes"].dtype == np.float64 and t["plain_store"].dtype == bool
     _close(t["rs_bytes"], [64])
     assert t["load_steps"].tolist() == [3] and t["load_stages"].tolist() == [2] and t["cover_tiles"].tolist() == [0]
     assert t["plain_store"].tolist() == [True]
@@ -382,7 +392,8 @@ def test_a_wait_inside_the_store_span_is_the_span_beyond_the_control_median_wher
     # Eq. 45 for a wait inside the store span; no slot waits anywhere → noise 200 (MIN_NOISE_NS), floor unknown.
     # shape A: control spans 100, 100, 100, 300 → median 100, p99 294 (0.97·200 + 100, up to rounding): 5 % of it is
     #   14.7 < 200, so a span is longer where it exceeds 294 + 200: 600 → 600 − 100 = 500; 450 → 0
-    # shape B: control spans 10000 ×4 → median = p99 = 10000; 5 % = 500 > 200: 10600 → 600, 10400 → 0
+    # shape B: control spans 10000 ×4 → median = p99 = 10000; 5 % = 500 > 200: 10600.0126 → 600.013 (to the ps),
+    #   10400 → 0, 10500 (exactly 500 beyond: not longer) → 0
     # shape C: no control → NaN; a tile without a wait inside its store (a dump of another lifecycle) keeps its
     #   slot wait's measurement: NaN without control waits
     dumps = _dumps([(0, "ca", "local", "A", "smem", True), (0, "ha", "host", "A", "smem", False),
@@ -391,19 +402,19 @@ def test_a_wait_inside_the_store_span_is_the_span_beyond_the_control_median_wher
     tiles = [_tiles("ca", [0, 1, 2, 3], [1000] * 4, [NAN] * 4, rs_ns=[100.0, 100.0, 100.0, 300.0]),
              _tiles("ha", [0, 1], [1000] * 2, [NAN] * 2, rs_ns=[600.0, 450.0]),
              _tiles("cb", [0, 1, 2, 3], [1000] * 4, [NAN] * 4, rs_ns=10_000.0),
-             _tiles("hb", [0, 1], [1000] * 2, [NAN] * 2, rs_ns=[10_600.0, 10_400.0]),
+             _tiles("hb", [0, 1, 2], [1000] * 3, [NAN] * 3, rs_ns=[10_600.0126, 10_400.0, 10_500.0]),
              _tiles("hc", [0], [1000], [NAN], rs_ns=900.0)]
     run = pd.concat([s.assign(wait_in_store=True) for s in tiles] + [_tiles("hd", [0], [1000], [1000.0]).assign(wait_in_store=False)],
                     ignore_index=True)
     t = finish_tiles(run, dumps).set_index("dump")
     _close(t.loc["ha", "measured_stall_ns"], [500, 0])
-    _close(t.loc["hb", "measured_stall_ns"], [600, 0])
+    np.testing.assert_allclose(t.loc["hb", "measured_stall_ns"], [600.013, 0, 0], rtol=0, atol=1e-9)
     _close(t.loc[["hc"], "measured_stall_ns"], [NAN])
     _close(t.loc[["hd"], "measured_stall_ns"], [NAN])
     _close(t.loc["ca", "measured_stall_ns"], [0, 0, 0, 0])
     # the measured stall above the noise is a slot backpressure: 500 and 600 (> 200)
     assert t.loc["ha", "diagnosis"].tolist() == ["slot_backpressure", "none"]
-    assert t.loc["hb", "diagnosis"].tolist() == ["slot_backpressure", "none"]
+    assert t.loc["hb", "diagnosis"].tolist() == ["slot_backpressure", "none", "none"]
 
 
 def test_a_launch_that_records_waits_leaves_its_last_tiles_unmeasured_but_another_launch_does_not():
@@ -461,7 +472,9 @@ def test_a_dump_row_repeated_gives_every_match_and_a_missing_dump_is_no_control(
 
 def test_a_layouts_own_tile_kind_stands_and_missing_ones_come_from_is_l2():
     dumps = _dumps([(0, "a", "host", "s", "smem", False)])
-    t = with_dump_config(_spans_of([(0, "a", True), (0, "a", False)]).assign(tile_kind=["gemm", None]), dumps)
+    spans = _spans_of([(0, "a", True), (0, "a", False)]).assign(tile_kind=["gemm", None])
+    spans.index = [7, 3]  # filled by index, not by position
+    t = with_dump_config(spans, dumps)
     assert t["tile_kind"].tolist() == ["gemm", "linear1"]
     t = with_dump_config(_spans_of([(0, "a", True)]), dumps.iloc[:0])  # no dump rows at all
     assert pd.isna(t["dest"].iloc[0]) and t["is_control"].tolist() == [False]
@@ -513,7 +526,7 @@ def test_control_statistics_per_group_missing_keys_first_by_hand():
     # group (S, linear2, smem): mainloops 2000, 400 → p99 = 400 + 0.99·1600 = 1984 (linear), median 1200;
     #   stores 5, 6, 8 → median 6, p99 = 6 + 0.98·2 = 7.96
     c = control_stats(_control_frame())
-    assert c.floor_ns == 20.0 and c.noise_ns == MIN_NOISE_NS and c.waits == 3
+    assert c.floor_ns == 20.0 and c.noise_ns == 200.0 and c.waits == 3
     p = c.mainloop_p99
     assert list(p.columns) == [*CONTROL_KEYS, "ctrl", "ctrl_median", "ctrl_store_median", "ctrl_store_p99"]
     assert pd.isna(p["shape"].iloc[0]) and p["shape"].iloc[1] == "S" and p["tile_kind"].tolist() == ["linear2"] * 2
@@ -535,15 +548,15 @@ def test_control_statistics_of_noisy_waits_and_of_no_control():
     c = control_stats(f)
     assert c.floor_ns == 50.0 and c.noise_ns == float(np.percentile([-50.0, -50.0, 50.0, 950.0], 99)) and c.waits == 4
     c = control_stats(_control_frame().assign(is_control=False))
-    assert (c.floor_ns, c.noise_ns, c.waits) == (0.0, MIN_NOISE_NS, 0) and c.mainloop_p99.empty and c.per_tile == {}
+    assert (c.floor_ns, c.noise_ns, c.waits) == (0.0, 200.0, 0) and c.mainloop_p99.empty and c.per_tile == {}
     assert list(c.mainloop_p99.columns) == [*CONTROL_KEYS, "ctrl", "ctrl_median", "ctrl_store_median", "ctrl_store_p99"]
 
 
 def test_wait_stats_by_hand():
     # no wait: (0, 200); ranks of waits 100, 300, 500 (sorted order statistics 0, 1, 2): floor 300,
     # p99 of (−200, 0, 200) = 0 + 0.98·200 = 196 → 200; of waits 0, 1000, 2000: floor 1000, p99 = 980 (up to rounding)
-    assert _wait_stats({}, 0) == (0.0, MIN_NOISE_NS)
-    assert _wait_stats({0: 100.0, 1: 300.0, 2: 500.0}, 3) == (300.0, MIN_NOISE_NS)
+    assert _wait_stats({}, 0) == (0.0, 200.0)
+    assert _wait_stats({0: 100.0, 1: 300.0, 2: 500.0}, 3) == (300.0, 200.0)
     assert _wait_stats({0: 0.0, 1: 1000.0, 2: 2000.0}, 3) == (1000.0, float(np.percentile([-1000.0, 0.0, 1000.0], 99)))
 
 
@@ -565,7 +578,7 @@ def test_tile_controls_take_medians_per_id_over_every_sample_and_the_p99_of_the_
     # group e has no tile: left out
     g, e = ("S", "linear2", "smem"), ("T", "linear2", "smem")
     empty = (np.zeros(0, np.int64), np.zeros(0), np.zeros(0))
-    s1 = ControlSample(np.zeros(0), {}, {}, {g: (np.array([0, 1]), np.array([1000.0, 2000.0]), np.array([100.0, NAN])), e: empty})
+    s1 = ControlSample(np.zeros(0), {}, {}, {e: empty, g: (np.array([0, 1]), np.array([1000.0, 2000.0]), np.array([100.0, NAN]))})
     s2 = ControlSample(np.zeros(0), {}, {}, {g: (np.array([0, 1]), np.array([1100.0, 2000.0]), np.array([120.0, 200.0]))})
     out = tile_controls([s1, s2])
     assert set(out) == {g}
@@ -600,11 +613,13 @@ def test_tile_control_lookup_finds_the_tile_id_in_its_group_only():
     # group (S, k, o) has tiles 2 and 5; tile 5 → its entry, tile 3 and tile 9 (past the last id) → NaN;
     # a tile of a group without a per-tile control → NaN
     tc = TileControl(np.array([2, 5]), np.array([20.0, 50.0]), np.array([1.0, 4.0]), 7.0)
-    t = pd.DataFrame({"shape": ["S", "S", "S", "S", "T"], "tile_kind": ["k"] * 5, "operands": ["o"] * 5, "tile": [5, 3, 9, 2, 2]})
+    # (the group without comes first)
+    t = pd.DataFrame({"shape": ["T", "S", "S", "S", "S"], "tile_kind": ["k"] * 5, "operands": ["o"] * 5, "tile": [2, 5, 3, 9, 2]})
     ml, ep, jitter = _tile_control_lookup(t, {("S", "k", "o"): tc})
-    _close(ml, [50, NAN, NAN, 20, NAN])
-    _close(ep, [4, NAN, NAN, 1, NAN])
-    _close(jitter, [7, NAN, NAN, 7, NAN])
+    _close(ml, [NAN, 50, NAN, NAN, 20])
+    _close(ep, [NAN, 4, NAN, NAN, 1])
+    _close(jitter, [NAN, 7, NAN, NAN, 7])
+    assert ml.dtype == ep.dtype == jitter.dtype == np.float64
     ml, ep, jitter = _tile_control_lookup(t, {})
     _close(ml, [NAN] * 5)
 
@@ -624,4 +639,137 @@ def test_compute_and_total_stall_by_hand():
     _close(compute_stall_ns(np.array([1300.0, 1300.0, 1300.0]), np.array([1000.0, 1000.0, NAN]), np.array([True, False, True])),
            [300, 0, NAN])
     # Δt_meas = w + c, a missing part counts 0, NaN only where both are missing
-    _close(total_stall_ns(np.array([100.0, NAN, 100.0, NAN]), np.array([5.0, 5.0, NAN, NAN])), [105, 5, 100, NAN])
+    got = total_stall_ns(np.array([100.0, NAN, 100.0, NAN]), np.array([5.0, 5.0, NAN, NAN]))
+    _close(got, [105, 5, 100, NAN])
+    assert got.dtype == np.float64
+
+
+def test_a_measured_wait_equal_to_the_noise_is_no_slot_backpressure():
+    # floor 300; waits 800 and 801 → w_meas 500, 501 against a noise of 500 given: only 501 exceeds it (§12 "exceeds")
+    dumps = _dumps([(0, "c", "local", "S", "smem", True), (0, "h", "host", "S", "smem", False)])
+    run = pd.concat([_tiles("c", [0], [1000], [300.0]), _tiles("h", [0, 1, 2], [1000] * 3, [800.0, 801.0, NAN])], ignore_index=True)
+    t = finish_tiles(run, dumps, noise_ns=500.0)
+    assert t["diagnosis"].tolist() == ["none", "none", "slot_backpressure", "none"]
+    assert t["backpressured"].tolist() == [False, False, True, False]
+
+
+def test_an_unmeasured_wait_is_no_backpressure_whatever_the_noise():
+    # no control: every w_meas is NaN, which is not a stall even under a noise below 1 ns; nothing is predicted (0)
+    dumps = _dumps([(0, "h", "host", "S", "smem", False)])
+    t = finish_tiles(_tiles("h", [0], [1000], [900.0]), dumps, noise_ns=0.5)
+    assert t["backpressured"].tolist() == [False] and t["diagnosis"].tolist() == ["none"]
+
+
+def test_without_a_per_tile_control_no_tile_column_is_read():
+    ml, ep, jitter = _tile_control_lookup(pd.DataFrame({"x": [1, 2]}), {})
+    _close(ml, [NAN, NAN])
+    _close(jitter, [NAN, NAN])
+
+
+def test_dump_config_by_rank_and_dump_with_rank_zero_a_missing_dump_name_and_the_tiles_index():
+    # ranks 0 and 5; (0, "a") — the first dump row — is the control; a tile without a dump name has no configuration
+    # (not that of another dump); each tile has one dump row, so the tiles keep their index
+    dumps = pd.DataFrame([{"rank": r, "dump": d, "dest": dest, "shape": f"s{r}{d}", "schedule": "wave", "variant": "v",
+                           "operands": "smem", "is_control": ctrl} for r, d, dest, ctrl in
+                          [(0, "a", "local", True), (5, "a", "host", False), (0, "b", "peer", False)]])
+    spans = _spans_of([(5, "a", True), (0, "a", False), (0, "b", True), (0, None, True)])
+    spans.index = [10, 11, 12, 13]
+    t = with_dump_config(spans, dumps)
+    assert t["shape"].tolist()[:3] == ["s5a", "s0a", "s0b"] and pd.isna(t["shape"].iloc[3])
+    assert t["is_control"].tolist() == [False, True, False, False]
+    assert t.index.tolist() == [10, 11, 12, 13]
+    t = with_dump_config(_spans_of([(0, "a", True)]), dumps.iloc[:0])
+    assert t["is_control"].dtype == bool
+
+
+def test_control_sample_of_a_mapping_of_columns_with_an_object_control_flag():
+    # the docstring's "mapping of columns": an object column of Python booleans (pandas' merge gives such)
+    f = _control_frame()
+    cols = {c: f[c] for c in f.columns}
+    cols["is_control"] = pd.Series([True, True, False, True, True], dtype=object)
+    s = control_sample(cols)
+    _close(s.waits_ns, [10, 20, 40])
+
+
+def test_control_statistics_of_no_sample_and_the_defaults_of_a_control_statistics():
+    c = control_stats_from_samples(lambda: (), 5)
+    assert (c.floor_ns, c.noise_ns, c.waits, c.per_tile) == (0.0, 200.0, 0, {}) and c.mainloop_p99.empty
+    c = ControlStats(0.0, 200.0, pd.DataFrame())
+    assert c.waits == 0 and c.per_tile == {}
+
+
+def test_cycles_of_clocks_beyond_2_to_the_53_are_counted_exactly():
+    # clock64 after 2^53 cycles (52 days at 2 GHz): begin 2^53 + 1, end 2^53 + 400 → 399 cycles for 798 ns → 2 ns per
+    # cycle (as float64 values the begin rounds to 2^53 and the span reads 400 cycles, 1.995 ns per cycle)
+    big = 2 ** 53
+    s = tile_spans(_probes(_span(0, "d", 0, 0, "mainloop", 0, 798, c0=big + 1, c1=big + 400)), FUSED)
+    assert s["ns_per_cycle"].tolist() == [2.0]
+
+
+def test_integer_spans_give_the_schemas_float_columns():
+    # spans given as integers (a lead, a slot wait, a prediction, a clock period of 1): base.schema.TILES's float64
+    # columns; a missing lead and an unmeasured stall are NaN floats, not None
+    dumps = _dumps([(0, "c", "local", "S", "smem", True), (0, "h", "host", "S", "smem", False)])
+    run = pd.concat([_tiles("c", [0], [1000], [300.0]), _tiles("h", [0, 1], [1000, 1000], [800.0, NAN])], ignore_index=True)
+    ints = run.assign(epilogue_lead_ns=[1, 2, 3], slot_wait_ns=[300, 800, 0], predicted_stall_ns=[0, 5, 0], ns_per_cycle=1)
+    t = finish_tiles(ints, dumps)
+    for c in ("epilogue_lead_ns", "slot_wait_ns", "predicted_stall_ns", "ns_per_cycle", "stall_ns"):
+        assert t[c].dtype == np.float64, c
+    t = finish_tiles(run, dumps)  # no lead column; tile 1 of h has no measured stall
+    assert t["epilogue_lead_ns"].dtype == np.float64 and t["stall_ns"].dtype == np.float64
+    _close(t["stall_ns"], [0, 500, NAN])
+
+
+def test_dump_config_of_ranks_below_zero_integer_flags_and_no_tiles():
+    # ranks −1 and 2 (lo = −1, width 4); is_control given as 0/1: the flag is a bool column
+    dumps = pd.DataFrame([{"rank": r, "dump": d, "dest": "host", "shape": f"s{r}{d}", "schedule": "wave", "variant": "v",
+                           "operands": "smem", "is_control": ctrl} for r, d, ctrl in [(-1, "a", 1), (2, "a", 0), (-1, "b", 0)]])
+    t = with_dump_config(_spans_of([(2, "a", True), (-1, "a", True), (-1, "b", True)]), dumps)
+    assert t["shape"].tolist() == ["s2a", "s-1a", "s-1b"]
+    assert t["is_control"].tolist() == [False, True, False] and t["is_control"].dtype == bool
+    t = with_dump_config(_spans_of([]), dumps)
+    assert len(t) == 0 and "dest" in t and "tile_kind" in t
+
+
+def test_combined_keys_of_no_column_and_a_control_lookup_of_no_tile():
+    combo, key_of = _combined_keys([])
+    assert len(combo) == 0 and key_of(0) == ()
+    p99 = pd.DataFrame({"shape": ["S"], "tile_kind": ["k"], "operands": ["o"], "ctrl": [1.0]})
+    got = _control_lookup(pd.DataFrame({"shape": [], "tile_kind": [], "operands": []}, dtype=object), p99)
+    assert len(got["ctrl"]) == 0
+
+
+def test_control_statistics_order_groups_by_key_text_and_a_sample_without_store_spans():
+    # groups T then S in the samples: the table lists S before T (sorted keys, missing ones first);
+    # a hand-built sample of mainloops only (no store spans recorded): store median and p99 NaN
+    s = ControlSample(np.array([5.0]), {("T", "k", "o"): np.array([10.0]), ("S", "k", "o"): np.array([20.0, 40.0])}, {})
+    c = control_stats_from_samples(lambda: (s,), 10)
+    p = c.mainloop_p99
+    assert p["shape"].tolist() == ["S", "T"]
+    _close(p["ctrl_median"], [30, 10])
+    _close(p["ctrl_store_median"], [NAN, NAN])
+    _close(p["ctrl_store_p99"], [NAN, NAN])
+
+
+def test_control_sample_of_integer_columns_gives_float_values_and_int64_tile_ids():
+    # integer waits, spans and epilogues (no clock period: spans in ns) and the probes' uint32 tile ids
+    f = _control_frame().drop(columns="ns_per_cycle").iloc[:4].assign(
+        slot_wait_ns=[10, 20, 30, 40], mainloop_ns=[1000, 300, 99, 800], rs_ns=[5, 6, 7, 8], epilogue_span_ns=[50, 60, 70, 80],
+        tile=np.array([4, 4, 4, 1], np.uint32))
+    s = control_sample(f)
+    key = ("S", "linear2", "smem")
+    assert s.waits_ns.dtype == np.float64 and s.mainloops_cycles[key].dtype == np.float64 and s.stores_ns[key].dtype == np.float64
+    tile, ml, ep = s.tiles[key]
+    assert tile.dtype == np.int64 and ml.dtype == np.float64 and ep.dtype == np.float64
+    _close(ml, [1000, 800])
+    s = control_sample(_control_frame().drop(columns="epilogue_span_ns"))
+    assert s.tiles[key][2].dtype == np.float64
+
+
+def test_zero_cycles_are_no_division_by_zero():
+    # a tile that records no cycles is left out before dividing (no RuntimeWarning)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _close(launch_ns_per_cycle(np.array([0, 0]), np.array([100.0, 50.0]), np.array([0.0, 25.0])), [2, 2])
