@@ -111,7 +111,7 @@ def test_a_slots_argument_overrides_the_lifecycles():
     # lead is unknown (0): 100
     s = tile_spans(_probes(_fused_records()), FUSED, slots=1)
     _close(s["cover_ns"], [0, 0, 0, 0])
-    assert s["cover_tiles"].tolist() == [0] * 4
+    assert s["cover_ns"].dtype == np.float64 and s["cover_tiles"].tolist() == [0] * 4
     _close(s["slot_wait_ns"], [40, 50, NAN, NAN])
     _close(s["predicted_stall_ns"], [1150, 0, 100, NAN])
 
@@ -773,3 +773,13 @@ def test_zero_cycles_are_no_division_by_zero():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         _close(launch_ns_per_cycle(np.array([0, 0]), np.array([100.0, 50.0]), np.array([0.0, 25.0])), [2, 2])
+
+
+def test_ranks_running_one_dump_name_and_cta_do_not_cover_each_other():
+    # rank 0 and rank 1 both ran dump "a" on CTA 0 (tiles of 100 and 300 ns each): each rank's last tile has no cover
+    r = []
+    for rank in (0, 1):
+        r += _span(rank, "a", 0, 1, "mainloop", 0, 100) + _span(rank, "a", 0, 2, "mainloop", 200, 500)
+    s = tile_spans(_probes(r), FUSED)
+    assert s["rank"].tolist() == [0, 0, 1, 1] and s["position"].tolist() == [0, 1, 0, 1]
+    _close(s["cover_ns"], [300, NAN, 300, NAN])
