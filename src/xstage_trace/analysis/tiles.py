@@ -110,8 +110,9 @@ def tile_spans(probes: pd.DataFrame, lifecycle: TileLifecycle, slots: int | None
     rows, start = mb[order], start[order]
     ids = run_ids(rank[rows], dump[rows], cta[rows])
     mainloop = t[me[order]] - start
-    clock = p["clock"].to_numpy(np.float64) if "clock" in p else None
-    cycles = clock[me[order]] - clock[mb[order]] if clock is not None else np.full(len(rows), np.nan)
+    clock = p["clock"].to_numpy() if "clock" in p else None
+    # the difference in the clock's own integers first: float64 clock64 values past 2^53 cycles lose whole cycles
+    cycles = (clock[me[order]] - clock[mb[order]]).astype(np.float64) if clock is not None else np.full(len(rows), np.nan)
     payload = cols["payload"][order]
     wait, rs, ls = (cols[c][order] for c in ("wait_ns", "rs_ns", "ls_ns"))
     wait_start, rs_start, ls_start = (cols[c][order] for c in ("wait_start_ns", "rs_start_ns", "ls_start_ns"))
