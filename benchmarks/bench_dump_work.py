@@ -69,7 +69,8 @@ def main() -> None:
         print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         print(f"{len(plan.tasks)} dumps, {records} records: best {best * 1e3:.0f} ms, median {median * 1e3:.0f} ms of {args.repeat}; "
               f"{best / len(plan.tasks) * 1e3:.1f} ms per dump; {records / best / 1e6:.2f} M records per core-second (best); "
-              f"CPU time best {min(cpu) * 1e3:.0f} ms: {records / min(cpu) / 1e6:.2f} M records per CPU-second")
+              f"CPU time best {min(cpu) * 1e3:.0f} ms, median {sorted(cpu)[len(cpu) // 2] * 1e3:.0f} ms: "
+              f"{records / min(cpu) / 1e6:.2f} M records per CPU-second")
         if args.profile:
             prof = cProfile.Profile()
             prof.enable()

@@ -47,6 +47,19 @@ def test_join_rows_gives_the_rows_and_order_of_pandas_merge(seed, nulls, how):
     np.testing.assert_array_equal(ri, want_ri)
 
 
+@pytest.mark.parametrize("how", ["inner", "left"])
+@pytest.mark.parametrize("seed", SEEDS)
+def test_join_rows_where_each_left_row_matches_at_most_once_gives_the_rows_of_pandas_merge(seed, how):
+    # a tile's spans: the right keys distinct (a permutation), the left ones drawn with misses and repeats
+    rng = np.random.default_rng(200 + seed)
+    right = pd.DataFrame({"k": rng.permutation(int(rng.integers(1, 40))) * 3})
+    left = pd.DataFrame({"k": rng.integers(-3, 3 * len(right) + 3, int(rng.integers(0, 40)))})
+    li, ri = join_rows(left["k"].to_numpy(np.int64), right["k"].to_numpy(np.int64), how=how)
+    want_li, want_ri = _merge_rows(left, right, ["k"], how)
+    np.testing.assert_array_equal(li, want_li)
+    np.testing.assert_array_equal(ri, want_ri)
+
+
 def test_join_rows_of_empty_sides():
     empty, some = np.zeros(0, np.int64), np.array([3, 1, 3], np.int64)
     for a, b, how in ((empty, some, "inner"), (some, empty, "inner"), (empty, empty, "left")):

@@ -82,17 +82,16 @@ def reconstruct_bursts(spans: pd.DataFrame, tiles: pd.DataFrame | None = None) -
     by_burst = np.lexsort((burst, dump, rank))
     ids = run_ids(rank[by_burst], dump[by_burst], burst[by_burst])
     groups = int(ids[-1]) + 1
-    first = by_burst[np.r_[True, ids[1:] != ids[:-1]]]
+    bounds = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])  # each burst's first row in by_burst order
+    first = by_burst[bounds]
     g = np.empty(len(ids), np.int64)
     g[by_burst] = ids  # the burst group of each span
     out = s[["rank", "dump"]].iloc[first].reset_index(drop=True)
     out["burst"] = burst[first]
-    lo, hi = np.full(groups, np.inf), np.full(groups, -np.inf)
-    np.minimum.at(lo, g, start)
-    np.maximum.at(hi, g, end)
-    volume = np.zeros(groups, np.int64)
-    np.add.at(volume, g, s["bytes"].to_numpy().astype(np.int64))
-    out["start_ns"], out["end_ns"], out["volume_bytes"] = lo, hi, volume
+    # per burst over its rows in span order (by_burst is stable): the earliest begin, the latest end, the bytes
+    out["start_ns"] = np.minimum.reduceat(start[by_burst].astype(np.float64), bounds)
+    out["end_ns"] = np.maximum.reduceat(end[by_burst].astype(np.float64), bounds)
+    out["volume_bytes"] = np.add.reduceat(s["bytes"].to_numpy().astype(np.int64)[by_burst], bounds)
     out["producers"] = group_nunique(cta, g, groups)
     out["gap_ns"] = group_median(own_gap, g, groups)
     out["issue_ns"] = out["end_ns"] - out["start_ns"]

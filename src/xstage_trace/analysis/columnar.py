@@ -24,6 +24,8 @@ def sort_codes(col: pd.Series) -> np.ndarray:
     category order), numbers as they are, text by its sorted distinct values."""
     if isinstance(col.dtype, pd.CategoricalDtype):
         return col.cat.codes.to_numpy().astype(np.int64)
+    if isinstance(col.dtype, pd.StringDtype):  # factorized as it is: its to_numpy makes a Python str per row
+        return pd.factorize(col, sort=True, use_na_sentinel=False)[0].astype(np.int64)
     values = col.to_numpy()
     if values.dtype.kind in "biu":
         return values.astype(np.int64)

@@ -47,22 +47,33 @@ def join_rows(left: np.ndarray, right: np.ndarray, how: str = "inner") -> tuple[
     """Row indices (into ``left``, into ``right``) of the join of two code arrays on equality, in the
     order of ``pandas.merge(sort=False)``: ``how="inner"`` or ``"left"`` (right index -1 where a left
     row has no match)."""
-    order = np.argsort(right, kind="stable")
-    ordered = right[order]
-    lo = np.searchsorted(ordered, left, "left")
-    count = np.searchsorted(ordered, left, "right") - lo
-    if how == "left":
-        keep = np.maximum(count, 1)
-    elif how == "inner":
-        keep = count
-    else:
+    if how not in ("inner", "left"):
         raise ValueError(f"how must be 'inner' or 'left', not {how!r}")
+    order = np.argsort(right, kind="stable")
+    lo, count = _matches(right[order], left)
+    if not len(count) or count.max() <= 1:  # each left row matches at most once (a tile's spans): nothing to repeat
+        li = np.arange(len(left)) if how == "left" else np.flatnonzero(count)
+        return li, np.where(count[li] > 0, order[lo[li]] if len(order) else -1, -1).astype(np.intp)
+    keep = np.maximum(count, 1) if how == "left" else count
     li = np.repeat(np.arange(len(left)), keep)
     first = np.cumsum(keep) - keep
     offset = np.arange(len(li)) - np.repeat(first, keep)
     pos = np.repeat(lo, keep) + offset
     ri = take_matched(order, np.where(np.repeat(count, keep) > 0, pos, -1), -1).astype(np.intp)
     return li, ri
+
+
+def _matches(ordered: np.ndarray, left: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per value of ``left``, (the first position of its equal values in the sorted ``ordered``, how many there are;
+    0 and 0 where none): one binary search among the distinct values instead of two among all of them."""
+    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]]) if len(ordered) else np.zeros(0, np.intp)
+    if not len(starts):
+        return np.zeros(len(left), np.intp), np.zeros(len(left), np.intp)
+    distinct = ordered[starts]
+    at = np.minimum(np.searchsorted(distinct, left), len(starts) - 1)
+    hit = distinct[at] == left
+    sizes = np.diff(np.r_[starts, len(ordered)])
+    return np.where(hit, starts[at], 0), np.where(hit, sizes[at], 0)
 
 
 def take_matched(values: np.ndarray, index: np.ndarray, fill=np.nan) -> np.ndarray:

@@ -179,7 +179,8 @@ def finish_tiles(t: pd.DataFrame, dumps: pd.DataFrame, noise_ns: float | None = 
     # rounded to whole picoseconds: a wait and the floor converted on different SMs' clocks (ppm-level
     # factors) differ by ~1e-7 ns where the cycle counts are equal; that is not a stall
     measured = np.maximum(np.round(slot_wait - floor_ns, 3), 0.0) if control.waits else np.full(n, np.nan)
-    ctrl = _control_lookup(t, control.mainloop_p99)
+    groups = _combined_keys([text_codes(t[k]) for k in CONTROL_KEYS])  # each tile's CONTROL_KEYS group, for both lookups
+    ctrl = _control_lookup(groups, control.mainloop_p99)
     if "wait_in_store" in t and t["wait_in_store"].any():  # the wait is inside the store span: its excess over the control's
         in_store = t["wait_in_store"].to_numpy(bool)
         span = t["rs_ns"].to_numpy(np.float64)
@@ -191,7 +192,7 @@ def finish_tiles(t: pd.DataFrame, dumps: pd.DataFrame, noise_ns: float | None = 
     predicted = t["predicted_stall_ns"].to_numpy(np.float64)
     # the per-tile control where the control traced a tile of the same id (the same work: a causal attention block, a
     # GEMM tile of its K), else the group's median and p99
-    tile_ml, tile_ep, jitter = _tile_control_lookup(t, control.per_tile)
+    tile_ml, tile_ep, jitter = _tile_control_lookup(groups, t["tile"].to_numpy(np.int64), control.per_tile)
     matched = ~np.isnan(tile_ml)
     # the control's compute in cycles, at this tile's clock (Eq. 46a: a launch stalled behind its stores runs its SMs
     # at a higher clock than its HBM control, whose Tensor Cores never idle)
@@ -255,34 +256,34 @@ def _combined_keys(codes: list[tuple[np.ndarray, list]]) -> tuple[np.ndarray, Ca
     return combo, key_of
 
 
-def _control_lookup(t: pd.DataFrame, p99: pd.DataFrame) -> dict[str, np.ndarray]:
-    """Per tile the control statistics of its CONTROL_KEYS (every other column of ``p99``: mainloop p99 and median,
-    store-span median and p99), a left join where a missing key matches a missing key as in pandas' merge: the few
-    distinct key tuples looked up in a dict."""
-    combo, key_of = _combined_keys([text_codes(t[k]) for k in CONTROL_KEYS])
+def _control_lookup(groups: tuple[np.ndarray, Callable[[int], tuple]], p99: pd.DataFrame) -> dict[str, np.ndarray]:
+    """Per tile the control statistics of its CONTROL_KEYS (``groups``: ``_combined_keys`` of the tiles' CONTROL_KEYS; every
+    other column of ``p99``: mainloop p99 and median, store-span median and p99), a left join where a missing key matches
+    a missing key as in pandas' merge: the few distinct key tuples looked up in a dict."""
+    combo, key_of = groups
     pair, firsts = pd.factorize(combo)
     row_of: dict[tuple, int] = {}
     for i, key in enumerate(zip(*(p99[k] for k in CONTROL_KEYS))):
         row_of.setdefault(tuple(None if pd.isna(x) else str(x) for x in key), i)
     found = np.array([row_of.get(key_of(f), -1) for f in firsts], np.intp)
     pos = found[pair]
-    return {c: np.where(pos >= 0, p99[c].to_numpy(np.float64)[np.maximum(pos, 0)], np.nan) if len(p99) else np.full(len(t), np.nan)
+    return {c: np.where(pos >= 0, p99[c].to_numpy(np.float64)[np.maximum(pos, 0)], np.nan) if len(p99) else np.full(len(combo), np.nan)
             for c in p99.columns if c not in CONTROL_KEYS}
 
 
 CONTROL_KEYS = ["shape", "tile_kind", "operands"]
 
 
-def _tile_control_lookup(t: pd.DataFrame, per_tile: Mapping[tuple, TileControl]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per tile of ``t`` its per-tile control (``TileControl`` of its CONTROL_KEYS, the entry of its tile id):
-    median mainloop (cycles), median epilogue span (ns) and the group's jitter (cycles); NaN where the control has no
-    tile of that id."""
-    n = len(t)
+def _tile_control_lookup(groups: tuple[np.ndarray, Callable[[int], tuple]], tile: np.ndarray,
+                         per_tile: Mapping[tuple, TileControl]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per tile (``groups``: ``_combined_keys`` of the tiles' CONTROL_KEYS, ``tile``: their ids) its per-tile control
+    (``TileControl`` of its CONTROL_KEYS, the entry of its tile id): median mainloop (cycles), median epilogue span (ns)
+    and the group's jitter (cycles); NaN where the control has no tile of that id."""
+    combo, key_of = groups
+    n = len(tile)
     ml, ep, jitter = np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan)
     if not per_tile or not n:
         return ml, ep, jitter
-    combo, key_of = _combined_keys([text_codes(t[k]) for k in CONTROL_KEYS])
-    tile = t["tile"].to_numpy(np.int64)
     for g in np.unique(combo):  # a few: shapes × kinds × operand paths
         tc = per_tile.get(key_of(g))
         if tc is None:
