@@ -176,8 +176,8 @@ def _kernels(rows) -> pd.DataFrame:
 
 def _dumps() -> pd.DataFrame:
     return pd.DataFrame([  # L1 of rank 0 twice (two slices of one dump)
-        {"rank": 0, "label": L1, "dest": "host", "shape": "S1", "variant": None, "schedule": "wave"},
-        {"rank": 0, "label": L1, "dest": "host", "shape": "S1", "variant": None, "schedule": "wave"},
+        {"rank": 0, "label": L1, "dest": "host", "shape": "S1", "variant": None, "schedule": "wave", "slice": 0},
+        {"rank": 0, "label": L1, "dest": "host", "shape": "S1", "variant": None, "schedule": "wave", "slice": 1},
         {"rank": 0, "label": L2, "dest": "host", "shape": "S2", "variant": "x", "schedule": "wave"},
         {"rank": 0, "label": L3, "dest": "host", "shape": "S3", "variant": "x", "schedule": "wave"},
         {"rank": 1, "label": L1, "dest": "host", "shape": "S1", "variant": None, "schedule": "wave"}])
@@ -198,7 +198,7 @@ def test_kernel_trials_count_launches_in_time_order_per_rank_and_take_a_labelled
     assert got.index.tolist() == [0, 1, 2, 3, 4]
     assert got[["rank", "shape", "variant", "kernel", "trial"]].values.tolist() == [
         [0, "S2", "x", "g", 5], [0, "S1", "-", "k", 0], [0, "S2", "x", "g", 5], [0, "S1", "-", "k(a)", 1], [1, "S1", "-", "k", 0]]
-    assert got["kernel_ms"].tolist() == [5.0, 2.0, 6.0, 3.0, 4.0]
+    assert got["kernel_ms"].tolist() == [5.0, 2.0, 6.0, 3.0, 4.0] and got["trial"].dtype.kind == "i"
     assert (got["dest"] == "host").all() and (got["schedule"] == "wave").all()
 
 
@@ -212,7 +212,8 @@ def test_kernel_trials_without_warmups_or_short_names():
 def test_kernel_trials_of_no_kernels_or_no_dumps_are_empty_with_the_columns():
     cols = ["rank", "dest", "shape", "variant", "schedule", "kernel", "trial", "kernel_ms"]
     k = _kernels([(0, "k", "k", 100, 1e6, L1)])
-    for got in (kernel_trials(k.iloc[:0], _dumps()), kernel_trials(k, _dumps().iloc[:0])):
+    for got in (kernel_trials(k.iloc[:0], _dumps()), kernel_trials(k, _dumps().iloc[:0]), kernel_trials(k, pd.DataFrame()),
+                kernel_trials(pd.DataFrame(), _dumps())):
         assert got.empty and list(got.columns) == cols
 
 
@@ -239,6 +240,7 @@ def test_kernel_times_without_trials_or_rows_are_nan():
     out = attach_kernel_times(t3, pd.DataFrame(columns=["rank", "dest", "shape", "variant", "schedule", "trial", "kernel_ms"]))
     assert np.isnan(out[["kernel_ns", "trials", "ranks"]].to_numpy(np.float64)).all() and len(out) == 1
     trials = pd.DataFrame([(0, "host", "S1", "-", "wave", 0, 1.0)], columns=["rank", "dest", "shape", "variant", "schedule", "trial", "kernel_ms"])
+    assert np.isnan(attach_kernel_times(t3, pd.DataFrame())["kernel_ns"]).all()  # no nsys report: no trials table at all
     empty = attach_kernel_times(t3.iloc[:0], trials)
     assert empty.empty and list(empty.columns) == ["dest", "shape", "variant", "schedule", "tiles", "kernel_ns", "trials", "ranks"]
 
@@ -258,8 +260,29 @@ def test_store_stall_without_a_capacity_is_eq1_per_burst_and_the_last_gap_unboun
     stall, rate = store_stall_predictions(bursts, gaps, model)
     assert stall.tolist() == [10.0, 10.0, 0.0] and rate == 10.0
     assert gaps.tolist() == [40.0, 20.0, 5.0]  # the caller's gaps untouched
-    # one gap for every burst: [100 − 40 − 50, 60 − 40 − 30, …]₊ = 10, 0, 0
-    assert store_stall_predictions(bursts, 40.0, model)[0].tolist() == [10.0, 0.0, 0.0]
+    # one gap (an integer) for every burst: [100 − 40 − 50, 60 − 40 − 30, …]₊ = 10, 0, 0
+    assert store_stall_predictions(bursts, 40, model)[0].tolist() == [10.0, 0.0, 0.0]
+    # one producer: B = V = 1000 → T0 100 = V/R: [100 − 20 − 100]₊ = 0
+    one = pd.DataFrame({"producers": [2, 1, 2], "volume_bytes": [1000, 1000, 2000]})
+    assert store_stall_predictions(one, gaps, model)[0].tolist() == [10.0, 0.0, 0.0]
+
+
+def test_store_stall_reads_the_floor_at_each_bursts_producers():
+    # T0 = 40·B/100 at K = 2, 10·B/100 at K = 1; K 2, V 3000 → B 1500 → T0 600 > V/R 300: no overhead
+    model = PlatformModel(rate_gbps=10.0, issue_floor_ns={(1, 100): 10.0, (2, 100): 40.0})
+    bursts = pd.DataFrame({"producers": [2, 1], "volume_bytes": [3000, 100]})
+    assert store_stall_predictions(bursts, 0.0, model)[0].tolist() == [0.0, 0.0]
+
+
+def test_store_stall_rate_is_the_calibrated_r_of_the_full_rounds_k_and_b():
+    # the full round is the second (K 3, B 3000 / 3 = 1000): R(3, B) log-linear between B 100 (20) and 1000 (40) → 40,
+    # not R(3) = 10 nor anything of K = 1 (R(1) 5, R(1, 100) 1)
+    from xstage_trace.analysis.calibration_fit import CalibratedPlatform
+
+    model = CalibratedPlatform(rate_gbps=7.0, issue_floor_ns=FLOOR, rate_by_producers_gbps={1: 5.0, 3: 10.0},
+                               rate_by_configuration_gbps={(3, 100): 20.0, (3, 1000): 40.0, (1, 100): 1.0})
+    bursts = pd.DataFrame({"producers": [1, 3], "volume_bytes": [100, 3000]})
+    assert store_stall_predictions(bursts, 0.0, model)[1] == 40.0
 
 
 def test_store_stall_with_a_capacity_is_the_stalled_trajectory_at_the_full_rounds_q():
@@ -280,7 +303,9 @@ def test_store_stall_with_a_capacity_is_the_stalled_trajectory_at_the_full_round
 
 def test_k_blocks_are_k_over_128_of_the_shapes_last_k():
     tile = np.arange(3)
-    assert load_steps("k_blocks", tile, "m64n32k512", None).tolist() == [4, 4, 4]
+    got = load_steps("k_blocks", tile, "m64n32k512", None)
+    assert got.tolist() == [4, 4, 4] and got.dtype.kind == "i"  # counts of steps
+    assert load_steps("k_blocks", tile, "m64n32k200", None).tolist() == [1, 1, 1]  # 200 // 128 = 1, not 1.5625
     assert load_steps("k_blocks", tile, "m1k2k256", None).tolist() == [2, 2, 2]  # the last k: 256 / 128
     assert load_steps("k_blocks", tile, "m64n32k100", None).tolist() == [1, 1, 1]  # 100 // 128 = 0 → at least 1
     for shape in ("m64n32kx", None, "m64n32", ""):
@@ -297,6 +322,9 @@ def test_kv_blocks_follow_the_causal_mask_of_the_tiles_m_block():
     assert load_steps("kv_blocks", tile, "s", words.replace("causal=1", "causal=0")).tolist() == [4, 4, 4, 4]
     # block_n 256: causal ⌈128/256⌉ … = 1, 1, 2, 2
     assert load_steps("kv_blocks", tile, None, words.replace("block_n=128", "block_n=256")).tolist() == [1, 1, 2, 2]
+    # a word with two "=" is its key's value as a whole ("5=12": not a number), and a key given twice is its last value
+    assert load_steps("kv_blocks", tile, None, words + " seqlen=5=12").tolist() == [1, 1, 1, 1]
+    assert load_steps("kv_blocks", tile, None, "seqlen=5=12 " + words).tolist() == [1, 2, 3, 4]
     # seqlen 0 gives no block: at least one step
     assert load_steps("kv_blocks", tile, None, words.replace("seqlen=512", "seqlen=0")).tolist() == [1, 1, 1, 1]
 
@@ -318,48 +346,72 @@ FWD_MODEL = PlatformModel(rate_gbps=10.0, issue_floor_ns=FLOOR)  # no capacity: 
 
 def _fwd_tiles() -> pd.DataFrame:
     """Launch (rank 0, dump d, host): CTA 0 and CTA 1 each store at positions 0 and 1, then compute one tile that stores
-    nothing. CTA 1's first tile has no control: its own compute span (50) stands in. Launch (rank 1, dump d): a
-    dump of the same name on another rank is another launch. Launch (rank 0, e) stores to an uncalibrated
-    destination; launch (rank 0, h) has no offered compute at all."""
+    nothing; CTA 1's second tile has no control: its own compute span (20) stands in. Launch (rank 1, dump d): a
+    dump of the same name on another rank is another launch. Launch (2, p): a tile between two stores, and CTAs of
+    different store counts. Launches (3, q) and (3, s): one CTA storing twice, and a single tile. Skipped: (0, k)
+    stores nothing, (0, e) stores to an uncalibrated destination, (0, h) has no offered compute at all (first in
+    the frame, so that a launch skipped does not end the loop)."""
     rows = [  # rank, dump, dest, cta, position, control compute, mainloop, store span, bytes
-        (0, "d", "host", 0, 0, 30.0, 999.0, 1.0, 1000.0), (0, "d", "host", 0, 1, 40.0, 999.0, 1.0, 400.0),
-        (0, "d", "host", 0, 2, 10.0, 999.0, NAN, 9e9),
-        (0, "d", "host", 1, 0, NAN, 50.0, 1.0, 600.0), (0, "d", "host", 1, 1, 20.0, 999.0, 1.0, 200.0),
-        (0, "d", "host", 1, 2, 60.0, 999.0, NAN, 9e9),
-        (1, "d", "host", 0, 0, 5.0, 999.0, 1.0, 500.0), (1, "d", "host", 0, 1, 30.0, 999.0, NAN, 9e9),
+        (0, "k", "host", 0, 0, 5.0, 999.0, NAN, 0.0), (0, "k", "host", 0, 1, 5.0, 999.0, NAN, 0.0),
         (0, "e", "local", 0, 0, 5.0, 999.0, 1.0, 9e9), (0, "e", "local", 0, 1, 5.0, 999.0, NAN, 0.0),
         (0, "h", "host", 0, 0, NAN, NAN, 1.0, 100.0), (0, "h", "host", 0, 1, NAN, NAN, NAN, 0.0),
+        (0, "d", "host", 0, 0, 30.0, 999.0, 1.0, 1000.0), (0, "d", "host", 0, 1, 40.0, 999.0, 1.0, 400.0),
+        (0, "d", "host", 0, 2, 10.0, 999.0, NAN, 9e9),
+        (0, "d", "host", 1, 0, 50.0, 999.0, 1.0, 600.0), (0, "d", "host", 1, 1, NAN, 20.0, 1.0, 200.0),
+        (0, "d", "host", 1, 2, 60.0, 999.0, NAN, 9e9),
+        (1, "d", "host", 0, 0, 5.0, 999.0, 1.0, 500.0), (1, "d", "host", 0, 1, 30.0, 999.0, NAN, 9e9),
+        (2, "p", "host", 0, 0, 30.0, 999.0, 1.0, 1000.0), (2, "p", "host", 0, 1, 15.0, 999.0, NAN, 9e9),
+        (2, "p", "host", 0, 2, 25.0, 999.0, 1.0, 400.0), (2, "p", "host", 0, 3, 5.0, 999.0, NAN, 9e9),
+        (2, "p", "host", 1, 0, 20.0, 999.0, 1.0, 600.0), (2, "p", "host", 1, 1, 5.0, 999.0, NAN, 9e9),
+        (3, "q", "host", 0, 0, 10.0, 999.0, 1.0, 500.0), (3, "q", "host", 0, 1, 10.0, 999.0, 1.0, 500.0),
+        (3, "s", "host", 0, 0, 10.0, 999.0, 1.0, 500.0),
     ]
     t = pd.DataFrame(rows, columns=["rank", "dump", "dest", "cta", "position", "control_compute_ns", "mainloop_ns", "rs_span_ns", "rs_bytes"])
-    return t.iloc[[7, 2, 9, 4, 0, 11, 5, 1, 8, 3, 10, 6]].reset_index(drop=True)  # rows in any order
+    rest = np.random.default_rng(3).permutation(np.arange(6, len(t)))
+    return t.iloc[np.r_[0, 2, 4, rest, 1, 3, 5]].reset_index(drop=True)  # the skipped launches first, rows in any order
 
 
 def _by_key(t: pd.DataFrame, values: np.ndarray) -> dict:
     return {(r, d, c, p): v for r, d, c, p, v in zip(t["rank"], t["dump"], t["cta"], t["position"], values)}
 
 
+def _known(t: pd.DataFrame, values: np.ndarray) -> dict:
+    return {k: v for k, v in _by_key(t, values).items() if not np.isnan(v)}
+
+
+# launch (0, d): round 0 = position 0 of both CTAs: V 1600, K 2, B 800 → T0 80; round 1: V 600, B 300 → T0 30.
+# offered gap after a store tile: the compute through the CTA's next store tile: round 0 CTA 0 40, CTA 1 20
+# → median G_0 = 30; the last round's is unbounded. Eq. 1: ΔT_0 = [1600/10 − 30 − 80]₊ = 50, ΔT_1 = 0
+# → T_iss = 130, 30. Cover (one tile): the CTA's next tile's offered compute: CTA 0 40, 10; CTA 1 20, 60
+# → stall [130 − 40, 30 − 10] = 90, 20; [130 − 20, 30 − 60]₊ = 110, 0; tiles without a store span NaN.
+# launch (1, d): one round, V 500, K 1 → T0 50, no gap after it: T_iss 50; cover 30 → 20.
+# launch (2, p): round 0 = CTA 0's and CTA 1's first stores: V 1600, K 2 → T0 80; gaps CTA 0 15 + 25 = 40 (the
+# tile between and the next store tile), CTA 1 5 → G_0 22.5: ΔT_0 = [160 − 22.5 − 80]₊ = 57.5 → 137.5; round 1 is
+# CTA 0's second store alone: V 400, K 1 → 40. Cover: 15, 5; 5 → 122.5, 35; 132.5.
+# launch (3, q): round 0 V 500, K 1 → T0 50, G 10: [50 − 10 − 50]₊ = 0 → 50, cover 10 → 40; round 1: 50, no tile after.
+# launch (3, s): one tile, no tile after it: unknown.
+FWD_WANT = {(0, "d", 0, 0): 90.0, (0, "d", 0, 1): 20.0, (0, "d", 1, 0): 110.0, (0, "d", 1, 1): 0.0, (1, "d", 0, 0): 20.0,
+            (2, "p", 0, 0): 122.5, (2, "p", 0, 2): 35.0, (2, "p", 1, 0): 132.5, (3, "q", 0, 0): 40.0}
+
+
 def test_forward_stall_is_the_rounds_issue_time_beyond_the_next_tiles_offered_compute():
-    # launch (0, d): round 0 = position 0 of both CTAs: V 1600, K 2, B 800 → T0 80; round 1: V 600, B 300 → T0 30.
-    # offered gap after a store tile: the compute through the CTA's next store tile: round 0 CTA 0 40, CTA 1 20
-    # → median G_0 = 30; the last round's is unbounded. Eq. 1: ΔT_0 = [1600/10 − 30 − 80]₊ = 50, ΔT_1 = 0
-    # → T_iss = 130, 30. Cover (one tile): the CTA's next tile's offered compute: CTA 0 40, 10; CTA 1 20, 60
-    # → stall [130 − 40, 30 − 10] = 90, 20; [130 − 20, 30 − 60]₊ = 110, 0; tiles without a store span NaN.
-    # launch (1, d): one round, V 500, K 1 → T0 50, no gap after it: T_iss 50; cover 30 → 20.
     t = _fwd_tiles()
-    got = _by_key(t, forward_stall_ns(t, {"host": FWD_MODEL}))
-    want = {(0, "d", 0, 0): 90.0, (0, "d", 0, 1): 20.0, (0, "d", 1, 0): 110.0, (0, "d", 1, 1): 0.0, (1, "d", 0, 0): 20.0}
-    assert {k: v for k, v in got.items() if not np.isnan(v)} == want
+    assert _known(t, forward_stall_ns(t, {"host": FWD_MODEL})) == FWD_WANT
 
 
-def test_forward_stall_covered_by_two_tiles_or_none():
-    # cover_tiles 2: cover of (0, d) CTA 0 position 0 = 40 + 10 → 130 − 50 = 80; CTA 1 position 0 = 20 + 60 → 50;
-    # position 1 has one tile after it (NaN beyond): unknown. cover_tiles 0: the stall is the issue time itself.
+def test_forward_stall_covered_by_two_tiles_or_by_its_own_count_or_none():
+    # cover_tiles 2 (rank 1's tiles 1): (0, d) CTA 0 position 0: 40 + 10 → 130 − 50 = 80; CTA 1 position 0: 20 + 60
+    # → 50; (2, p) CTA 0 position 0: 15 + 25 → 137.5 − 40 = 97.5; (1, d) covered by one tile: 20 as before;
+    # every other store tile has fewer than 2 tiles after it: unknown.
     t = _fwd_tiles()
-    got = _by_key(t, forward_stall_ns(t.assign(cover_tiles=2), {"host": FWD_MODEL}))
-    assert {k: v for k, v in got.items() if not np.isnan(v)} == {(0, "d", 0, 0): 80.0, (0, "d", 1, 0): 50.0}
-    got = _by_key(t, forward_stall_ns(t.assign(cover_tiles=0), {"host": FWD_MODEL}))
-    assert {k: v for k, v in got.items() if not np.isnan(v)} == {
-        (0, "d", 0, 0): 130.0, (0, "d", 0, 1): 30.0, (0, "d", 1, 0): 130.0, (0, "d", 1, 1): 30.0, (1, "d", 0, 0): 50.0}
+    got = forward_stall_ns(t.assign(cover_tiles=np.where(t["rank"] == 1, 1, 2)), {"host": FWD_MODEL})
+    assert _known(t, got) == {(0, "d", 0, 0): 80.0, (0, "d", 1, 0): 50.0, (2, "p", 0, 0): 97.5, (1, "d", 0, 0): 20.0}
+    # cover_tiles 0: the stall is the issue time itself, wherever the round's issue is known
+    got = forward_stall_ns(t.assign(cover_tiles=0), {"host": FWD_MODEL})
+    assert _known(t, got) == {
+        (0, "d", 0, 0): 130.0, (0, "d", 0, 1): 30.0, (0, "d", 1, 0): 130.0, (0, "d", 1, 1): 30.0, (1, "d", 0, 0): 50.0,
+        (2, "p", 0, 0): 137.5, (2, "p", 0, 2): 40.0, (2, "p", 1, 0): 137.5, (3, "q", 0, 0): 50.0, (3, "q", 0, 1): 50.0,
+        (3, "s", 0, 0): 50.0}
 
 
 def test_forward_stall_without_a_model_or_tiles_is_nan():
@@ -369,12 +421,25 @@ def test_forward_stall_without_a_model_or_tiles_is_nan():
     assert forward_stall_ns(t.iloc[:0], {"host": FWD_MODEL}).shape == (0,)
 
 
+def test_forward_stall_of_tiles_without_a_destination_is_nan():
+    # a launch without a destination has no model, whatever the destinations of the others
+    t = _fwd_tiles()
+    t = t[t["dump"] == "d"].assign(dest=lambda f: np.where(f["rank"] == 1, None, f["dest"]))
+    got = _known(t, forward_stall_ns(t, {"host": FWD_MODEL}))
+    assert got == {k: v for k, v in FWD_WANT.items() if k[:2] == (0, "d")}
+
+
 def test_forward_stall_without_a_bytes_column_stores_nothing():
     # no rs_bytes: V = 0 in every round → T0 0 and no overhead: stall [0 − cover]₊ = 0 wherever the cover is known
     t = _fwd_tiles().drop(columns="rs_bytes")
-    got = _by_key(t, forward_stall_ns(t, {"host": FWD_MODEL}))
-    assert {k: v for k, v in got.items() if not np.isnan(v)} == {k: 0.0 for k in [(0, "d", 0, 0), (0, "d", 0, 1), (0, "d", 1, 0),
-                                                                                  (0, "d", 1, 1), (1, "d", 0, 0)]}
+    assert _known(t, forward_stall_ns(t, {"host": FWD_MODEL})) == {k: 0.0 for k in FWD_WANT}
+
+
+def test_forward_stall_reads_object_columns_with_none_as_numbers():
+    t = _fwd_tiles()
+    obj = t.copy()
+    obj["control_compute_ns"] = pd.Series([None if pd.isna(v) else v for v in t["control_compute_ns"]], dtype=object)
+    assert _known(obj, forward_stall_ns(obj, {"host": FWD_MODEL})) == FWD_WANT
 
 
 def test_forward_stall_of_a_dump_name_on_two_ranks_is_each_ranks_own():
@@ -382,27 +447,32 @@ def test_forward_stall_of_a_dump_name_on_two_ranks_is_each_ranks_own():
     # (K 3, V 2100: rank 1's tile was predicted 150 ns instead of its own round's 20 ns)
     t = _fwd_tiles()
     whole = forward_stall_ns(t, {"host": FWD_MODEL})
-    for rank in (0, 1):
+    for rank in (0, 1, 2, 3):
         mine = (t["rank"] == rank).to_numpy()
         np.testing.assert_array_equal(whole[mine], forward_stall_ns(t[mine], {"host": FWD_MODEL}))
 
 
 # ---------------------------------------------------------------- §11 path-drain forward prediction (wiring)
 
-LINK = LinkModel(rate_gbps=50.0, capacity_bytes=400.0, load_latency_ns=4.0, issue_floor_ns=2.0)
+# Q = 0: a store is accepted only as it drains, so the buffer wait (cover tiles), the load steps and stages all change
+# the prediction of launch (0, d) below (checked by forward_launch: cover 1 differs from 0 and 2, stages 1 from 2)
+LINK = LinkModel(rate_gbps=50.0, capacity_bytes=0.0, load_latency_ns=4.0, issue_floor_ns=2.0)
+_D0 = dict(cta=[0, 0, 0, 1, 1, 1], position=[0, 1, 2, 0, 1, 2], bytes=[500.0, 500.0, 0.0, 1000.0, 1000.0, 200.0],
+           compute=[20.0, 10.0, 1.0, 5.0, 5.0, 1.0], epilogue=[3.0, 0.0, 3.0, 3.0, 3.0, 0.0])
 
 
 def _link_tiles() -> pd.DataFrame:
-    """Launch (0, d): 2 CTAs × 2 tiles, plain stores; a missing control compute falls back to the tile's own, a
-    missing epilogue or byte count is 0. Launch (1, d): the same dump name on rank 1, tensor stores. (0, e): an
-    uncalibrated destination; (0, f): operands in shared memory; (0, g): a tile without any offered compute."""
-    rows = [  # rank, dump, dest, cta, position, control compute, mainloop, epilogue, bytes, steps, stages, cover, smem, plain
-        (0, "d", "host", 0, 0, 10.0, 99.0, 3.0, 1000.0, 2, 1, 1, "global", True),
-        (0, "d", "host", 0, 1, NAN, 20.0, NAN, 500.0, 2, 1, 0, "global", True),
-        (0, "d", "host", 1, 0, 15.0, 99.0, 3.0, NAN, 1, 2, 1, "global", True),
-        (0, "d", "host", 1, 1, 5.0, 99.0, 3.0, 200.0, 1, 2, 1, "global", True),
-        (1, "d", "host", 0, 0, 12.0, 99.0, 1.0, 600.0, 3, 1, 0, "global", False),
-        (1, "d", "host", 0, 1, 8.0, 99.0, 1.0, 400.0, 3, 1, 0, "global", False),
+    """Launch (0, d): 2 CTAs × 3 tiles, 2 load steps in 2 stages, buffer covered by 2 tiles (the largest of the
+    column), tensor stores; a missing control compute falls back to the tile's own, a missing epilogue or byte count
+    is 0. Launch (1, d): the same dump name on rank 1, plain stores. (0, e): an uncalibrated destination; (0, f):
+    operands in shared memory; (0, g): a tile without any offered compute."""
+    d0 = [(0, "d", "host", c, p, x, 99.0, e, nb, 2, 2, k, "global", False)
+          for c, p, x, e, nb, k in zip(_D0["cta"], _D0["position"], _D0["compute"], _D0["epilogue"], _D0["bytes"], [2, 0, 2, 2, 2, 2])]
+    d0[1] = d0[1][:5] + (NAN, 10.0, NAN) + d0[1][8:]      # no control: its own compute span 10; no epilogue: 0
+    d0[2] = d0[2][:8] + (NAN,) + d0[2][9:]                # no byte count: 0
+    rows = d0 + [  # rank, dump, dest, cta, position, control compute, mainloop, epilogue, bytes, steps, stages, cover, operands, plain
+        (1, "d", "host", 0, 0, 12.0, 99.0, 1.0, 600.0, 3, 1, 0, "global", True),
+        (1, "d", "host", 0, 1, 8.0, 99.0, 1.0, 400.0, 3, 1, 0, "global", True),
         (0, "e", "local", 0, 0, 10.0, 99.0, 0.0, 100.0, 1, 1, 1, "global", False),
         (0, "f", "host", 0, 0, 10.0, 99.0, 0.0, 100.0, 1, 1, 1, "smem", False),
         (0, "g", "host", 0, 0, 10.0, 99.0, 0.0, 100.0, 1, 1, 1, "global", False),
@@ -410,27 +480,35 @@ def _link_tiles() -> pd.DataFrame:
     ]
     t = pd.DataFrame(rows, columns=["rank", "dump", "dest", "cta", "position", "control_compute_ns", "mainloop_ns", "control_epilogue_ns",
                                     "rs_bytes", "load_steps", "load_stages", "cover_tiles", "operands", "plain_store"])
-    return t.iloc[[5, 0, 7, 3, 9, 1, 6, 4, 2, 8]].reset_index(drop=True)
+    return t.iloc[[8, 9, 10, 0, 7, 3, 11, 1, 6, 4, 2, 5]].reset_index(drop=True)  # skipped launches first, rows in any order
 
 
-def _want_link(t: pd.DataFrame):
-    """forward_launch of each predicted launch's inputs, written out: {rank: (its rows in (cta, position) order, result)}
-    (the launches of dump d on ranks 0 and 1)."""
-    def rows(rank):
-        r = np.flatnonzero((t["rank"] == rank) & (t["dump"] == "d"))
-        return r[np.lexsort((t["position"].to_numpy()[r], t["cta"].to_numpy()[r]))]
-
-    f0 = forward_launch([0, 0, 1, 1], [0, 1, 0, 1], [1000.0, 500.0, 0.0, 200.0], [10.0, 20.0, 15.0, 5.0], LINK,
-                        epilogue_ns=np.array([3.0, 0.0, 3.0, 3.0]), steps=np.array([2, 2, 1, 1]), stages=np.array([1, 1, 2, 2]),
-                        cover_tiles=1, plain_store=True)
-    f1 = forward_launch([0, 0], [0, 1], [600.0, 400.0], [12.0, 8.0], LINK, epilogue_ns=np.array([1.0, 1.0]), steps=np.array([3, 3]),
-                        stages=np.array([1, 1]), cover_tiles=0, plain_store=False)
-    return {0: (rows(0), f0), 1: (rows(1), f1)}
+def _rows(t: pd.DataFrame, rank: int) -> np.ndarray:
+    """Launch (rank, d)'s rows in (cta, position) order."""
+    r = np.flatnonzero((t["rank"] == rank) & (t["dump"] == "d"))
+    return r[np.lexsort((t["position"].to_numpy()[r], t["cta"].to_numpy()[r]))]
 
 
-def test_forward_link_launches_are_forward_launch_of_each_launchs_columns():
+def _launch0(**kw):
+    """forward_launch of launch (0, d)'s inputs, written out (``kw`` overrides)."""
+    args = dict(epilogue_ns=np.array(_D0["epilogue"]), steps=2, stages=2, cover_tiles=2, plain_store=False)
+    args.update(kw)
+    return forward_launch(_D0["cta"], _D0["position"], _D0["bytes"], _D0["compute"], LINK, **args)
+
+
+def _want_link(t: pd.DataFrame, cover_tiles: int = 2):
+    """{rank: (launch (rank, d)'s rows, forward_launch of its inputs)}."""
+    f1 = forward_launch([0, 0], [0, 1], [600.0, 400.0], [12.0, 8.0], LINK, epilogue_ns=np.array([1.0, 1.0]), steps=3, stages=1,
+                        cover_tiles=0, plain_store=True)
+    return {0: (_rows(t, 0), _launch0(cover_tiles=cover_tiles)), 1: (_rows(t, 1), f1)}
+
+
+@pytest.mark.parametrize("cover, kept", [([2, 0, 2, 2, 2, 2], 2), ([1, 0, 1, 1, 1, 1], 1), ([0] * 6, 0)])
+def test_forward_link_launches_are_forward_launch_of_each_launchs_columns(cover, kept):
+    # the launch's buffer wait is covered by the largest cover_tiles of its tiles
     t = _link_tiles()
-    want = _want_link(t)
+    t.loc[_rows(t, 0), "cover_tiles"] = cover
+    want = _want_link(t, kept)
     got = list(forward_link_launches(t, {"host": LINK}))
     assert sorted(int(t["rank"][rows[0]]) for rows, _, _ in got) == [0, 1]
     for rows, f, stall in got:
@@ -453,24 +531,60 @@ def test_forward_link_stall_and_kernels_per_launch():
     assert k.values.tolist() == [[r, "d", f.kernel_ns, float(np.max(f.store_issue_ns))] for r, (_, (f, _)) in sorted(want_launch.items())]
 
 
-def test_forward_link_without_a_model_or_tiles_predicts_nothing():
+def test_forward_link_kernels_of_a_one_tile_launch():
+    t = _link_tiles()
+    one = t[(t["rank"] == 1) & (t["position"] == 0)]
+    f, _ = forward_launch([0], [0], [600.0], [12.0], LINK, epilogue_ns=1.0, steps=3, stages=1, cover_tiles=0, plain_store=True)
+    assert forward_link_kernels(one, {"host": LINK}).values.tolist() == [[1, "d", f.kernel_ns, float(f.store_issue_ns[0])]]
+
+
+def test_forward_link_without_a_model_or_tiles_reads_nothing():
     t = _link_tiles()
     assert list(forward_link_launches(t, {})) == [] and list(forward_link_launches(t.iloc[:0], {"host": LINK})) == []
     assert np.isnan(forward_link_stall_ns(t, {"elsewhere": LINK})).all()
     k = forward_link_kernels(t, {})
     assert k.empty and list(k.columns) == ["rank", "dump", "kernel_ns", "last_issue_ns"]
+    # without a model no column is read; without tiles neither (a frame of no columns at all)
+    assert np.isnan(forward_link_stall_ns(pd.DataFrame({"rank": [0], "dump": ["d"]}), {})).all()
+    assert list(forward_link_launches(pd.DataFrame(), {"host": LINK})) == []
 
 
-def test_forward_link_defaults_are_no_epilogue_one_step_one_stage_one_cover_tile_and_tensor_stores():
-    # launch (1, d) without the optional columns: forward_launch with epilogue 0, steps 1, stages 1, cover 1, not plain;
-    # without rs_bytes no tile stores anything: no stall at all
+@pytest.mark.parametrize("missing, keep, want", [
+    ("control_epilogue_ns", {}, dict(epilogue_ns=0.0)),
+    ("load_steps", {"load_stages": 1}, dict(steps=1, stages=1)),
+    ("load_stages", {}, dict(stages=1)),
+    ("cover_tiles", {}, dict(cover_tiles=1)),
+    ("plain_store", {}, {}),
+    ("operands", {}, {}),
+    ("rs_bytes", {}, "no bytes"),
+])
+def test_forward_link_defaults(missing, keep, want):
+    # launch (0, d) without one optional column: forward_launch with its default (no epilogue, one step, one stage,
+    # one cover tile, tensor stores, operands not in shared memory, no bytes)
     t = _link_tiles()
-    one = t[(t["rank"] == 1) & (t["dump"] == "d")].sort_values("position")
-    bare = one.drop(columns=["control_epilogue_ns", "load_steps", "load_stages", "cover_tiles", "operands", "plain_store"])
-    _, want = forward_launch([0, 0], [0, 1], [600.0, 400.0], [12.0, 8.0], LINK, epilogue_ns=0.0, steps=1, stages=1, cover_tiles=1,
-                             plain_store=False)
-    np.testing.assert_array_equal(forward_link_stall_ns(bare, {"host": LINK}), want)
-    assert (forward_link_stall_ns(bare.drop(columns="rs_bytes"), {"host": LINK}) == 0).all()
+    d0 = t[(t["rank"] == 0) & (t["dump"] == "d")].assign(**keep).drop(columns=missing)
+    rows = _rows(d0.reset_index(drop=True), 0)
+    if want == "no bytes":
+        f, stall = forward_launch(_D0["cta"], _D0["position"], 0.0, _D0["compute"], LINK, epilogue_ns=np.array(_D0["epilogue"]),
+                                  steps=2, stages=2, cover_tiles=2)
+    else:
+        f, stall = _launch0(**{**({"stages": 1} if "load_stages" in keep else {}), **want})
+    got = np.full(len(d0), NAN)
+    got[rows] = stall
+    np.testing.assert_array_equal(forward_link_stall_ns(d0.reset_index(drop=True), {"host": LINK}), got)
+    assert forward_link_kernels(d0, {"host": LINK})["kernel_ns"].tolist() == [f.kernel_ns]
+
+
+def test_forward_link_reads_object_columns_with_none_as_numbers():
+    # columns of Python objects (None for a missing value) read as float64: a missing epilogue or byte count is 0,
+    # a missing control compute the tile's own
+    t = _link_tiles()
+    d0 = t[(t["rank"] == 0) & (t["dump"] == "d")].reset_index(drop=True)
+    obj = d0.copy()
+    for c in ("control_compute_ns", "control_epilogue_ns", "rs_bytes"):
+        obj[c] = pd.Series([None if pd.isna(v) else v for v in d0[c]], dtype=object)
+    assert obj["rs_bytes"].dtype == object and obj["rs_bytes"].isna().sum() == 1
+    np.testing.assert_array_equal(forward_link_stall_ns(obj, {"host": LINK}), forward_link_stall_ns(d0, {"host": LINK}))
 
 
 # ---------------------------------------------------------------- one staging buffer: predicted vs measured store wait
@@ -479,9 +593,10 @@ def test_forward_link_defaults_are_no_epilogue_one_step_one_stage_one_cover_tile
 def _sw_tiles(with_control_column: bool = True) -> pd.DataFrame:
     rows = [  # rank, dump, dest, shape, cta, position, tile, mainloop, cover, measured store wait, control
         (0, "c", "local", "S", 0, 0, 0, 100.0, 0.0, 0.0, True), (0, "c", "local", "S", 0, 1, 1, 300.0, 0.0, 0.0, True),
-        (0, "c", "local", "S", 1, 0, 2, 200.0, 0.0, 0.0, True), (0, "c2", "local", "T", 0, 0, 0, 50.0, 0.0, 0.0, True),
+        (0, "c", "local", "S", 1, 0, 2, 200.0, 0.0, 0.0, True), (0, "c2", "device", "T", 0, 0, 0, 50.0, 0.0, 0.0, True),
         (0, "d", "host", "S", 0, 0, 10, 9e9, 250.0, 120.0, False), (0, "d", "host", "S", 0, 1, 11, 9e9, 180.0, 0.0, False),
         (0, "d", "host", "S", 1, 0, 12, 9e9, 200.0, 90.0, False), (0, "d", "host", "S", 1, 1, 13, 9e9, 210.0, NAN, False),
+        (0, "q", "host", "S", 0, 1, 40, 9e9, 200.0, 1.0, False), (0, "q", "host", "S", 0, 2, 41, 9e9, 200.0, 2.0, False),
         (1, "d", "host", "T", 0, 0, 20, 9e9, 70.0, 5.0, False),
         (0, "x", "host", "U", 0, 0, 30, 9e9, 70.0, 5.0, False),
     ]
@@ -491,30 +606,37 @@ def _sw_tiles(with_control_column: bool = True) -> pd.DataFrame:
 
 
 def _sw_bursts() -> pd.DataFrame:
-    return pd.DataFrame([(0, "host", "d", 1, 2, 1000.0), (0, "host", "d", 0, 2, 6000.0), (1, "host", "d", 0, 1, 1000.0),
-                         (0, "local", "c", 0, 2, 100.0), (0, "host", "x", 0, 1, 100.0)],
+    return pd.DataFrame([(1, "host", "d", 0, 1, 1000.0), (0, "host", "d", 1, 2, 1000.0), (0, "host", "d", 0, 2, 6000.0),
+                         (0, "local", "c", 0, 2, 100.0), (0, "host", "x", 0, 1, 100.0), (2, "host", "d", 0, 1, 100.0),
+                         (0, "host", "q", 2, 1, 100.0), (0, "host", "q", 1, 2, 6000.0)],
                         columns=["rank", "dest", "dump", "burst", "producers", "volume_bytes"])
 
 
-@pytest.mark.parametrize("with_control_column", [True, False])
-def test_store_wait_vs_model_per_tile_by_hand(with_control_column):
-    # G per shape: the control's median mainloop: S median(100, 300, 200) = 200, T 50 (without an is_control column
-    # the local destination is the control). Launch (0, host, d), bursts given out of order: burst 0 K 2, V 6000
-    # → B 3000, T0 300, V/R 600: [600 − 200 − 300]₊ = 100; burst 1 is the last: 0. Tile at position n gets burst n's.
-    # Launch (1, host, d), shape T: one burst → 0. The control launch (local: no model) and shape U (no control) are
-    # left out. Excess = cover − G: 250 − 200 = 50, −20, 0, 10; 70 − 50 = 20.
-    got = store_wait_vs_model(_sw_tiles(with_control_column), _sw_bursts(), {"host": FWD_MODEL})
+def test_store_wait_vs_model_per_tile_by_hand():
+    # G per shape: the control's median mainloop (is_control): S median(100, 300, 200) = 200, T 50 (dest "device").
+    # Launch (0, host, d), bursts given out of order: burst 0 K 2, V 6000 → B 3000, T0 300, V/R 600:
+    # [600 − 200 − 300]₊ = 100; burst 1 is the last: 0. The tile at position n gets burst n's prediction.
+    # Launch (0, host, q): only bursts 1 (the same 100) and 2 (the last: 0), its tiles at positions 1 and 2.
+    # Launch (1, host, d), shape T: one burst → 0. Left out: the control launch (local: no model), shape U (no
+    # control), rank 2's bursts (no tiles). Excess = cover − G: 250 − 200 = 50, −20, 0, 10; 0, 0; 70 − 50 = 20.
+    got = store_wait_vs_model(_sw_tiles(), _sw_bursts(), {"host": FWD_MODEL})
     assert list(got.columns) == ["dest", "shape", "dump", "cta", "position", "tile", "gap_ns", "rate_gbps", "predicted_stall_ns",
                                  "store_wait_stall_ns", "mainloop_excess_ns"]
     assert got[["dest", "shape", "dump", "cta", "position", "tile"]].values.tolist() == [
         ["host", "S", "d", 0, 0, 10], ["host", "S", "d", 0, 1, 11], ["host", "S", "d", 1, 0, 12], ["host", "S", "d", 1, 1, 13],
-        ["host", "T", "d", 0, 0, 20]]
-    np.testing.assert_array_equal(got["gap_ns"], [200.0] * 4 + [50.0])
-    np.testing.assert_array_equal(got["rate_gbps"], [10.0] * 5)
-    np.testing.assert_array_equal(got["predicted_stall_ns"], [100.0, 0.0, 100.0, 0.0, 0.0])
-    np.testing.assert_array_equal(got["store_wait_stall_ns"], [120.0, 0.0, 90.0, NAN, 5.0])
-    np.testing.assert_array_equal(got["mainloop_excess_ns"], [50.0, -20.0, 0.0, 10.0, 20.0])
-    assert got.index.tolist() == [0, 1, 2, 3, 4]
+        ["host", "S", "q", 0, 1, 40], ["host", "S", "q", 0, 2, 41], ["host", "T", "d", 0, 0, 20]]
+    np.testing.assert_array_equal(got["gap_ns"], [200.0] * 6 + [50.0])
+    np.testing.assert_array_equal(got["rate_gbps"], [10.0] * 7)
+    np.testing.assert_array_equal(got["predicted_stall_ns"], [100.0, 0.0, 100.0, 0.0, 100.0, 0.0, 0.0])
+    np.testing.assert_array_equal(got["store_wait_stall_ns"], [120.0, 0.0, 90.0, NAN, 1.0, 2.0, 5.0])
+    np.testing.assert_array_equal(got["mainloop_excess_ns"], [50.0, -20.0, 0.0, 10.0, 0.0, 0.0, 20.0])
+    assert got.index.tolist() == list(range(7))
+
+
+def test_store_wait_vs_model_without_a_control_column_takes_the_local_destination():
+    # no is_control: only dest "local" is the control, so shape T (its control stored to "device") has none: rank 1 out
+    got = store_wait_vs_model(_sw_tiles(with_control_column=False), _sw_bursts(), {"host": FWD_MODEL})
+    assert got["shape"].tolist() == ["S"] * 6 and got["tile"].tolist() == [10, 11, 12, 13, 40, 41]
 
 
 def test_store_wait_vs_model_without_a_calibrated_launch_is_empty_with_its_columns():
@@ -528,22 +650,29 @@ def test_round_rate_is_the_bytes_before_the_last_round_over_the_first_to_last_st
     # (0, e): one round → no span → NaN; (1, d): the last round starts at the first one's time → NaN, not ∞;
     # (1, e): the last round starts before the first → NaN
     b = pd.DataFrame([(0, "d", 2, 30.0, 999.0), (0, "d", 0, 0.0, 100.0), (0, "d", 1, 10.0, 200.0), (0, "e", 0, 5.0, 10.0),
-                      (1, "d", 0, 5.0, 10.0), (1, "d", 1, 5.0, 10.0), (1, "e", 0, 10.0, 10.0), (1, "e", 1, 4.0, 10.0)],
+                      (1, "d", 0, 5.0, 10.0), (1, "d", 1, 5.0, 10.0), (1, "e", 0, 10.0, 10.0), (1, "e", 1, 4.0, 10.0),
+                      (2, "d", 0, 0.0, 1.0), (2, "d", 1, 0.5, 9.0)],
                      columns=["rank", "dump", "burst", "start_ns", "volume_bytes"])
     r = round_rate_gbps(b)
-    assert r.index.tolist() == [(0, "d"), (0, "e"), (1, "d"), (1, "e")]
-    np.testing.assert_array_equal(r.to_numpy(), [10.0, NAN, NAN, NAN])
+    # (2, d): half a nanosecond is a span: 1 / 0.5 = 2
+    assert r.index.tolist() == [(0, "d"), (0, "e"), (1, "d"), (1, "e"), (2, "d")]
+    np.testing.assert_array_equal(r.to_numpy(), [10.0, NAN, NAN, NAN, 2.0])
 
 
 def _per_tile() -> pd.DataFrame:
-    rows = [  # dest, shape, dump, rate, predicted, measured wait, excess
+    rows = [  # dest, shape, dump, rate, predicted, measured wait, excess (cases in any order)
+        ("host", "T", "d", 5.0, 0.0, 5.0, 1.0),
         ("host", "S", "d", 10.0, 100.0, 150.0, 0.0), ("host", "S", "d", 10.0, 200.0, 100.0, 100.0),
         ("host", "S", "e", 20.0, 300.0, 400.0, 200.0), ("host", "S", "e", 20.0, 400.0, 300.0, 300.0),
         ("host", "S", "z", 99.0, 500.0, NAN, 9.0),  # no measurement: left out, its launch not counted
-        ("host", "T", "d", 5.0, 0.0, 5.0, 1.0), ("host", "T", "d", 5.0, 0.0, 7.0, 1.0),
+        ("host", "T", "d", 5.0, 0.0, 7.0, 1.0),
+        # two distinct values on one side are not constant: U's waits 5, 5, 7, V's predictions 1, 1, 2
+        ("host", "U", "d", 1.0, 1.0, 5.0, 1.0), ("host", "U", "d", 1.0, 2.0, 5.0, 2.0), ("host", "U", "d", 1.0, 3.0, 7.0, 3.0),
+        ("host", "V", "d", 1.0, 1.0, 1.0, 1.0), ("host", "V", "d", 1.0, 1.0, 2.0, 2.0), ("host", "V", "d", 1.0, 2.0, 3.0, 3.0),
     ]
-    return pd.DataFrame(rows, columns=["dest", "shape", "dump", "rate_gbps", "predicted_stall_ns", "store_wait_stall_ns",
-                                       "mainloop_excess_ns"])
+    t = pd.DataFrame(rows, columns=["dest", "shape", "dump", "rate_gbps", "predicted_stall_ns", "store_wait_stall_ns",
+                                    "mainloop_excess_ns"])
+    return t.assign(tile=np.where(np.arange(len(t)) == 1, NAN, 1.0))  # a column the summary does not read, one NaN
 
 
 def test_store_wait_summary_by_hand():
@@ -566,12 +695,17 @@ def test_store_wait_summary_by_hand():
     b = s.loc[("host", "T")]
     assert np.isnan(b["wait_spearman"]) and np.isnan(b["excess_spearman"]) and b["tiles"] == 2 and b["launches"] == 1
     assert b["rate_rounds_gbps"] == 10.0  # d's round rate
+    assert s.index.tolist() == [("host", "S"), ("host", "T"), ("host", "U"), ("host", "V")]  # in case order
+    # U: ranks of predicted 1 2 3, of waits 1.5 1.5 3: Pearson of the ranks 1.5 / (√2 · √1.5) = √3 / 2; V likewise
+    assert s.loc[("host", "U"), "wait_spearman"] == pytest.approx(np.sqrt(3) / 2, rel=1e-12)
+    assert s.loc[("host", "U"), "excess_spearman"] == pytest.approx(1.0, rel=1e-12)
+    assert s.loc[("host", "V"), "wait_spearman"] == pytest.approx(np.sqrt(3) / 2, rel=1e-12)
 
 
 def test_store_wait_summary_without_bursts_has_no_round_rate():
     for bursts in (None, pd.DataFrame(columns=["rank", "dump", "burst", "start_ns", "volume_bytes"])):
         s = store_wait_summary(_per_tile(), bursts)
-        assert np.isnan(s["rate_rounds_gbps"]).all() and s["tiles"].tolist() == [4, 2]
+        assert np.isnan(s["rate_rounds_gbps"]).all() and s["tiles"].tolist() == [4, 2, 3, 3]
     assert list(store_wait_summary(_per_tile()).columns) == [
         "dest", "shape", "tiles", "launches", "rate_model_gbps", "rate_rounds_gbps", "pred_median_us", "pred_p90_us", "wait_median_us",
         "wait_p90_us", "excess_median_us", "excess_p90_us", "wait_spearman", "wait_mae_us", "excess_spearman", "excess_mae_us"]
@@ -582,3 +716,13 @@ def test_store_wait_summary_rho_with_a_constant_measurement_is_nan():
     t.loc[(t["shape"] == "S") & t["store_wait_stall_ns"].notna(), "store_wait_stall_ns"] = 7.0  # the unmeasured tile stays out
     a = store_wait_summary(t).set_index(["dest", "shape"]).loc[("host", "S")]
     assert np.isnan(a["wait_spearman"]) and a["excess_spearman"] == pytest.approx(1.0, rel=1e-12)
+
+
+def test_table3_reads_object_columns_with_none_as_numbers_and_false():
+    # a tile table whose number columns hold Python objects (None for a missing value) gives the same Table 3
+    t = _table3_tiles()
+    obj = t.copy()
+    for c in ("mainloop_ns", "control_mainloop_ns", "rs_span_ns", "stall_ns", "noise_ns", "backpressured"):
+        obj[c] = pd.Series([None if pd.isna(v) else v for v in t[c]], dtype=object)
+    obj.loc[0, "backpressured"] = None  # a missing flag: not backpressured (tile 0 is left out: no destination)
+    pd.testing.assert_frame_equal(table3_from_tiles(obj), table3_from_tiles(t))
