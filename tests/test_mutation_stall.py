@@ -275,14 +275,15 @@ def test_store_stall_reads_the_floor_at_each_bursts_producers():
 
 
 def test_store_stall_rate_is_the_calibrated_r_of_the_full_rounds_k_and_b():
-    # the full round is the second (K 3, B 3000 / 3 = 1000): R(3, B) log-linear between B 100 (20) and 1000 (40) → 40,
-    # not R(3) = 10 nor anything of K = 1 (R(1) 5, R(1, 100) 1)
+    # the full round (K 3, B 3000 / 3 = 1000): R(3, B) log-linear between B 100 (20) and 1000 (40) → 40, not R(3) = 10
+    # nor anything of K = 1 (R(1) 5, R(1, 100) 1); as the second round or as the first
     from xstage_trace.analysis.calibration_fit import CalibratedPlatform
 
     model = CalibratedPlatform(rate_gbps=7.0, issue_floor_ns=FLOOR, rate_by_producers_gbps={1: 5.0, 3: 10.0},
                                rate_by_configuration_gbps={(3, 100): 20.0, (3, 1000): 40.0, (1, 100): 1.0})
     bursts = pd.DataFrame({"producers": [1, 3], "volume_bytes": [100, 3000]})
     assert store_stall_predictions(bursts, 0.0, model)[1] == 40.0
+    assert store_stall_predictions(bursts.iloc[::-1], 0.0, model)[1] == 40.0
 
 
 def test_store_stall_with_a_capacity_is_the_stalled_trajectory_at_the_full_rounds_q():
@@ -348,7 +349,8 @@ def _fwd_tiles() -> pd.DataFrame:
     """Launch (rank 0, dump d, host): CTA 0 and CTA 1 each store at positions 0 and 1, then compute one tile that stores
     nothing; CTA 1's second tile has no control: its own compute span (20) stands in. Launch (rank 1, dump d): a
     dump of the same name on another rank is another launch. Launch (2, p): a tile between two stores, and CTAs of
-    different store counts. Launches (3, q) and (3, s): one CTA storing twice, and a single tile. Skipped: (0, k)
+    different store counts. Launches (3, q) and (3, s): one CTA storing twice, and a single tile. Launch (4, u): a CTA
+storing once with no tile after it before a CTA storing twice. Skipped: (0, k)
     stores nothing, (0, e) stores to an uncalibrated destination, (0, h) has no offered compute at all (first in
     the frame, so that a launch skipped does not end the loop)."""
     rows = [  # rank, dump, dest, cta, position, control compute, mainloop, store span, bytes
@@ -365,6 +367,9 @@ def _fwd_tiles() -> pd.DataFrame:
         (2, "p", "host", 1, 0, 20.0, 999.0, 1.0, 600.0), (2, "p", "host", 1, 1, 5.0, 999.0, NAN, 9e9),
         (3, "q", "host", 0, 0, 10.0, 999.0, 1.0, 500.0), (3, "q", "host", 0, 1, 10.0, 999.0, 1.0, 500.0),
         (3, "s", "host", 0, 0, 10.0, 999.0, 1.0, 500.0),
+        (4, "u", "host", 0, 0, 10.0, 999.0, 1.0, 1000.0),
+        (4, "u", "host", 1, 0, 10.0, 999.0, 1.0, 600.0), (4, "u", "host", 1, 1, 30.0, 999.0, NAN, 9e9),
+        (4, "u", "host", 1, 2, 10.0, 999.0, 1.0, 200.0), (4, "u", "host", 1, 3, 40.0, 999.0, NAN, 9e9),
     ]
     t = pd.DataFrame(rows, columns=["rank", "dump", "dest", "cta", "position", "control_compute_ns", "mainloop_ns", "rs_span_ns", "rs_bytes"])
     rest = np.random.default_rng(3).permutation(np.arange(6, len(t)))
@@ -390,7 +395,9 @@ def _known(t: pd.DataFrame, values: np.ndarray) -> dict:
 # CTA 0's second store alone: V 400, K 1 → 40. Cover: 15, 5; 5 → 122.5, 35; 132.5.
 # launch (3, q): round 0 V 500, K 1 → T0 50, G 10: [50 − 10 − 50]₊ = 0 → 50, cover 10 → 40; round 1: 50, no tile after.
 # launch (3, s): one tile, no tile after it: unknown.
-FWD_WANT = {(0, "d", 0, 0): 90.0, (0, "d", 0, 1): 20.0, (0, "d", 1, 0): 110.0, (0, "d", 1, 1): 0.0, (1, "d", 0, 0): 20.0,
+# launch (4, u): round 0 V 1600, K 2 → T0 80; CTA 0 offers nothing after its store (not CTA 1's compute), CTA 1 30 + 10
+# → G_0 40: ΔT_0 = [160 − 40 − 80]₊ = 40 → 120; round 1 V 200, K 1 → 20. Cover: CTA 1 30, 40 → 90, [20 − 40]₊ = 0.
+FWD_WANT = {(4, "u", 1, 0): 90.0, (4, "u", 1, 2): 0.0, (0, "d", 0, 0): 90.0, (0, "d", 0, 1): 20.0, (0, "d", 1, 0): 110.0, (0, "d", 1, 1): 0.0, (1, "d", 0, 0): 20.0,
             (2, "p", 0, 0): 122.5, (2, "p", 0, 2): 35.0, (2, "p", 1, 0): 132.5, (3, "q", 0, 0): 40.0}
 
 
@@ -405,13 +412,23 @@ def test_forward_stall_covered_by_two_tiles_or_by_its_own_count_or_none():
     # every other store tile has fewer than 2 tiles after it: unknown.
     t = _fwd_tiles()
     got = forward_stall_ns(t.assign(cover_tiles=np.where(t["rank"] == 1, 1, 2)), {"host": FWD_MODEL})
-    assert _known(t, got) == {(0, "d", 0, 0): 80.0, (0, "d", 1, 0): 50.0, (2, "p", 0, 0): 97.5, (1, "d", 0, 0): 20.0}
+    assert _known(t, got) == {(0, "d", 0, 0): 80.0, (0, "d", 1, 0): 50.0, (2, "p", 0, 0): 97.5, (1, "d", 0, 0): 20.0,
+                              (4, "u", 1, 0): 120.0 - 40.0}
     # cover_tiles 0: the stall is the issue time itself, wherever the round's issue is known
     got = forward_stall_ns(t.assign(cover_tiles=0), {"host": FWD_MODEL})
     assert _known(t, got) == {
         (0, "d", 0, 0): 130.0, (0, "d", 0, 1): 30.0, (0, "d", 1, 0): 130.0, (0, "d", 1, 1): 30.0, (1, "d", 0, 0): 50.0,
         (2, "p", 0, 0): 137.5, (2, "p", 0, 2): 40.0, (2, "p", 1, 0): 137.5, (3, "q", 0, 0): 50.0, (3, "q", 0, 1): 50.0,
-        (3, "s", 0, 0): 50.0}
+        (3, "s", 0, 0): 50.0, (4, "u", 0, 0): 120.0, (4, "u", 1, 0): 120.0, (4, "u", 1, 2): 20.0}
+
+
+def test_forward_stall_reads_the_floor_at_the_rounds_producers():
+    # T0 = 40·B/100 at K = 2 (10·B/100 at K = 1): two CTAs storing 500 B once → K 2, B 500 → 200 ns, not 50;
+    # one round (no gap after it): no overhead; no cover tile: the stall is the issue time
+    model = PlatformModel(rate_gbps=10.0, issue_floor_ns={(1, 100): 10.0, (2, 100): 40.0})
+    t = pd.DataFrame({"rank": 0, "dump": "d", "dest": "host", "cta": [0, 1], "position": 0, "control_compute_ns": 5.0,
+                      "mainloop_ns": 5.0, "rs_span_ns": 1.0, "rs_bytes": 500.0, "cover_tiles": 0})
+    assert forward_stall_ns(t, {"host": model}).tolist() == [200.0, 200.0]
 
 
 def test_forward_stall_without_a_model_or_tiles_is_nan():
@@ -447,7 +464,7 @@ def test_forward_stall_of_a_dump_name_on_two_ranks_is_each_ranks_own():
     # (K 3, V 2100: rank 1's tile was predicted 150 ns instead of its own round's 20 ns)
     t = _fwd_tiles()
     whole = forward_stall_ns(t, {"host": FWD_MODEL})
-    for rank in (0, 1, 2, 3):
+    for rank in (0, 1, 2, 3, 4):
         mine = (t["rank"] == rank).to_numpy()
         np.testing.assert_array_equal(whole[mine], forward_stall_ns(t[mine], {"host": FWD_MODEL}))
 
