@@ -341,7 +341,7 @@ def forward_stall_ns(tiles: pd.DataFrame, models: Mapping[str, PlatformModel]) -
     out = np.full(n, np.nan)
     if not n or not models:
         return out
-    launch, _ = text_codes(tiles["dump"])
+    launch, _ = text_codes(tiles["dump"].astype(str) + "\0" + tiles["rank"].astype(str))  # a launch is (rank, dump)
     order = np.lexsort((tiles["position"].to_numpy(), tiles["cta"].to_numpy(), launch, tiles["rank"].to_numpy()))
     launch = launch[order]
 
