@@ -25,6 +25,8 @@ ids() { local f=$1; shift; for t in "$@"; do printf '%s::%s ' "$f" "$t"; done; }
 # test_link_whatif.py less its test that analyses the DeepGEMM sample (seconds per mutant)
 link_whatif_fast() { ids tests/test_link_whatif.py $(sed -n 's/^def \(test_[a-z0-9_]*\).*/\1/p' "$here/tests/test_link_whatif.py" | grep -v deepgemm); }
 ORDER=()
+PARTITION_HAND="test_constant_service_times_reduce_to_section9_with_rho_tau_over_wave test_c_dependent_service_times_by_hand
+  test_fit_service_times_averages_each_c_and_needs_every_c test_regret_table_by_hand test_fixed_c_speedup_by_hand"
 add model        "$A/burst_gap.py $A/recurrence.py $A/stall_law.py $A/whatif.py $A/partition.py $A/timing.py" \
                  "tests/test_model.py tests/test_burst_gaps.py tests/test_mutation_model.py"
 add calibration  "$A/calibration_fit.py $A/calibration_capacity.py $A/calibration_crossrun.py $A/calibration_points.py $A/calibration_model.py" \
@@ -37,8 +39,7 @@ add forward      "$A/forward.py $A/tile_error.py $A/piggyback.py" \
                  "tests/test_mutation_forward.py tests/test_mutation_tile_error.py tests/test_mutation_piggyback.py"
 add drain        "$A/drain_fit.py $A/drain_points.py" "tests/test_mutation_drain.py tests/test_forward.py"
 add partition    "$A/partition_select.py $A/partition_regret.py" \
-                 "tests/test_mutation_partition.py $(ids tests/test_partition_select.py test_constant_service_times_reduce_to_section9_with_rho_tau_over_wave
-                  test_c_dependent_service_times_by_hand test_fit_service_times_averages_each_c_and_needs_every_c test_regret_table_by_hand test_fixed_c_speedup_by_hand)"
+                 "tests/test_mutation_partition.py $(ids tests/test_partition_select.py $PARTITION_HAND)"
 add kernels      "$A/selection.py $A/columnar.py $A/spans.py $A/platform.py" \
                  "tests/test_selection.py tests/test_columnar.py tests/test_mutation_kernels.py"
 add pairing      "$C/pairing.py"      "tests/test_mutation_pairing.py tests/test_trust.py::test_a_clock_two_seconds_off_is_refused"
