@@ -34,7 +34,8 @@ add calibration  "$A/calibration_fit.py $A/calibration_capacity.py $A/calibratio
                   tests/test_mutation_calibration_points.py tests/test_mutation_calibration_model.py"
 add tiles        "$A/tiles.py $A/stall.py $A/verdict.py $A/bursts.py $A/link_whatif.py" \
                  "tests/test_mutation_tiles.py tests/test_mutation_tiles_spans.py tests/test_mutation_stall.py tests/test_verdict.py
-                  tests/test_burst_gaps.py $(link_whatif_fast)"
+                  tests/test_burst_gaps.py tests/test_diagnosis.py $(link_whatif_fast)
+                  tests/test_tiles.py::test_control_p99_and_median_equal_pandas_group_by_with_missing_keys_and_values"
 add forward      "$A/forward.py $A/tile_error.py $A/piggyback.py" \
                  "tests/test_mutation_forward.py tests/test_mutation_tile_error.py tests/test_mutation_piggyback.py"
 add drain        "$A/drain_fit.py $A/drain_points.py" "tests/test_mutation_drain.py tests/test_forward.py"
