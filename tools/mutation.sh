@@ -35,7 +35,9 @@ add calibration  "$A/calibration_fit.py $A/calibration_capacity.py $A/calibratio
 add tiles        "$A/tiles.py $A/stall.py $A/verdict.py $A/bursts.py $A/link_whatif.py" \
                  "tests/test_mutation_tiles.py tests/test_mutation_tiles_spans.py tests/test_mutation_stall.py tests/test_verdict.py
                   tests/test_burst_gaps.py tests/test_diagnosis.py $(link_whatif_fast)
-                  tests/test_tiles.py::test_control_p99_and_median_equal_pandas_group_by_with_missing_keys_and_values"
+                  tests/test_tiles.py::test_control_p99_and_median_equal_pandas_group_by_with_missing_keys_and_values
+                  tests/test_forward_pipeline.py::test_plain_stores_of_one_round_complete_when_the_round_has_drained_by_hand
+                  tests/test_compare.py::test_trials_drop_the_warmups_and_keep_the_slowest_rank_per_trial"
 add forward      "$A/forward.py $A/tile_error.py $A/piggyback.py" \
                  "tests/test_mutation_forward.py tests/test_mutation_tile_error.py tests/test_mutation_piggyback.py"
 add drain        "$A/drain_fit.py $A/drain_points.py" "tests/test_mutation_drain.py tests/test_forward.py"
