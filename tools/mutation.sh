@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Mutation testing of the modules that produce the answers (docs/mutation.md). Not part of CI.
 #
-#   tools/mutation.sh [GROUP ...]   groups: model calibration tiles kernels pairing align probe_format gate (default: all)
+#   tools/mutation.sh [GROUP ...]   groups: model calibration tiles forward drain partition kernels pairing align probe_format gate (default: all)
 #
 # Each group mutates its modules in a scratch copy of the working tree (the checkout is never
 # touched) and runs, per mutant, only the fast tests listed for the group (mutmut further narrows
@@ -21,14 +21,28 @@ C=src/xstage_trace/collectors
 # group: modules to mutate | the fast tests that cover them (tests/test_mutation_*.py: tests written against mutants)
 declare -A MUTATE TESTS SCOPE   # SCOPE: regex over mutant names that the rate counts (default: all)
 add() { MUTATE[$1]=$2; TESTS[$1]=$3; ORDER+=("$1"); }
+ids() { local f=$1; shift; for t in "$@"; do printf '%s::%s ' "$f" "$t"; done; }   # file::test ids
+# test_link_whatif.py less its test that analyses the DeepGEMM sample (seconds per mutant)
+link_whatif_fast() { ids tests/test_link_whatif.py $(sed -n 's/^def \(test_[a-z0-9_]*\).*/\1/p' "$here/tests/test_link_whatif.py" | grep -v deepgemm); }
 ORDER=()
+PARTITION_HAND="test_constant_service_times_reduce_to_section9_with_rho_tau_over_wave test_c_dependent_service_times_by_hand
+  test_fit_service_times_averages_each_c_and_needs_every_c test_regret_table_by_hand test_fixed_c_speedup_by_hand"
 add model        "$A/burst_gap.py $A/recurrence.py $A/stall_law.py $A/whatif.py $A/partition.py $A/timing.py" \
                  "tests/test_model.py tests/test_burst_gaps.py tests/test_mutation_model.py"
-add calibration  "$A/calibration_fit.py $A/calibration_capacity.py $A/calibration_crossrun.py" \
-                 "tests/test_calibration_synthetic.py tests/test_mutation_calibration.py"
-add tiles        "$A/tiles.py $A/stall.py $A/verdict.py $A/tile_error.py $A/bursts.py $A/piggyback.py $A/link_whatif.py" \
-                 "tests/test_tiles.py tests/test_verdict.py tests/test_diagnosis.py tests/test_tile_error.py tests/test_fa3_piggyback.py
-                  tests/test_burst_gaps.py tests/test_link_whatif.py tests/test_mutation_tiles.py"
+add calibration  "$A/calibration_fit.py $A/calibration_capacity.py $A/calibration_crossrun.py $A/calibration_points.py $A/calibration_model.py" \
+                 "tests/test_mutation_calibration.py tests/test_mutation_calibration_capacity.py tests/test_mutation_calibration_crossrun.py
+                  tests/test_mutation_calibration_points.py tests/test_mutation_calibration_model.py"
+add tiles        "$A/tiles.py $A/stall.py $A/verdict.py $A/bursts.py $A/link_whatif.py" \
+                 "tests/test_mutation_tiles.py tests/test_mutation_tiles_spans.py tests/test_mutation_stall.py tests/test_verdict.py
+                  tests/test_burst_gaps.py tests/test_diagnosis.py $(link_whatif_fast)
+                  tests/test_tiles.py::test_control_p99_and_median_equal_pandas_group_by_with_missing_keys_and_values
+                  tests/test_forward_pipeline.py::test_plain_stores_of_one_round_complete_when_the_round_has_drained_by_hand
+                  tests/test_compare.py::test_trials_drop_the_warmups_and_keep_the_slowest_rank_per_trial"
+add forward      "$A/forward.py $A/tile_error.py $A/piggyback.py" \
+                 "tests/test_mutation_forward.py tests/test_mutation_tile_error.py tests/test_mutation_piggyback.py"
+add drain        "$A/drain_fit.py $A/drain_points.py" "tests/test_mutation_drain.py tests/test_forward.py"
+add partition    "$A/partition_select.py $A/partition_regret.py" \
+                 "tests/test_mutation_partition.py $(ids tests/test_partition_select.py $PARTITION_HAND)"
 add kernels      "$A/selection.py $A/columnar.py $A/spans.py $A/platform.py" \
                  "tests/test_selection.py tests/test_columnar.py tests/test_mutation_kernels.py"
 add pairing      "$C/pairing.py"      "tests/test_mutation_pairing.py tests/test_trust.py::test_a_clock_two_seconds_off_is_refused"
@@ -43,7 +57,9 @@ groups=("$@"); [ ${#groups[@]} -eq 0 ] && groups=("${ORDER[@]}")
 for g in "${groups[@]}"; do
   [ -n "${MUTATE[$g]:-}" ] || { echo "unknown group $g (${ORDER[*]})" >&2; exit 2; }
   work=$(mktemp -d "${TMPDIR:-/tmp}/xstage-mut-$g.XXXXXX")
-  (cd "$here" && git ls-files -co --exclude-standard -z | xargs -0 cp --parents -t "$work" 2>/dev/null || true)
+  # the checkout's files (outside a git checkout: every file but mutation results)
+  (cd "$here" && { git ls-files -co --exclude-standard -z 2>/dev/null ||
+     find . -path ./.git -prune -o -path ./mutation-results -prune -o -type f -print0; } | xargs -0 cp --parents -t "$work" 2>/dev/null || true)
   pats=${MUTMUT_ONLY:-${MUTATE[$g]}}   # MUTMUT_ONLY: a narrower glob (one module) for a quick run
   tests=""   # test files (or file::test ids) that exist in this checkout
   # MUTMUT_TESTS: other tests for a quick run
