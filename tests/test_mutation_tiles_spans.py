@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from xstage_trace.analysis.columnar import text_codes
 from xstage_trace.analysis.platform import PlatformModel
 from xstage_trace.analysis.tiles import (CONTROL_KEYS, ControlSample, ControlStats, TileControl, _combined_keys,
                                          _control_lookup, _medians_by, _tile_control_lookup, _wait_stats, compute_stall_ns,
@@ -597,15 +598,20 @@ def test_combined_keys_give_one_code_per_key_tuple_and_back():
     assert [key_of(g) for g in combo] == [("x", "p"), ("y", None), (None, "p"), ("y", "p")]
 
 
+def _groups(t: pd.DataFrame):
+    """The tiles' CONTROL_KEYS groups, as finish_tiles makes them for both lookups."""
+    return _combined_keys([text_codes(t[k]) for k in CONTROL_KEYS])
+
+
 def test_control_lookup_matches_missing_keys_to_missing_keys_and_unknown_keys_to_nan():
     p99 = pd.DataFrame({"shape": ["S", np.nan], "tile_kind": ["k", "k"], "operands": ["o", "o"], "ctrl": [1.0, 2.0],
                         "ctrl_median": [3.0, 4.0]})
     t = pd.DataFrame({"shape": [None, "S", "T", "S"], "tile_kind": ["k", "k", "k", "j"], "operands": ["o"] * 4})
-    got = _control_lookup(t, p99)
+    got = _control_lookup(_groups(t), p99)
     assert set(got) == {"ctrl", "ctrl_median"}
     _close(got["ctrl"], [2, 1, NAN, NAN])
     _close(got["ctrl_median"], [4, 3, NAN, NAN])
-    got = _control_lookup(t, p99.iloc[:0])
+    got = _control_lookup(_groups(t), p99.iloc[:0])
     _close(got["ctrl"], [NAN] * 4)
 
 
@@ -615,12 +621,12 @@ def test_tile_control_lookup_finds_the_tile_id_in_its_group_only():
     tc = TileControl(np.array([2, 5]), np.array([20.0, 50.0]), np.array([1.0, 4.0]), 7.0)
     # (the group without comes first)
     t = pd.DataFrame({"shape": ["T", "S", "S", "S", "S"], "tile_kind": ["k"] * 5, "operands": ["o"] * 5, "tile": [2, 5, 3, 9, 2]})
-    ml, ep, jitter = _tile_control_lookup(t, {("S", "k", "o"): tc})
+    ml, ep, jitter = _tile_control_lookup(_groups(t), t, {("S", "k", "o"): tc})
     _close(ml, [NAN, 50, NAN, NAN, 20])
     _close(ep, [NAN, 4, NAN, NAN, 1])
     _close(jitter, [NAN, 7, NAN, NAN, 7])
     assert ml.dtype == ep.dtype == jitter.dtype == np.float64
-    ml, ep, jitter = _tile_control_lookup(t, {})
+    ml, ep, jitter = _tile_control_lookup(_groups(t), t, {})
     _close(ml, [NAN] * 5)
 
 
@@ -661,7 +667,8 @@ def test_an_unmeasured_wait_is_no_backpressure_whatever_the_noise():
 
 
 def test_without_a_per_tile_control_no_tile_column_is_read():
-    ml, ep, jitter = _tile_control_lookup(pd.DataFrame({"x": [1, 2]}), {})
+    t = pd.DataFrame({"shape": ["S", "S"], "tile_kind": ["k", "k"], "operands": ["o", "o"]})   # no tile column
+    ml, ep, jitter = _tile_control_lookup(_groups(t), t, {})
     _close(ml, [NAN, NAN])
     _close(jitter, [NAN, NAN])
 
@@ -735,7 +742,7 @@ def test_combined_keys_of_no_column_and_a_control_lookup_of_no_tile():
     combo, key_of = _combined_keys([])
     assert len(combo) == 0 and key_of(0) == ()
     p99 = pd.DataFrame({"shape": ["S"], "tile_kind": ["k"], "operands": ["o"], "ctrl": [1.0]})
-    got = _control_lookup(pd.DataFrame({"shape": [], "tile_kind": [], "operands": []}, dtype=object), p99)
+    got = _control_lookup(_groups(pd.DataFrame({"shape": [], "tile_kind": [], "operands": []}, dtype=object)), p99)
     assert len(got["ctrl"]) == 0
 
 

@@ -192,7 +192,7 @@ def finish_tiles(t: pd.DataFrame, dumps: pd.DataFrame, noise_ns: float | None = 
     predicted = t["predicted_stall_ns"].to_numpy(np.float64)
     # the per-tile control where the control traced a tile of the same id (the same work: a causal attention block, a
     # GEMM tile of its K), else the group's median and p99
-    tile_ml, tile_ep, jitter = _tile_control_lookup(groups, t["tile"].to_numpy(np.int64), control.per_tile)
+    tile_ml, tile_ep, jitter = _tile_control_lookup(groups, t, control.per_tile)
     matched = ~np.isnan(tile_ml)
     # the control's compute in cycles, at this tile's clock (Eq. 46a: a launch stalled behind its stores runs its SMs
     # at a higher clock than its HBM control, whose Tensor Cores never idle)
@@ -274,16 +274,17 @@ def _control_lookup(groups: tuple[np.ndarray, Callable[[int], tuple]], p99: pd.D
 CONTROL_KEYS = ["shape", "tile_kind", "operands"]
 
 
-def _tile_control_lookup(groups: tuple[np.ndarray, Callable[[int], tuple]], tile: np.ndarray,
+def _tile_control_lookup(groups: tuple[np.ndarray, Callable[[int], tuple]], t: pd.DataFrame,
                          per_tile: Mapping[tuple, TileControl]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per tile (``groups``: ``_combined_keys`` of the tiles' CONTROL_KEYS, ``tile``: their ids) its per-tile control
-    (``TileControl`` of its CONTROL_KEYS, the entry of its tile id): median mainloop (cycles), median epilogue span (ns)
-    and the group's jitter (cycles); NaN where the control has no tile of that id."""
+    """Per tile of ``t`` (``groups``: ``_combined_keys`` of its CONTROL_KEYS) its per-tile control (``TileControl`` of
+    its CONTROL_KEYS, the entry of its tile id): median mainloop (cycles), median epilogue span (ns) and the group's
+    jitter (cycles); NaN where the control has no tile of that id. Without a per-tile control the tile ids are not read."""
     combo, key_of = groups
-    n = len(tile)
+    n = len(t)
     ml, ep, jitter = np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan)
     if not per_tile or not n:
         return ml, ep, jitter
+    tile = t["tile"].to_numpy(np.int64)
     for g in np.unique(combo):  # a few: shapes × kinds × operand paths
         tc = per_tile.get(key_of(g))
         if tc is None:
