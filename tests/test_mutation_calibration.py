@@ -306,3 +306,64 @@ def test_a_lower_bound_fit_keeps_its_store_and_without_a_gap_0_launch_has_no_bou
     assert bulk.rates is None and bulk.store == "bulk"
     none = fit_calibration(pd.DataFrame([_pt(4, 1000, 5000, 104, 5150)]))
     assert none.rates is None and np.isnan(none.model.rate_gbps) and none.capacity_reason.startswith("no drain-limited periodic launch: R >= nan GB/s")
+
+
+def _relative_line(v, t):
+    """(a, b) minimising Σ((a + b·V − T)/T)² (calibration_capacity.floor_trend_ns' fit), by least squares."""
+    (a, b), *_ = np.linalg.lstsq(np.column_stack([1 / np.asarray(t), np.asarray(v) / np.asarray(t)]), np.ones(len(v)), rcond=None)
+    return a, b
+
+
+def test_past_the_isolated_knee_the_floor_is_the_trend_from_below():
+    """HAND plus isolated K=4 launches at V = 500, 1000, 2000, 8000, 16000 (B = 125 … 4000), medians 15, 25, 50, 300, 700,
+    p90 over 1.05 × the median from 8000 on. Tail knee at 8000 (the body detector also finds it there: from i = 3 every
+    median is over 1.15 × max(trend, 50·V/2000)). V_lo = 2000: the floors of 8000 and 16000 become the trend over 500 … 2000
+    (within 2 octaves of 2000), a relative least-squares line; 2000 itself (not past V_lo) keeps its own median.
+    With R(4) = 2: Q in [2000 − 2·trend(2000), 8000 − 2·trend(8000)], below the whole Q grid (64 KiB …): Q(4) is its
+    geometric centre."""
+    iso = [_pt(4, b, 0, m, 0, mode="isolated", p90=q) for b, m, q in
+           ((125, 15, 15), (250, 25, 25), (500, 50, 50), (2000, 300, 320), (4000, 700, 750))]
+    fit = fit_calibration(pd.DataFrame(HAND + iso))
+    a, b = _relative_line([500.0, 1000.0, 2000.0], [15.0, 25.0, 50.0])
+    f = fit.model.issue_floor_ns
+    assert [f[(4, 125)], f[(4, 250)], f[(4, 500)]] == pytest.approx([15.0, 25.0, 50.0])
+    assert f[(4, 2000)] == pytest.approx(a + 8000 * b) and f[(4, 4000)] == pytest.approx(a + 16000 * b)
+    knee = fit.capacity[4].knee
+    assert (knee.detector, knee.v_lo_bytes, knee.v_hi_bytes) == ("tail", 2000.0, 8000.0)
+    q_lo, q_hi = 2000 - 2 * (a + 2000 * b), 8000 - 2 * (a + 8000 * b)
+    assert (knee.q_lo_bytes, knee.q_hi_bytes) == (pytest.approx(q_lo), pytest.approx(q_hi))
+    assert fit.model.capacity([4])[0] == pytest.approx(np.sqrt(q_lo * q_hi))
+
+
+# K = 4, B = 1000: recovered at G = 3000, 6000 (T_iss^0 = median(100, 110) = 105, o = median(45, 55) = 50) and one
+# drain-limited launch at G = 1800 (1950 ≥ 2·105; R = 4000/2000 = 2). The recurrence's backlog grows by at most
+# 4000 − 2·(105 + 1800 + 50) = 90 B per burst, under 64 × 90 = 5760 B in a launch: no Q of the grid (≥ 64 KiB) stalls it,
+# so the transients do not depend on Q.
+FLAT_Q = [_pt(4, 1000, 3000, 100, 3150), _pt(4, 1000, 6000, 110, 6160), _pt(4, 1000, 1800, 1950, 2000)]
+
+
+def test_without_a_capacity_the_reason_says_why():
+    fit = fit_calibration(pd.DataFrame(FLAT_Q))
+    assert fit.rates.rate_gbps == pytest.approx(2.0) and fit.model.loop_overhead_ns == pytest.approx(50.0)
+    assert fit.model.capacity_by_producers is None and fit.capacity[4].q_bytes is None
+    assert fit.capacity_reason == "the periodic transients do not depend on Q and there are no isolated launches"
+    assert set(fit.errors) == {"ss"}  # no Q: no recurrence line
+    # isolated launches proportional to V (400 → 10 ns, 800 → 20 ns): no knee, Q ≥ 800 − 2·20 = 760, below the grid
+    iso = [_pt(4, 100, 0, 10, 0, mode="isolated"), _pt(4, 200, 0, 20, 0, mode="isolated")]
+    fit = fit_calibration(pd.DataFrame(FLAT_Q + iso))
+    assert fit.capacity[4].knee.detector == "none" and fit.capacity[4].knee.q_lo_bytes == pytest.approx(760.0)
+    assert fit.model.capacity_by_producers is None and fit.capacity_reason == (
+        "isolated bursts never left the recovered floor and the transients do not bound Q: Q exceeds the largest isolated volume")
+
+
+def test_the_recurrence_runs_over_each_launchs_own_bursts():
+    """V = 4000 B, R = 2, T0 = 100, G = 0, o = 50, Q = 149950 B: unstalled, the backlog grows 4000 − 2·150 = 3700 B per
+    burst; burst n stalls once 3700·n + 4000 − Q > 2·T0, i.e. from n = 40 (148000 B): it issues (148000 + 4000 − 149950)/2
+    = 1025 ns, leaves 149950 − 100 B, and every later burst issues (Q − 100 + 4000 − Q)/2 = 1950 ns.
+    64 bursts (also a launch without its count): bursts 16..62 = 24 × 100, 1025, 22 × 1950: median 100, period 150.
+    65 bursts: 16..63 = 24 × 100, 1025, 23 × 1950: median (100 + 1025)/2 = 562.5. 17 bursts: none past the warm-up."""
+    model = PlatformModel(2.0, {(4, 1000): 100.0}, {4: 149950.0}, 50.0)
+    pts = pd.DataFrame([dict(_pt(4, 1000, 0, 1950, 2000), bursts=n) for n in (64, np.nan, 65, 17)])
+    p = predict(pts, model)
+    np.testing.assert_allclose(p["pred_issue_rec_ns"], [100.0, 100.0, 562.5, np.nan])
+    np.testing.assert_allclose(p["pred_period_rec_ns"], [150.0, 150.0, 612.5, np.nan])
