@@ -367,3 +367,69 @@ def test_the_recurrence_runs_over_each_launchs_own_bursts():
     p = predict(pts, model)
     np.testing.assert_allclose(p["pred_issue_rec_ns"], [100.0, 100.0, 562.5, np.nan])
     np.testing.assert_allclose(p["pred_period_rec_ns"], [150.0, 150.0, 612.5, np.nan])
+
+
+def test_a_launch_at_twice_the_floor_is_drain_limited():
+    """K = 4, B = 1000, floor 100 (the G = 3000 and 6000 launches): the G = 1000 launch issues in exactly 2 × 100 ns, so it is
+    drain-limited with the G = 0 one: R = median(4000/2000, 4000/2500) = 1.8. Recovered by construction then needs
+    G ≥ 1.5·4000/1.8 = 3333: the G = 6000 launch alone gives o = 6150 − 6000 − 100 = 50 (G = 3000 would give 40)."""
+    pts = [_pt(4, 1000, 3000, 100, 3140), _pt(4, 1000, 6000, 100, 6150), _pt(4, 1000, 0, 1900, 2000), _pt(4, 1000, 1000, 200, 2500)]
+    fit = fit_calibration(pd.DataFrame(pts))
+    assert fit.rates.points == 2 and fit.rates.rate_gbps == pytest.approx(1.8)
+    assert fit.model.loop_overhead_ns == pytest.approx(50.0)
+
+
+def test_half_iqr_by_hand():
+    from xstage_trace.analysis.calibration_fit import _half_iqr
+
+    # numpy percentiles of 1..5: 25 % → 2, 75 % → 4: (4 − 2)/2 = 1; of 1..4: 1.75 and 3.25: 0.75
+    assert _half_iqr(np.array([1.0, 2.0, 3.0, 4.0, 5.0])) == pytest.approx(1.0)
+    assert _half_iqr(np.array([4.0, 1.0, 3.0, 2.0])) == pytest.approx(0.75)
+
+
+def test_a_producer_count_at_exactly_the_spread_from_the_pooled_rate_uses_it():
+    """K = 4 drains at 2.0, 2.0 GB/s (4000 B per 2000 ns), K = 6 at 3.0, 3.0 (6000 B per 2000 ns): pooled median 2.5,
+    percentiles 25 / 75 % of [2, 2, 3, 3] = 2, 3: half-IQR 0.5. Each K's median is 0.5 from the pooled one, not more than
+    max(0, 0.5): both use 2.5, and so does K = 8, which has no drain-limited launch."""
+    pts = [_pt(4, 1000, 0, 1900, 2000), _pt(4, 1000, 500, 1400, 2000), _pt(4, 1000, 6000, 100, 6150),
+           _pt(6, 1000, 0, 1900, 2000), _pt(6, 1000, 500, 1400, 2000), _pt(6, 1000, 6000, 100, 6150),
+           _pt(8, 1000, 9000, 100, 9150)]
+    r = fit_calibration(pd.DataFrame(pts)).rates
+    assert (r.rate_gbps, r.uncertainty_gbps) == (pytest.approx(2.5), pytest.approx(0.5))
+    assert r.measured_by_producers[4]["differs"] is False and r.measured_by_producers[6]["differs"] is False
+    assert r.used_by_producers == {4: pytest.approx(2.5), 6: pytest.approx(2.5), 8: pytest.approx(2.5)}
+    assert r.by_configuration[(6, 1000)] == {"rate_gbps": pytest.approx(3.0), "uncertainty_gbps": pytest.approx(0.0), "points": 2}
+
+
+def test_loop_overhead_edges_by_hand():
+    # the floor comes from an isolated launch only: no periodic plateau launch, o = 0
+    pts = [_pt(4, 1000, 0, 1900, 2000), _pt(4, 1000, 0, 100, 0, mode="isolated")]
+    assert fit_calibration(pd.DataFrame(pts)).model.loop_overhead_ns == 0.0
+    # one plateau launch (G = 3000 ≥ 1.5·4000/2): o = 3100.5 − 3000 − 100 = 0.5; one 60 ns early: o = max(−60, 0) = 0
+    assert fit_calibration(pd.DataFrame(pts[:1] + [_pt(4, 1000, 3000, 100, 3100.5)])).model.loop_overhead_ns == pytest.approx(0.5)
+    assert fit_calibration(pd.DataFrame(pts[:1] + [_pt(4, 1000, 3000, 100, 3040)])).model.loop_overhead_ns == 0.0
+    # a 1 ns gap is a plateau where V/R is under 1/1.5 ns: K = 1, B = 1 (R = the pooled 2: 1.5·1/2 = 0.75 ≤ 1): o = 61 − 1 − 10
+    tiny = fit_calibration(pd.DataFrame(pts[:1] + [_pt(1, 1, 1, 10, 61), _pt(4, 1000, 0, 100, 0, mode="isolated")]))
+    assert tiny.model.loop_overhead_ns == pytest.approx(50.0)
+
+
+def test_a_floor_at_exactly_ten_percent_over_the_smallest_counts():
+    # periodic launches at (4, 250), recovered by construction (G ≥ 1.5·1000/2 = 750): 80 ns and 80·1.1 = 88 ns (on the
+    # edge): T_iss^0 = median(80, 88) = 84
+    fit = fit_calibration(pd.DataFrame(HAND + [_pt(4, 250, 1000, 80, 1130), _pt(4, 250, 2000, 80 * (1 + 0.10), 2138)]))
+    assert fit.model.issue_floor_ns[(4, 250)] == pytest.approx(84.0)
+
+
+def test_transient_errors_use_each_launchs_floor_and_configuration_rate():
+    """Two K = 8, B = 100000 launches (V = 800000 B), T_iss^0(8, 100000) = 200 ns (K = 4 has 100 ns at B = 1000), o = 50,
+    R(8, 100000) = 5 GB/s (R(K) = 3). G = 0, measured 160000 ns: at the smallest Q of the grid (64 KiB ≪ V) the first
+    burst stalls and every later one issues V/R − G − o: period V/R = 160000, error 0. G = 10^6, measured 10^6 ns: the
+    backlog never grows (800000 < 5·(200 + 10^6 + 50)); at Q = 1 GiB the period is 200 + 10^6 + 50: error 0.025 %."""
+    from xstage_trace.analysis.calibration_fit import CAPACITY_GRID_BYTES, _transient_errors
+
+    base = CalibratedPlatform(1.0, {(4, 1000): 100.0, (8, 100000): 200.0}, None, 50.0, "", "", {4: 3.0, 8: 3.0},
+                              {(4, 1000): 2.0, (8, 100000): 5.0})
+    per = pd.DataFrame([_pt(8, 100000, 0, 1, 160000), _pt(8, 100000, 10**6, 1, 10**6)])
+    e = _transient_errors(per, base)
+    assert e.shape == (2, len(CAPACITY_GRID_BYTES))
+    assert e[0, 0] == pytest.approx(0.0, abs=1e-9) and e[1, -1] == pytest.approx(100 * 250 / 10**6)
