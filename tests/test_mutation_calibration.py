@@ -323,6 +323,7 @@ def test_past_the_isolated_knee_the_floor_is_the_trend_from_below():
     geometric centre."""
     iso = [_pt(4, b, 0, m, 0, mode="isolated", p90=q) for b, m, q in
            ((125, 15, 15), (250, 25, 25), (500, 50, 50), (2000, 300, 320), (4000, 700, 750))]
+    iso.append(_pt(2, 1000, 0, 900, 0, mode="isolated", p90=2000))  # one K = 2 volume: no knee there, K = 4 is still done
     fit = fit_calibration(pd.DataFrame(HAND + iso))
     a, b = _relative_line([500.0, 1000.0, 2000.0], [15.0, 25.0, 50.0])
     f = fit.model.issue_floor_ns
@@ -333,6 +334,7 @@ def test_past_the_isolated_knee_the_floor_is_the_trend_from_below():
     q_lo, q_hi = 2000 - 2 * (a + 2000 * b), 8000 - 2 * (a + 8000 * b)
     assert (knee.q_lo_bytes, knee.q_hi_bytes) == (pytest.approx(q_lo), pytest.approx(q_hi))
     assert fit.model.capacity([4])[0] == pytest.approx(np.sqrt(q_lo * q_hi))
+    assert f[(2, 1000)] == pytest.approx(900.0) and fit.capacity[2].knee is None
 
 
 # K = 4, B = 1000: recovered at G = 3000, 6000 (T_iss^0 = median(100, 110) = 105, o = median(45, 55) = 50) and one
@@ -433,3 +435,17 @@ def test_transient_errors_use_each_launchs_floor_and_configuration_rate():
     e = _transient_errors(per, base)
     assert e.shape == (2, len(CAPACITY_GRID_BYTES))
     assert e[0, 0] == pytest.approx(0.0, abs=1e-9) and e[1, -1] == pytest.approx(100 * 250 / 10**6)
+
+
+def test_each_producer_count_takes_its_own_transients():
+    """FLAT_Q's K = 4 launches and K = 8, B = 1000: drain-limited at G = 0 (1550 ≥ 2·200; 8000/1600 = 5 GB/s), recovered at
+    G = 6000 (200 ns). One drain-limited launch per K: neither K differs from the pooled median of [2, 5] = 3.5, which
+    marks as recovered K = 4 from G ≥ 1714 and K = 8 from G ≥ 3429: floors 105 (4) and 200 (8), o = median(95, 45, 55,
+    50) = 52.5. K = 4's backlog still grows at most 4000 − 2·(105 + 1800 + 52.5) = 85 B per burst (R(4, 1000) = 2): its
+    transients do not depend on Q (and it has no isolated launch): no Q(4). K = 8's grows 8000 − 5·(200 + 52.5) B per burst
+    at G = 0: it stalls at the small Q of the grid and not at 1 GiB: Q(8) is fitted."""
+    fit = fit_calibration(pd.DataFrame(FLAT_Q + [_pt(8, 1000, 0, 1550, 1600), _pt(8, 1000, 6000, 200, 6250)]))
+    assert fit.rates.used_by_producers == {4: pytest.approx(3.5), 8: pytest.approx(3.5)}
+    assert fit.model.loop_overhead_ns == pytest.approx(52.5)
+    assert fit.capacity[4].q_bytes is None and fit.capacity[8].q_bytes is not None
+    assert fit.capacity_reason is None and set(fit.model.capacity_by_producers) == {8}
