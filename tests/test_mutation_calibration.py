@@ -51,6 +51,7 @@ def test_drain_rates_by_hand(hand_fit):
     assert r.by_configuration[(4, 1000)]["rate_gbps"] == pytest.approx(2.0) and r.by_configuration[(4, 1000)]["points"] == 3
     assert r.by_configuration[(8, 1000)]["rate_gbps"] == pytest.approx(5.0)
     assert hand_fit.model.rate_by_producers_gbps == {4: pytest.approx(2.0), 8: pytest.approx(5.0)}
+    assert hand_fit.model.rate_gbps == pytest.approx(2.0)  # the model's single R is the pooled one
 
 
 def test_issue_floor_and_loop_overhead_by_hand(hand_fit):
