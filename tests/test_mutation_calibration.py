@@ -51,6 +51,7 @@ def test_drain_rates_by_hand(hand_fit):
     assert r.by_configuration[(4, 1000)]["rate_gbps"] == pytest.approx(2.0) and r.by_configuration[(4, 1000)]["points"] == 3
     assert r.by_configuration[(8, 1000)]["rate_gbps"] == pytest.approx(5.0)
     assert hand_fit.model.rate_by_producers_gbps == {4: pytest.approx(2.0), 8: pytest.approx(5.0)}
+    assert hand_fit.model.rate_gbps == pytest.approx(2.0)  # the model's single R is the pooled one
 
 
 def test_issue_floor_and_loop_overhead_by_hand(hand_fit):
@@ -306,3 +307,146 @@ def test_a_lower_bound_fit_keeps_its_store_and_without_a_gap_0_launch_has_no_bou
     assert bulk.rates is None and bulk.store == "bulk"
     none = fit_calibration(pd.DataFrame([_pt(4, 1000, 5000, 104, 5150)]))
     assert none.rates is None and np.isnan(none.model.rate_gbps) and none.capacity_reason.startswith("no drain-limited periodic launch: R >= nan GB/s")
+
+
+def _relative_line(v, t):
+    """(a, b) minimising Σ((a + b·V − T)/T)² (calibration_capacity.floor_trend_ns' fit), by least squares."""
+    (a, b), *_ = np.linalg.lstsq(np.column_stack([1 / np.asarray(t), np.asarray(v) / np.asarray(t)]), np.ones(len(v)), rcond=None)
+    return a, b
+
+
+def test_past_the_isolated_knee_the_floor_is_the_trend_from_below():
+    """HAND plus isolated K=4 launches at V = 500, 1000, 2000, 8000, 16000 (B = 125 … 4000), medians 15, 25, 50, 300, 700,
+    p90 over 1.05 × the median from 8000 on. Tail knee at 8000 (the body detector also finds it there: from i = 3 every
+    median is over 1.15 × max(trend, 50·V/2000)). V_lo = 2000: the floors of 8000 and 16000 become the trend over 500 … 2000
+    (within 2 octaves of 2000), a relative least-squares line; 2000 itself (not past V_lo) keeps its own median.
+    With R(4) = 2: Q in [2000 − 2·trend(2000), 8000 − 2·trend(8000)], below the whole Q grid (64 KiB …): Q(4) is its
+    geometric centre."""
+    iso = [_pt(4, b, 0, m, 0, mode="isolated", p90=q) for b, m, q in
+           ((125, 15, 15), (250, 25, 25), (500, 50, 50), (2000, 300, 320), (4000, 700, 750))]
+    iso.append(_pt(2, 1000, 0, 900, 0, mode="isolated", p90=2000))  # one K = 2 volume: no knee there, K = 4 is still done
+    fit = fit_calibration(pd.DataFrame(HAND + iso))
+    a, b = _relative_line([500.0, 1000.0, 2000.0], [15.0, 25.0, 50.0])
+    f = fit.model.issue_floor_ns
+    assert [f[(4, 125)], f[(4, 250)], f[(4, 500)]] == pytest.approx([15.0, 25.0, 50.0])
+    assert f[(4, 2000)] == pytest.approx(a + 8000 * b) and f[(4, 4000)] == pytest.approx(a + 16000 * b)
+    knee = fit.capacity[4].knee
+    assert (knee.detector, knee.v_lo_bytes, knee.v_hi_bytes) == ("tail", 2000.0, 8000.0)
+    q_lo, q_hi = 2000 - 2 * (a + 2000 * b), 8000 - 2 * (a + 8000 * b)
+    assert (knee.q_lo_bytes, knee.q_hi_bytes) == (pytest.approx(q_lo), pytest.approx(q_hi))
+    assert fit.model.capacity([4])[0] == pytest.approx(np.sqrt(q_lo * q_hi))
+    assert f[(2, 1000)] == pytest.approx(900.0) and fit.capacity[2].knee is None
+
+
+# K = 4, B = 1000: recovered at G = 3000, 6000 (T_iss^0 = median(100, 110) = 105, o = median(45, 55) = 50) and one
+# drain-limited launch at G = 1800 (1950 ≥ 2·105; R = 4000/2000 = 2). The recurrence's backlog grows by at most
+# 4000 − 2·(105 + 1800 + 50) = 90 B per burst, under 64 × 90 = 5760 B in a launch: no Q of the grid (≥ 64 KiB) stalls it,
+# so the transients do not depend on Q.
+FLAT_Q = [_pt(4, 1000, 3000, 100, 3150), _pt(4, 1000, 6000, 110, 6160), _pt(4, 1000, 1800, 1950, 2000)]
+
+
+def test_without_a_capacity_the_reason_says_why():
+    fit = fit_calibration(pd.DataFrame(FLAT_Q))
+    assert fit.rates.rate_gbps == pytest.approx(2.0) and fit.model.loop_overhead_ns == pytest.approx(50.0)
+    assert fit.model.capacity_by_producers is None and fit.capacity[4].q_bytes is None
+    assert fit.capacity_reason == "the periodic transients do not depend on Q and there are no isolated launches"
+    assert set(fit.errors) == {"ss"}  # no Q: no recurrence line
+    # isolated launches proportional to V (400 → 10 ns, 800 → 20 ns): no knee, Q ≥ 800 − 2·20 = 760, below the grid
+    iso = [_pt(4, 100, 0, 10, 0, mode="isolated"), _pt(4, 200, 0, 20, 0, mode="isolated")]
+    fit = fit_calibration(pd.DataFrame(FLAT_Q + iso))
+    assert fit.capacity[4].knee.detector == "none" and fit.capacity[4].knee.q_lo_bytes == pytest.approx(760.0)
+    assert fit.model.capacity_by_producers is None and fit.capacity_reason == (
+        "isolated bursts never left the recovered floor and the transients do not bound Q: Q exceeds the largest isolated volume")
+
+
+def test_the_recurrence_runs_over_each_launchs_own_bursts():
+    """V = 4000 B, R = 2, T0 = 100, G = 0, o = 50, Q = 149950 B: unstalled, the backlog grows 4000 − 2·150 = 3700 B per
+    burst; burst n stalls once 3700·n + 4000 − Q > 2·T0, i.e. from n = 40 (148000 B): it issues (148000 + 4000 − 149950)/2
+    = 1025 ns, leaves 149950 − 100 B, and every later burst issues (Q − 100 + 4000 − Q)/2 = 1950 ns.
+    64 bursts (also a launch without its count): bursts 16..62 = 24 × 100, 1025, 22 × 1950: median 100, period 150.
+    65 bursts: 16..63 = 24 × 100, 1025, 23 × 1950: median (100 + 1025)/2 = 562.5. 17 bursts: none past the warm-up."""
+    model = PlatformModel(2.0, {(4, 1000): 100.0}, {4: 149950.0}, 50.0)
+    pts = pd.DataFrame([dict(_pt(4, 1000, 0, 1950, 2000), bursts=n) for n in (64, np.nan, 65, 17)])
+    p = predict(pts, model)
+    np.testing.assert_allclose(p["pred_issue_rec_ns"], [100.0, 100.0, 562.5, np.nan])
+    np.testing.assert_allclose(p["pred_period_rec_ns"], [150.0, 150.0, 612.5, np.nan])
+
+
+def test_a_launch_at_twice_the_floor_is_drain_limited():
+    """K = 4, B = 1000, floor 100 (the G = 3000 and 6000 launches): the G = 1000 launch issues in exactly 2 × 100 ns, so it is
+    drain-limited with the G = 0 one: R = median(4000/2000, 4000/2500) = 1.8. Recovered by construction then needs
+    G ≥ 1.5·4000/1.8 = 3333: the G = 6000 launch alone gives o = 6150 − 6000 − 100 = 50 (G = 3000 would give 40)."""
+    pts = [_pt(4, 1000, 3000, 100, 3140), _pt(4, 1000, 6000, 100, 6150), _pt(4, 1000, 0, 1900, 2000), _pt(4, 1000, 1000, 200, 2500)]
+    fit = fit_calibration(pd.DataFrame(pts))
+    assert fit.rates.points == 2 and fit.rates.rate_gbps == pytest.approx(1.8)
+    assert fit.model.loop_overhead_ns == pytest.approx(50.0)
+
+
+def test_half_iqr_by_hand():
+    from xstage_trace.analysis.calibration_fit import _half_iqr
+
+    # numpy percentiles of 1..5: 25 % → 2, 75 % → 4: (4 − 2)/2 = 1; of 1..4: 1.75 and 3.25: 0.75
+    assert _half_iqr(np.array([1.0, 2.0, 3.0, 4.0, 5.0])) == pytest.approx(1.0)
+    assert _half_iqr(np.array([4.0, 1.0, 3.0, 2.0])) == pytest.approx(0.75)
+
+
+def test_a_producer_count_at_exactly_the_spread_from_the_pooled_rate_uses_it():
+    """K = 4 drains at 2.0, 2.0 GB/s (4000 B per 2000 ns), K = 6 at 3.0, 3.0 (6000 B per 2000 ns): pooled median 2.5,
+    percentiles 25 / 75 % of [2, 2, 3, 3] = 2, 3: half-IQR 0.5. Each K's median is 0.5 from the pooled one, not more than
+    max(0, 0.5): both use 2.5, and so does K = 8, which has no drain-limited launch."""
+    pts = [_pt(4, 1000, 0, 1900, 2000), _pt(4, 1000, 500, 1400, 2000), _pt(4, 1000, 6000, 100, 6150),
+           _pt(6, 1000, 0, 1900, 2000), _pt(6, 1000, 500, 1400, 2000), _pt(6, 1000, 6000, 100, 6150),
+           _pt(8, 1000, 9000, 100, 9150)]
+    r = fit_calibration(pd.DataFrame(pts)).rates
+    assert (r.rate_gbps, r.uncertainty_gbps) == (pytest.approx(2.5), pytest.approx(0.5))
+    assert r.measured_by_producers[4]["differs"] is False and r.measured_by_producers[6]["differs"] is False
+    assert r.used_by_producers == {4: pytest.approx(2.5), 6: pytest.approx(2.5), 8: pytest.approx(2.5)}
+    assert r.by_configuration[(6, 1000)] == {"rate_gbps": pytest.approx(3.0), "uncertainty_gbps": pytest.approx(0.0), "points": 2}
+
+
+def test_loop_overhead_edges_by_hand():
+    # the floor comes from an isolated launch only: no periodic plateau launch, o = 0
+    pts = [_pt(4, 1000, 0, 1900, 2000), _pt(4, 1000, 0, 100, 0, mode="isolated")]
+    assert fit_calibration(pd.DataFrame(pts)).model.loop_overhead_ns == 0.0
+    # one plateau launch (G = 3000 ≥ 1.5·4000/2): o = 3100.5 − 3000 − 100 = 0.5; one 60 ns early: o = max(−60, 0) = 0
+    assert fit_calibration(pd.DataFrame(pts[:1] + [_pt(4, 1000, 3000, 100, 3100.5)])).model.loop_overhead_ns == pytest.approx(0.5)
+    assert fit_calibration(pd.DataFrame(pts[:1] + [_pt(4, 1000, 3000, 100, 3040)])).model.loop_overhead_ns == 0.0
+    # a 1 ns gap is a plateau where V/R is under 1/1.5 ns: K = 1, B = 1 (R = the pooled 2: 1.5·1/2 = 0.75 ≤ 1): o = 61 − 1 − 10
+    tiny = fit_calibration(pd.DataFrame(pts[:1] + [_pt(1, 1, 1, 10, 61), _pt(4, 1000, 0, 100, 0, mode="isolated")]))
+    assert tiny.model.loop_overhead_ns == pytest.approx(50.0)
+
+
+def test_a_floor_at_exactly_ten_percent_over_the_smallest_counts():
+    # periodic launches at (4, 250), recovered by construction (G ≥ 1.5·1000/2 = 750): 80 ns and 80·1.1 = 88 ns (on the
+    # edge): T_iss^0 = median(80, 88) = 84
+    fit = fit_calibration(pd.DataFrame(HAND + [_pt(4, 250, 1000, 80, 1130), _pt(4, 250, 2000, 80 * (1 + 0.10), 2138)]))
+    assert fit.model.issue_floor_ns[(4, 250)] == pytest.approx(84.0)
+
+
+def test_transient_errors_use_each_launchs_floor_and_configuration_rate():
+    """Two K = 8, B = 100000 launches (V = 800000 B), T_iss^0(8, 100000) = 200 ns (K = 4 has 100 ns at B = 1000), o = 50,
+    R(8, 100000) = 5 GB/s (R(K) = 3). G = 0, measured 160000 ns: at the smallest Q of the grid (64 KiB ≪ V) the first
+    burst stalls and every later one issues V/R − G − o: period V/R = 160000, error 0. G = 10^6, measured 10^6 ns: the
+    backlog never grows (800000 < 5·(200 + 10^6 + 50)); at Q = 1 GiB the period is 200 + 10^6 + 50: error 0.025 %."""
+    from xstage_trace.analysis.calibration_fit import CAPACITY_GRID_BYTES, _transient_errors
+
+    base = CalibratedPlatform(1.0, {(4, 1000): 100.0, (8, 100000): 200.0}, None, 50.0, "", "", {4: 3.0, 8: 3.0},
+                              {(4, 1000): 2.0, (8, 100000): 5.0})
+    per = pd.DataFrame([_pt(8, 100000, 0, 1, 160000), _pt(8, 100000, 10**6, 1, 10**6)])
+    e = _transient_errors(per, base)
+    assert e.shape == (2, len(CAPACITY_GRID_BYTES))
+    assert e[0, 0] == pytest.approx(0.0, abs=1e-9) and e[1, -1] == pytest.approx(100 * 250 / 10**6)
+
+
+def test_each_producer_count_takes_its_own_transients():
+    """FLAT_Q's K = 4 launches and K = 8, B = 1000: drain-limited at G = 0 (1550 ≥ 2·200; 8000/1600 = 5 GB/s), recovered at
+    G = 6000 (200 ns). One drain-limited launch per K: neither K differs from the pooled median of [2, 5] = 3.5, which
+    marks as recovered K = 4 from G ≥ 1714 and K = 8 from G ≥ 3429: floors 105 (4) and 200 (8), o = median(95, 45, 55,
+    50) = 52.5. K = 4's backlog still grows at most 4000 − 2·(105 + 1800 + 52.5) = 85 B per burst (R(4, 1000) = 2): its
+    transients do not depend on Q (and it has no isolated launch): no Q(4). K = 8's grows 8000 − 5·(200 + 52.5) B per burst
+    at G = 0: it stalls at the small Q of the grid and not at 1 GiB: Q(8) is fitted."""
+    fit = fit_calibration(pd.DataFrame(FLAT_Q + [_pt(8, 1000, 0, 1550, 1600), _pt(8, 1000, 6000, 200, 6250)]))
+    assert fit.rates.used_by_producers == {4: pytest.approx(3.5), 8: pytest.approx(3.5)}
+    assert fit.model.loop_overhead_ns == pytest.approx(52.5)
+    assert fit.capacity[4].q_bytes is None and fit.capacity[8].q_bytes is not None
+    assert fit.capacity_reason is None and set(fit.model.capacity_by_producers) == {8}
