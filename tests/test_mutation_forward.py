@@ -54,12 +54,12 @@ def test_an_unknown_load_issue_is_refused_by_name():
 
 @pytest.mark.parametrize("steps, stages", [(0, None), (2, 0), ([1, 0], 1)])
 def test_fewer_than_one_step_or_stage_is_refused(steps, stages):
-    with pytest.raises(ValueError, match="steps and stages must be >= 1"):
+    with pytest.raises(ValueError, match="^steps and stages must be >= 1$"):
         forward_tiles([0, 0], [0, 1], 1.0, 1.0, LinkModel(R, 0.0), steps=steps, stages=stages)
 
 
 def test_one_cta_with_positions_that_repeat_is_refused_but_other_ctas_may_share_them():
-    with pytest.raises(ValueError, match="two tiles of one CTA share a position"):
+    with pytest.raises(ValueError, match="^two tiles of one CTA share a position$"):
         forward_tiles([0, 1, 1], [0, 4, 4], 1.0, 1.0, LinkModel(R, 0.0))
     f = forward_tiles([0, 1], [4, 4], 1.0, 1.0, LinkModel(R, 0.0))  # one tile each at position 4: fine
     np.testing.assert_allclose(f.stall_ns, [0, 0])
@@ -161,6 +161,8 @@ def test_two_stages_of_four_steps_wait_behind_stores_issued_while_computing_by_h
     # stages = steps (and by default, and more stages than steps): every step loads at ℓ, stall 20 only
     for stages in (4, None, 8):
         np.testing.assert_allclose(forward_tiles(*args, steps=[1, 4, 1], stages=stages).stall_ns, [0, 20, 0])
+    # one step by default: one stage loads it all
+    np.testing.assert_allclose(forward_tiles(*args, stages=1).stall_ns, [0, 20, 0])
 
 
 def test_streamed_steps_carry_the_load_latency_by_hand():
@@ -212,6 +214,11 @@ def test_the_buffer_wait_is_the_acceptance_beyond_the_covering_compute_end_by_ha
     np.testing.assert_allclose(stall, [0 + 18, 2 + 18, 2 + 18, 2])
     # cover 2: against the compute end two tiles later: 45 − 44 = 1, 62 − 61 = 1, then none
     np.testing.assert_allclose(_one_cta_with_a_slow_issue_floor(100.0, 2)[1], [1, 2 + 1, 2, 2])
+    # cover 3: tile 0's store is accepted (45) before tile 3's compute ends (61): no wait
+    np.testing.assert_allclose(_one_cta_with_a_slow_issue_floor(100.0, 3)[1], [0, 2, 2, 2])
+    # 1 byte a tile (0.02 ns): tile n's compute starts 0.02 ns after its loads; accepted 30 ns after each issue:
+    # 45 − 25.02, 60.02 − 40.04, 75.04 − 55.06 = 19.98 each
+    np.testing.assert_allclose(_one_cta_with_a_slow_issue_floor(1.0, 1)[1], [19.98, 20, 20, 0.02])
     # cover 0: no buffer wait, the load stalls alone
     np.testing.assert_allclose(_one_cta_with_a_slow_issue_floor(100.0, 0)[1], [0, 2, 2, 2])
 
@@ -245,6 +252,8 @@ def test_plain_stores_wait_for_their_whole_round_at_any_positions_by_hand():
     np.testing.assert_allclose(f.drained_ns, [30, 80, 50, 80])
     np.testing.assert_allclose(stall, [40, 40 + 20, 40, 40 + 0])
     np.testing.assert_allclose(forward_launch(cta, pos, nbytes, 10.0, LinkModel(R, 0.0))[1], [0, 40, 0, 40])
+    # one CTA, one tile of 1 byte: its round drains 0.02 ns after the issue
+    np.testing.assert_allclose(forward_launch([0], [0], 1.0, 10.0, LinkModel(R, 0.0), plain_store=True)[1], [0.02])
 
 
 def test_forward_launch_passes_its_structure_to_the_recurrence():
@@ -253,6 +262,7 @@ def test_forward_launch_passes_its_structure_to_the_recurrence():
     args = ([0, 0, 1], [0, 1, 0], [1000.0, 1000.0, 5000.0], [100.0, 40.0, 125.0], LinkModel(R, 0.0))
     for stages, want in ((2, 105.0), (1, 115.0), (None, 20.0)):
         np.testing.assert_allclose(forward_launch(*args, steps=[1, 4, 1], stages=stages)[1], [0, want, 0])
+    np.testing.assert_allclose(forward_launch(*args, stages=1)[1], [0, 20, 0])  # one step by default
     f, stall = forward_launch([0, 0, 0], [0, 1, 2], 1000.0, 10.0, LinkModel(R, 0.0, load_latency_ns=2.0), load_lag_ns=[0.0, -6.0, -6.0])
     np.testing.assert_allclose(stall, [0, 0, 8])
     f, stall = forward_launch([0, 0], [0, 1], 1000.0, [100.0, 50.0], LinkModel(R, 500.0, issue_floor_ns=3.0), epilogue_ns=[5.0, 7.0])
@@ -346,3 +356,100 @@ def test_a_streamed_step_loaded_at_the_instant_of_another_ctas_store_waits_for_i
                       steps=[1, 2, 1, 1], stages=1)
     np.testing.assert_allclose(f.stall_ns, [0, 20, 0, 0])
     np.testing.assert_allclose(f.store_issue_ns, [100, 140, 60, 110])
+
+
+def test_a_window_never_lets_a_load_see_past_a_store_not_yet_known_by_hand():
+    # the case above with w = 5: CTA 1's tile 0 computes 145 (store at 145), its loads at 145 wait for every store
+    # up to 150, CTA 0's at 150 too (150 → 170): back 170, compute 170..180, stall 25. CTA 0's loads at 100 see its
+    # own (empty) store only.
+    f = forward_tiles([0, 0, 1, 1], [0, 1, 0, 1], [0.0, 1000.0, 0.0, 0.0], [100.0, 50.0, 145.0, 10.0], LinkModel(R, 0.0, window_ns=5.0))
+    _assert_forward(f, [100, 150, 145, 180], [100, 170, 145, 180], [100, 170, 145, 180], [0, 100, 0, 170], [0, 0, 0, 25], 180)
+
+
+def test_streamed_steps_of_one_stage_each_wait_one_load_latency_by_hand():
+    # one CTA, λ = 4: tile 0 computes 24, stores 1000 bytes at 24 (drained 44). Tile 1: 2 steps, 1 stage, compute 24
+    # (c = (24 − 4)/2 = 10): its loads at 24 return at 44 (compute start 40); step 1 loads at 44 + 10 = 54, after the
+    # drain, and arrives λ later, 58: end max(44 + 20, 58 + 10) = 68, stall 68 − 24 − 24 = 20; store 68 → 88.
+    f = forward_tiles([0, 0], [0, 1], 1000.0, 24.0, LinkModel(R, 0.0, load_latency_ns=4.0), steps=[1, 2], stages=1)
+    _assert_forward(f, [24, 68], [44, 88], [44, 88], [0, 40], [0, 20], 88)
+
+
+def test_streamed_tiles_of_different_step_counts_in_one_pass_by_hand():
+    # λ = 0. CTA 0 and CTA 1: tile 0 computes 10 and stores nothing at 10. CTA 0's tile 1: 2 steps, 1 stage, compute 20
+    # (c = 10); CTA 1's: 4 steps, 3 stages, compute 40 (c = 10). CTA 2 stores 1000 bytes at 25 (25 → 45).
+    # Both tile 1s load at 10 and start at once. CTA 0's step 1 loads at 20 (before CTA 2's store): end
+    # max(10 + 20, 20 + 10) = 30, no stall (a third step, loaded at 30 behind CTA 2's store, does not exist).
+    # CTA 1's step 3 loads at 20: end max(10 + 40, 20 + 10) = 50, no stall. Stores at 30 and 50.
+    f = forward_tiles([0, 0, 1, 1, 2], [0, 1, 0, 1, 0], [0.0, 0.0, 0.0, 0.0, 1000.0], [10.0, 20.0, 10.0, 40.0, 25.0],
+                      LinkModel(R, 0.0), steps=[1, 2, 1, 4, 1], stages=[1, 1, 1, 3, 1])
+    np.testing.assert_allclose(f.stall_ns, 0.0)
+    np.testing.assert_allclose(f.store_issue_ns, [10, 30, 10, 50, 25])
+    assert f.kernel_ns == pytest.approx(50.0)
+
+
+def test_a_compute_gap_under_a_nanosecond_streams_in_fractions_by_hand():
+    # one CTA, tile 0 computes 10 and stores nothing; tile 1: 2 steps, 1 stage, compute 0.5 (c = 0.25): step 1 loads at
+    # 10.25 and the compute ends at max(10 + 0.5, 10.25 + 0.25) = 10.5 (store issue)
+    f = forward_tiles([0, 0], [0, 1], 0.0, [10.0, 0.5], LinkModel(R, 0.0), steps=[1, 2], stages=1)
+    np.testing.assert_allclose(f.store_issue_ns, [10, 10.5])
+    # and a first tile that ends within the first nanosecond: the next one's loads at 0.5 start it at once
+    g = forward_tiles([0, 0], [0, 1], 0.0, [0.5, 10.0], LinkModel(R, 0.0, load_rate_gbps=10.0))
+    np.testing.assert_allclose(g.compute_start_ns, [0, 0.5])
+
+
+def test_integer_compute_and_epilogue_keep_fractional_times_by_hand():
+    # one CTA, compute 100 and 50 ns, epilogue 0 (Python ints), 1000 bytes at 16 B/ns = 62.5 ns: tile 0's store at 100
+    # drains at 162.5, tile 1 computes 162.5..212.5 and stores at 212.5 (→ 275)
+    f = forward_tiles([0, 0], [0, 1], 1000, [100, 50], LinkModel(16.0, 0.0), epilogue_ns=[0, 0])
+    np.testing.assert_allclose(f.store_issue_ns, [100, 212.5])
+    assert f.kernel_ns == 275.0
+
+
+def test_a_streamed_tile_resolved_with_the_batch_keeps_its_place_at_the_load_server_by_hand():
+    # load rate 10 B/ns, λ = 0. CTA 0: tile 0 computes 100 and stores 1000 bytes at 100 (drained 120); tile 1 has 2
+    # steps, 1 stage, 40 ns (c = 20) and loads 100 bytes. CTA 1: tile 0 computes 100, stores nothing (FIFO behind
+    # CTA 0's: drained 120); tile 1: one step, 40 ns, 100 bytes. Both tile 1s' loads (at 100) are released at 120
+    # and served in CTA order: CTA 0's 120..130, CTA 1's 130..140. CTA 0's step 1 loads at 150 (no store after 100
+    # by then): end max(130 + 40, 150 + 20) = 170, stall 170 − 100 − 40 = 30; CTA 1: 140..180, stall 40.
+    # CTA 2: tile 0 computes 160 and stores nothing; tile 1 (10 ns) loads at 160: compute 160..170, no stall.
+    m = LinkModel(R, 0.0, load_rate_gbps=10.0)
+    f = forward_tiles([0, 0, 1, 1, 2, 2], [0, 1, 0, 1, 0, 1], [1000.0, 0.0, 0.0, 0.0, 0.0, 0.0], [100.0, 40.0, 100.0, 40.0, 160.0, 10.0], m,
+                      load_bytes=[0.0, 100.0, 0.0, 100.0, 0.0, 0.0], steps=[1, 2, 1, 1, 1, 1], stages=1)
+    np.testing.assert_allclose(f.compute_start_ns, [0, 130, 0, 140, 0, 160])
+    np.testing.assert_allclose(f.stall_ns, [0, 30, 0, 40, 0, 0])
+
+
+def test_a_streamed_step_waits_for_a_store_of_the_same_pass_by_hand():
+    # λ = 2. CTA 0: tile 0 computes 100, stores nothing at 100; tile 1 (2 steps, 1 stage, compute 20: c = 9) loads at
+    # 100, back at 102 (start 100); step 1 loads at 111. CTA 1: tile 0 computes 60, stores nothing; tile 1 loads at
+    # 60, computes 60..110 and stores 1000 bytes at 110 (110 → 130), before step 1's loads: they arrive at 130,
+    # the compute ends at max(102 + 18, 130 + 9) = 139: stall 139 − 100 − 20 = 19.
+    f = forward_tiles([0, 0, 1, 1], [0, 1, 0, 1], [0.0, 0.0, 0.0, 1000.0], [100.0, 20.0, 60.0, 50.0], LinkModel(R, 0.0, load_latency_ns=2.0),
+                      steps=[1, 2, 1, 1], stages=1)
+    np.testing.assert_allclose(f.stall_ns, [0, 19, 0, 0])
+    np.testing.assert_allclose(f.store_issue_ns, [100, 139, 60, 110])
+
+
+def test_a_streamed_tile_that_loads_first_still_waits_for_a_later_ctas_store_by_hand():
+    # λ = 0. CTA 0: tile 0 computes 60, stores nothing; tile 1 (2 steps, 1 stage, compute 100: c = 50) loads at 60 and
+    # step 1 at 110. CTA 1: tile 0 computes 100, stores nothing; tile 1 loads at 100, computes 100..110 and stores
+    # 1000 bytes at 110 (110 → 130): CTA 0's step 1 arrives at 130, its compute ends at max(60 + 100, 130 + 50) = 180,
+    # stall 180 − 60 − 100 = 20.
+    f = forward_tiles([0, 0, 1, 1], [0, 1, 0, 1], [0.0, 0.0, 0.0, 1000.0], [60.0, 100.0, 100.0, 10.0], LinkModel(R, 0.0),
+                      steps=[1, 2, 1, 1], stages=1)
+    np.testing.assert_allclose(f.stall_ns, [0, 20, 0, 0])
+    np.testing.assert_allclose(f.store_issue_ns, [60, 180, 100, 110])
+
+
+def test_forty_ctas_drain_and_load_in_issue_order_then_cta_order():
+    # 40 CTAs: odd ones compute 50, even ones 100, then one tile of 100 ns that loads 100 bytes at 10 B/ns; 1000-byte
+    # stores (20 ns). Tile 0s: the 20 odd stores at 50 drain 50 + 20(i + 1) (i-th odd CTA, in CTA order), the even ones
+    # at 100 behind them, 450 + 20(i + 1). Tile 1s: odd loads (at 50) are released at 450, even ones (at 100) at 850,
+    # each served 10 ns after the one before it, in CTA order: starts 450 + 10(i + 1) and 850 + 10(i + 1).
+    k = np.arange(40)
+    odd, i = k % 2 == 1, k // 2
+    cta, pos = np.repeat(k, 2), np.tile([0, 1], 40)
+    compute = np.where(pos == 0, np.where(np.repeat(odd, 2), 50.0, 100.0), 100.0)
+    f = forward_tiles(cta, pos, 1000.0, compute, LinkModel(R, 0.0, load_rate_gbps=10.0), load_bytes=np.where(pos == 1, 100.0, 0.0))
+    np.testing.assert_allclose(f.drained_ns[pos == 0], np.where(odd, 50.0, 450.0) + 20.0 * (i + 1))
+    np.testing.assert_allclose(f.compute_start_ns[pos == 1], np.where(odd, 450.0, 850.0) + 10.0 * (i + 1))
