@@ -430,17 +430,6 @@ def test_a_streamed_step_waits_for_a_store_of_the_same_pass_by_hand():
     np.testing.assert_allclose(f.store_issue_ns, [100, 139, 60, 110])
 
 
-def test_a_streamed_tile_that_loads_first_still_waits_for_a_later_ctas_store_by_hand():
-    # λ = 0. CTA 0: tile 0 computes 60, stores nothing; tile 1 (2 steps, 1 stage, compute 100: c = 50) loads at 60 and
-    # step 1 at 110. CTA 1: tile 0 computes 100, stores nothing; tile 1 loads at 100, computes 100..110 and stores
-    # 1000 bytes at 110 (110 → 130): CTA 0's step 1 arrives at 130, its compute ends at max(60 + 100, 130 + 50) = 180,
-    # stall 180 − 60 − 100 = 20.
-    f = forward_tiles([0, 0, 1, 1], [0, 1, 0, 1], [0.0, 0.0, 0.0, 1000.0], [60.0, 100.0, 100.0, 10.0], LinkModel(R, 0.0),
-                      steps=[1, 2, 1, 1], stages=1)
-    np.testing.assert_allclose(f.stall_ns, [0, 20, 0, 0])
-    np.testing.assert_allclose(f.store_issue_ns, [60, 180, 100, 110])
-
-
 def test_forty_ctas_drain_and_load_in_issue_order_then_cta_order():
     # 40 CTAs: odd ones compute 50, even ones 100, then one tile of 100 ns that loads 100 bytes at 10 B/ns; 1000-byte
     # stores (20 ns). Tile 0s: the 20 odd stores at 50 drain 50 + 20(i + 1) (i-th odd CTA, in CTA order), the even ones

@@ -52,7 +52,7 @@ def _dumps() -> pd.DataFrame:
                          "shape": "s520c", "extra": [LABEL, LABEL, "seqlen=520", LABEL.replace("block_m=128", "block_m=x")]})
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def tiles():
     return qloop_tiles(_probes(), _dumps())
 

@@ -58,7 +58,7 @@ def _tiles(spans: pd.DataFrame) -> pd.DataFrame:
     return t
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def timeline():
     s = _spans()
     return tile_timeline(s, _tiles(s), slots=3).set_index(["rank", "dump", "cta", "position"]).sort_index()
@@ -89,6 +89,9 @@ def test_grouping_keys_with_three_slots_by_hand(timeline):
     assert run["position_in_wave"].tolist() == [0, 1, 0, 1, 2]  # waves 0, 0, 1, 1, 1
     assert run["burst_in_wave"].tolist() == [-1, 0, 0, 1, 2]  # the Linear-1 tile is in no burst; each wave restarts
     assert timeline.loc[(1, "run", 1, 1), "slot_index"] == 1
+    # the next CTA (or rank) starts its own run of tiles even in the same wave
+    assert timeline.loc[(0, "run", 1, 0), "position_in_wave"] == 0 and timeline.loc[(1, "run", 1, 1), "position_in_wave"] == 0
+    assert run["burst_in_wave"].dtype.kind == "i" and run["position_in_wave"].dtype.kind == "i"  # indices, not floats
 
 
 def test_concurrent_stores_per_rank_and_dump_by_hand(timeline):
@@ -250,3 +253,37 @@ def test_summary_needs_three_tiles_for_a_rank_correlation_and_an_error_for_a_sha
 
 def test_summary_without_a_stall_bound_configuration_is_empty():
     assert error_summary(_summary_tiles().query("shape != 'S1'")).empty
+
+
+def test_a_span_that_ends_where_another_starts_has_left_by_hand():
+    # spans 0–5 and 5–10 of one dump: at 0 one in flight; at 5 two started, one ended (at 5): 1
+    got = concurrent_spans(np.array(["d", "d"]), np.zeros(2, int), np.array([0.0, 5.0]), np.array([5.0, 5.0]))
+    np.testing.assert_allclose(got, [1, 1])
+
+
+def test_tail_share_of_one_tile_or_a_unit_total():
+    assert tail_share(pd.Series([3.0])) == 1.0  # one tile carries all of it
+    assert tail_share(pd.Series([0.5, 0.5])) == 0.5  # total |error| 1: the worst tile (5 % of 2 → 1) has half
+
+
+def test_breakdown_groups_in_key_order_and_only_the_kinds_present():
+    # rows B before A; a categorical kind with an unused category C: the groups are A, B (sorted), no empty C
+    t = _table().iloc[[2, 3, 0, 1]].assign(tile_kind=lambda f: pd.Categorical(f["tile_kind"], categories=["A", "B", "C"]))
+    b = error_breakdown(t, ["tile_kind"])
+    assert b["tile_kind"].astype(str).tolist() == ["A", "B"] and b["tiles"].tolist() == [2, 2]
+
+
+def test_a_configuration_predicted_to_stall_without_a_measurement_is_stall_bound():
+    # no measured stall; predicted median 500 > noise 300 → stall-bound on the prediction (§5's rule)
+    t = pd.DataFrame({**CFG, "tile_kind": "linear2", "rs_span_ns": [1.0, 1.0], "noise_ns": 300.0, "predicted_stall_ns": 500.0,
+                      "measured_stall_ns": NAN})
+    assert len(backpressured_configurations(t)) == 2
+
+
+def test_summary_rows_in_configuration_order():
+    # a second stall-bound configuration (shape S0) after P in the table comes first among the rows
+    t = _summary_tiles()
+    s0 = t[t["shape"] == "S1"].assign(shape="S0")
+    s = error_summary(pd.concat([t, s0], ignore_index=True))
+    assert s["configuration"].tolist() == ["host S0 wave -", "host S1 wave -", "all"]
+    assert s.loc[2, "tiles_wait"] == 10

@@ -136,7 +136,6 @@ def forward_tiles(cta, position, bytes_per_tile, compute_ns, model: LinkModel, e
     w_s = np.empty(0)
     w_i = np.empty(0, dtype=np.int64)
     load_free = 0.0  # when the load server has served every released load so far
-    served = np.full(n, np.nan)  # per tile: when its first loads came back from the server (kept while it waits for a pass)
     pending = np.ones(ctas, bool)  # the current tile's store is issued but not yet inserted
     while True:
         # insert the stores issued since the last pass, in issue order, and recompute the departures
@@ -170,14 +169,11 @@ def forward_tiles(cta, position, bytes_per_tile, compute_ns, model: LinkModel, e
         drained_before = np.where(k >= 0, dep[np.maximum(k, 0)], -np.inf)
         avail = np.maximum(load_at[ready] + lam, drained_before)
         tiles = order[nxt[ready]]
-        # the released loads are served first in, first out at the load rate (HBM / L2), after the earlier ones; a tile
-        # left for a later pass (below) keeps its place: its loads were served when released
-        new = np.flatnonzero(np.isnan(served[tiles]))
-        by = new[np.argsort(avail[new], kind="stable")]
+        # the released loads are served first in, first out at the load rate (HBM / L2), after the earlier ones
+        by = np.argsort(avail, kind="stable")
         done = _departures(np.maximum(avail[by], load_free), lbytes[tiles[by]] / model.load_rate_gbps)
-        served[tiles[by]] = done
-        load_free = max(load_free, float(done.max(initial=-np.inf)))
-        back = served[tiles]
+        back = np.empty_like(avail)
+        back[by] = done
         # streamed loads: step j >= D of the tile is loaded when step j - D is done, behind the stores issued by then
         step_ns = np.maximum(work[tiles] - epi[tiles] - lam, 0.0) / n_steps[tiles]
         last_load = back + (n_steps[tiles] - n_stages[tiles]) * step_ns
@@ -188,6 +184,7 @@ def forward_tiles(cta, position, bytes_per_tile, compute_ns, model: LinkModel, e
             final = back == back.min()
         sel = np.flatnonzero(ready)[final]
         tiles, back, step_ns = tiles[final], back[final], step_ns[final]
+        load_free = max(load_free, float(back.max()))
         # a CTA computes one tile at a time: loads issued ahead of the previous tile's store (a negative lag) can
         # return early, but the compute starts no earlier than that store's issue, where the previous tile ends
         busy = issue[sel]
