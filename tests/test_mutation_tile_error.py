@@ -287,3 +287,14 @@ def test_summary_rows_in_configuration_order():
     s = error_summary(pd.concat([t, s0], ignore_index=True))
     assert s["configuration"].tolist() == ["host S0 wave -", "host S1 wave -", "all"]
     assert s.loc[2, "tiles_wait"] == 10
+
+
+def test_the_controls_own_idle_stall_and_a_tile_without_spans_by_hand(timeline):
+    # the control idles 10, 30, 10 against its floor of 10: idle stall 0, 20, 0 (never below 0)
+    np.testing.assert_allclose(timeline.loc[(0, "ctrl", 0), "idle_stall_ns"].to_numpy()[:3], [0, 20, 0])
+    # a tile of the tile table without spans stays, with no slot-cycle terms
+    s = _spans()
+    t = _tiles(s)
+    extra = t.iloc[[0]].assign(position=99)
+    got = tile_timeline(s, pd.concat([t, extra], ignore_index=True), slots=3)
+    assert len(got) == len(t) + 1 and np.isnan(got.iloc[-1]["mma_idle_ns"]) and np.isnan(got.iloc[-1]["epilogue_lead_ns"])
