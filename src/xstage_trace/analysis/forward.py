@@ -35,7 +35,8 @@ those issued before most of them get ahead).
 
 Computation: causal batches, vectorised over CTAs. Every store that is not yet known is issued no earlier
 than H = min over the CTAs of (ℓ_c + C_next + E_next) (waits are ≥ 0), so every CTA whose loads were issued
-at ℓ_c ≤ H sees all the stores that precede them: those are resolved together (one numpy pass each), their
+at ℓ_c + w < H sees all the stores that precede them (a store issued at H itself may not be known yet; a tile
+whose later load steps are issued by then likewise waits for a later pass): those are resolved together (one numpy pass each), their
 next stores inserted in issue order and the FIFO departures recomputed (Lindley form, a cumulative max).
 """
 
@@ -160,7 +161,7 @@ def forward_tiles(cta, position, bytes_per_tile, compute_ns, model: LinkModel, e
         # every store not yet known is issued no earlier than horizon
         nxt_tile = order[np.where(alive, nxt, cur)]
         horizon = np.min(np.where(alive, load_at + work[nxt_tile], np.inf))
-        ready = alive & (load_at + eps <= horizon)
+        ready = alive & (load_at + eps < horizon)
         if not ready.any():  # a window longer than the shortest work: resolve the earliest loads with the stores known
             ready = alive & (load_at == np.min(np.where(alive, load_at, np.inf)))
         # loads return when every store issued up to the window after them has drained
@@ -178,7 +179,7 @@ def forward_tiles(cta, position, bytes_per_tile, compute_ns, model: LinkModel, e
         last_load = back + (n_steps[tiles] - n_stages[tiles]) * step_ns
         bound = np.where(alive, load_at + work[nxt_tile], np.inf)
         bound[np.flatnonzero(ready)] = back - lam + work[tiles]
-        final = last_load <= bound.min()
+        final = last_load < bound.min()
         if not final.any():  # the stores its later loads wait behind are not all known: resolve the earliest with those known
             final = back == back.min()
         sel = np.flatnonzero(ready)[final]
