@@ -25,6 +25,11 @@ ids() { local f=$1; shift; for t in "$@"; do printf '%s::%s ' "$f" "$t"; done; }
 # test_link_whatif.py less its test that analyses the DeepGEMM sample (seconds per mutant)
 link_whatif_fast() { ids tests/test_link_whatif.py $(sed -n 's/^def \(test_[a-z0-9_]*\).*/\1/p' "$here/tests/test_link_whatif.py" | grep -v deepgemm); }
 ORDER=()
+TILE_ERROR_HAND="test_slot_cycle_terms_by_hand test_identity_idle_equals_span_minus_cover_plus_lead_minus_inner_plus_wake
+  test_idle_floor_from_the_control_and_the_errors test_grouping_keys_and_concurrent_stores test_breakdown_by_kind_known_answer
+  test_tail_share_known_answer test_summary_scores_only_stall_bound_configurations"
+PIGGYBACK_HAND="test_kv_blocks_match_hand_counts test_decode_tile_id_inverts_the_recipe_packing test_dumps_without_fa3_geometry_are_left_out
+  test_audit_reproduces_the_papers_fa4_numbers"
 PARTITION_HAND="test_constant_service_times_reduce_to_section9_with_rho_tau_over_wave test_c_dependent_service_times_by_hand
   test_fit_service_times_averages_each_c_and_needs_every_c test_regret_table_by_hand test_fixed_c_speedup_by_hand"
 add model        "$A/burst_gap.py $A/recurrence.py $A/stall_law.py $A/whatif.py $A/partition.py $A/timing.py" \
@@ -39,7 +44,10 @@ add tiles        "$A/tiles.py $A/stall.py $A/verdict.py $A/bursts.py $A/link_wha
                   tests/test_forward_pipeline.py::test_plain_stores_of_one_round_complete_when_the_round_has_drained_by_hand
                   tests/test_compare.py::test_trials_drop_the_warmups_and_keep_the_slowest_rank_per_trial"
 add forward      "$A/forward.py $A/tile_error.py $A/piggyback.py" \
-                 "tests/test_mutation_forward.py tests/test_mutation_tile_error.py tests/test_mutation_piggyback.py"
+                 "tests/test_mutation_forward.py tests/test_forward.py $(link_whatif_fast) tests/test_mutation_tiles.py
+                  tests/test_forward_pipeline.py::test_plain_stores_of_one_round_complete_when_the_round_has_drained_by_hand
+                  tests/test_mutation_tile_error.py $(ids tests/test_tile_error.py $TILE_ERROR_HAND)
+                  tests/test_mutation_piggyback.py $(ids tests/test_fa3_piggyback.py $PIGGYBACK_HAND)"
 add drain        "$A/drain_fit.py $A/drain_points.py" "tests/test_mutation_drain.py tests/test_forward.py"
 add partition    "$A/partition_select.py $A/partition_regret.py" \
                  "tests/test_mutation_partition.py $(ids tests/test_partition_select.py $PARTITION_HAND)"
