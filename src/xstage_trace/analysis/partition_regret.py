@@ -36,7 +36,7 @@ def regret_table(times: pd.DataFrame, selected: dict[str, int], max_comm_ctas: i
     import pandas as pd
 
     names, cs, cube = time_cube(times, max_comm_ctas)
-    med = np.nanmedian(cube, axis=2)
+    med = _medians(cube, 2)
     oracle = np.nanargmin(med, axis=1)
     sel = np.array([selected[n] for n in names]) - 1
     rows = np.arange(len(names))
@@ -91,7 +91,7 @@ def fixed_c_speedup(times: pd.DataFrame, selected: dict[str, int], max_comm_ctas
 def speedup_by_fixed_c(times: pd.DataFrame, selected: dict[str, int], max_comm_ctas: int = 16) -> dict[int, float]:
     """Geometric-mean speedup of the selection over each fixed C = 1 … max_comm_ctas (medians over trials; docs/model.md §9)."""
     names, cs, cube = time_cube(times, max_comm_ctas)
-    logm = np.log(np.nanmedian(cube, axis=2))
+    logm = np.log(_medians(cube, 2))
     sel = np.array([selected[n] for n in names]) - 1
     t_sel = logm[np.arange(len(names)), sel]
     return {int(c): float(np.exp((logm[:, i] - t_sel).mean())) for i, c in enumerate(cs)}
