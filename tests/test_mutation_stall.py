@@ -743,3 +743,15 @@ def test_table3_reads_object_columns_with_none_as_numbers_and_false():
         obj[c] = pd.Series([None if pd.isna(v) else v for v in t[c]], dtype=object)
     obj.loc[0, "backpressured"] = None  # a missing flag: not backpressured (tile 0 is left out: no destination)
     pd.testing.assert_frame_equal(table3_from_tiles(obj), table3_from_tiles(t))
+
+
+def test_launch_codes_name_each_rank_dump_pair_in_order_of_first_appearance():
+    from xstage_trace.analysis.stall import launch_codes
+
+    # dump "a" on ranks 0 and 1 is two launches; "b" on rank 0 a third; a categorical dump column reads the same
+    tiles = pd.DataFrame({"rank": [1, 0, 1, 0, 0, 1], "dump": ["a", "a", "a", "b", "a", "a"]})
+    assert launch_codes(tiles).tolist() == [0, 1, 0, 2, 1, 0]
+    assert launch_codes(tiles.astype({"dump": "category"})).tolist() == [0, 1, 0, 2, 1, 0]
+    # a dump name that is a rank's number joined to another name's text does not collide ("1" on rank 0 vs "" on rank 10)
+    odd = pd.DataFrame({"rank": [0, 10, 0], "dump": ["1", "", "1"]})
+    assert launch_codes(odd).tolist() == [0, 1, 0]

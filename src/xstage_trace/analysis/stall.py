@@ -263,6 +263,14 @@ def load_steps(rule: str | None, tile: np.ndarray, shape: str | None, extra: str
     return np.ones(n, np.int64)
 
 
+def launch_codes(tiles: pd.DataFrame) -> np.ndarray:
+    """docs/model.md §4: a code per tile naming its launch, the (rank, dump) pair (a dump's name is unique
+    only within its rank), numbered in order of first appearance; built from the dump column's codes and
+    the integer ranks, with no text per row."""
+    dump, names = text_codes(tiles["dump"])
+    return pd.factorize(tiles["rank"].to_numpy(np.int64) * (len(names) + 1) + (dump + 1))[0].astype(np.int64)
+
+
 def forward_link_launches(tiles: pd.DataFrame, models: Mapping[str, object]) -> Iterator[tuple[np.ndarray, object, np.ndarray]]:
     """docs/model.md §11: per launch (rank, dump) of ``tiles`` that a path-drain calibration (``analysis.forward.LinkModel``
     per destination in ``models``) predicts, (its rows in ``tiles``, ``forward_tiles``' result, the per-tile stall):
@@ -284,7 +292,7 @@ def forward_link_launches(tiles: pd.DataFrame, models: Mapping[str, object]) -> 
     def col(name: str, default, dtype) -> np.ndarray:
         return np.nan_to_num(tiles[name].to_numpy(dtype)) if name in tiles else np.full(n, default, dtype)
 
-    launch, _ = text_codes(tiles["dump"].astype(str) + "\0" + tiles["rank"].astype(str))
+    launch = launch_codes(tiles)
     dests = tiles["dest"].astype(str).to_numpy()
     offered = tiles["control_compute_ns"].fillna(tiles["mainloop_ns"]).to_numpy(np.float64)
     epilogue, nbytes = col("control_epilogue_ns", 0.0, np.float64), col("rs_bytes", 0.0, np.float64)
@@ -341,7 +349,7 @@ def forward_stall_ns(tiles: pd.DataFrame, models: Mapping[str, PlatformModel]) -
     out = np.full(n, np.nan)
     if not n or not models:
         return out
-    launch, _ = text_codes(tiles["dump"].astype(str) + "\0" + tiles["rank"].astype(str))  # a launch is (rank, dump)
+    launch = launch_codes(tiles)  # a launch is (rank, dump)
     order = np.lexsort((tiles["position"].to_numpy(), tiles["cta"].to_numpy(), launch, tiles["rank"].to_numpy()))
     launch = launch[order]
 
