@@ -267,8 +267,8 @@ def launch_codes(tiles: pd.DataFrame) -> np.ndarray:
     """docs/model.md §4: a code per tile naming its launch, the (rank, dump) pair (a dump's name is unique
     only within its rank), numbered in order of first appearance; built from the dump column's codes and
     the integer ranks, with no text per row."""
-    dump, names = text_codes(tiles["dump"])
-    return pd.factorize(tiles["rank"].to_numpy(np.int64) * (len(names) + 1) + (dump + 1))[0].astype(np.int64)
+    dump, _ = text_codes(tiles["dump"])
+    return pd.MultiIndex.from_arrays([tiles["rank"].to_numpy(), dump]).factorize()[0]
 
 
 def forward_link_launches(tiles: pd.DataFrame, models: Mapping[str, object]) -> Iterator[tuple[np.ndarray, object, np.ndarray]]:
