@@ -123,3 +123,21 @@ def test_newer_calibration_version_is_refused(tmp_path):
     p = tmp_path / "future.json"
     p.write_text(json.dumps(doc))
     one_line_error(run("analyze", CALIB / "quick", "-o", tmp_path / "run", "--calibration", p), "future.json")
+
+
+def test_a_sweep_without_recovered_launches_is_refused_naming_the_file(tmp_path):
+    # the shipped host sweep less every isolated launch and every periodic one whose gap reaches V / (70 GB/s):
+    # drain-limited launches remain (R is found), but none recovered between bursts (G ≥ 1.5·V/R with R ≈ 52 GB/s
+    # needs G ≥ 1.5·V/52), so no issue floor is identified: one line naming the file and the fix, nothing written.
+    import pandas as pd
+
+    p = pd.read_csv(OURS)
+    p = p[(p["dest"] == "host") & (p["mode"] == "periodic") & (p["gap_ns"] < p["V"] / 70)]
+    assert len(p) and (p["gap_ns"] < 1.5 * p["V"] / 52).all()
+    src = tmp_path / "unrecovered.csv"
+    p.to_csv(src, index=False)
+    out = tmp_path / "calib.json"
+    r = run("calibrate", "fit", src, "--dest", "host", "-o", out)
+    one_line_error(r, src.name)
+    assert "recovered launch" in r.stderr and "isolated launches" in r.stderr
+    assert not out.exists()

@@ -138,3 +138,18 @@ def test_table3_display_shows_the_runs_numbers_in_the_units_its_headers_name(fus
             assert col.endswith("(µs, probe)") and np.allclose(shown[col].to_numpy(float), t3[src].to_numpy(float) / 1e3, equal_nan=True)
         else:
             assert (shown[col].astype(str) == t3[src].astype(str)).all()
+
+
+def test_calibration_residuals_name_a_store_path_that_cannot_be_fitted_and_fit_the_others():
+    from conftest import CALIB
+    from xstage_trace.reports.content import calibration_residuals
+
+    # host: the shipped sweep less every recovered launch (no isolated one, every gap below V / 70 GB/s): R is
+    # found but no issue floor, so it is named with its reason; local: the whole shipped sweep, fitted
+    p = pd.read_csv(CALIB / "calibration_points.csv")
+    host = p[(p["dest"] == "host") & (p["mode"] == "periodic") & (p["gap_ns"] < p["V"] / 70)]
+    local = p[p["dest"] == "local"]
+    rows = calibration_residuals(pd.concat([host, local])).set_index("dest")
+    assert "no recovered launch" in rows.loc["host", "problem"] and np.isnan(rows.loc["host", "R_gbps"])
+    assert rows.loc["host", "points"] == len(host)
+    assert pd.isna(rows.loc["local", "problem"]) and rows.loc["local", "R_gbps"] > 0

@@ -52,6 +52,12 @@ DEFAULT_WARMUP = 16
 CAPACITY_GRID_BYTES = np.geomspace(64 * 1024, 1 << 30, 113)  # 9 % steps
 
 
+class UnrecoveredSweep(ValueError):
+    """The sweep's drain-limited launches give R, but no launch recovered between bursts (isolated, or periodic
+    with G ≥ 1.5·V/R(K)), so no issue floor T_iss^0(K, B) is identified (docs/model.md §3) and nothing can be
+    predicted."""
+
+
 @dataclass(frozen=True)
 class CalibratedPlatform(PlatformModel):
     """M_X with the drain rate per producer count R(K) and per configuration R(K, B); rate_gbps
@@ -354,6 +360,9 @@ def fit_calibration(points: pd.DataFrame, platform: str = "", store_path: str | 
         return fit
     rate_by_k = rates.used_by_producers
     floors = _issue_floors(p, rate_by_k)
+    if not floors:
+        raise UnrecoveredSweep(f"the {store_path}/{store} points hold no recovered launch (isolated, or periodic with a gap of at least "
+                               f"{RECOVERED_GAP_FACTOR}·V/R), so the issue floor T_iss^0 is not identified")
     iso = p[p["mode"] == "isolated"]
     for k, g in iso.groupby("K"):  # per producer count: past the knee, T_iss^0 is the trend from below it
         g = g.sort_values("V")

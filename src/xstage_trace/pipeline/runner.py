@@ -231,7 +231,7 @@ def fit_measurements(path: Path, dest: str | None, output: Path | None, platform
     instruction ``validate_store``, default the fitted ones), check, write and return the document (a
     fit whose R, T_iss^0 or Q is not positive and finite is refused, never written); ``path_drain``: the path-drain
     bench's folder, whose drain rate, capacity and load coupling the document adds (pipeline.path_drain)."""
-    from xstage_trace.analysis.calibration_fit import fit_calibration, validate as validate_fit
+    from xstage_trace.analysis.calibration_fit import UnrecoveredSweep, fit_calibration, validate as validate_fit
     from xstage_trace.analysis.calibration_model import calibration_document, validation_document
     from xstage_trace.collectors.calibration_io import check_document
     from xstage_trace.base.hashing import sha256_of
@@ -249,7 +249,11 @@ def fit_measurements(path: Path, dest: str | None, output: Path | None, platform
     check_fit_size(pts, path, dest, store)
     if other is not None:
         check_fit_size(other, validate, validate_dest, validate_store)
-    fit = fit_calibration(pts, platform=platform, store_path=dest, store=store)
+    try:
+        fit = fit_calibration(pts, platform=platform, store_path=dest, store=store)
+    except UnrecoveredSweep as exc:
+        raise InputError(path, str(exc), "add isolated launches or periodic ones with large gaps to the sweep "
+                         "(the calibration bench's default sweep has both)") from None
     vdoc = None
     if other is not None:
         v = validate_fit(fit, other, validate_dest, validate_store)

@@ -110,12 +110,17 @@ def model_residuals(verdicts: pd.DataFrame, tiles: pd.DataFrame) -> pd.DataFrame
 
 def calibration_residuals(points: pd.DataFrame) -> pd.DataFrame:
     """For a calibration run: the model fitted on its points (docs/model.md §3) and the period residual of
-    its periodic points per store path (measured vs recurrence prediction, %)."""
-    from xstage_trace.analysis.calibration_fit import fit_calibration, predict
+    its periodic points per store path (measured vs recurrence prediction, %); a store path whose points
+    cannot be fitted has its reason in ``problem`` and no numbers."""
+    from xstage_trace.analysis.calibration_fit import UnrecoveredSweep, fit_calibration, predict
 
     rows = []
     for dest, p in points.groupby("dest", sort=True):  # one fit per store path
-        fit = fit_calibration(p, store_path=str(dest))
+        try:
+            fit = fit_calibration(p, store_path=str(dest))
+        except UnrecoveredSweep as exc:
+            rows.append({"dest": dest, "points": len(p), "problem": str(exc)})
+            continue
         pred = predict(p, fit.model)
         col = "pred_period_rec_ns" if "pred_period_rec_ns" in pred else "pred_period_ss_ns"
         err = 100 * (pred[col] - pred["period_med_ns"]) / pred["period_med_ns"]
@@ -146,7 +151,8 @@ def build_sections(run, worst_n: int = WORST_TILES) -> list[Section]:
     man = run.manifest
     points = run.calibration()
     cal = calibration_residuals(points) if len(points) else pd.DataFrame()
-    cal_lines = [f"- calibration {r.dest}: {r.points} periodic points, R = {r.R_gbps:.1f} GB/s, median period error {r.period_err_median_pct:+.2f} %, "
+    cal_lines = [f"- calibration {r.dest}: not fitted: {r.problem}" if isinstance(getattr(r, "problem", None), str) else
+                 f"- calibration {r.dest}: {r.points} periodic points, R = {r.R_gbps:.1f} GB/s, median period error {r.period_err_median_pct:+.2f} %, "
                  f"p90 |error| {r.period_abs_err_p90_pct:.2f} % (sender-visible)" for r in cal.itertuples()]
     scope = f"stalls: {SCOPE_PROBE}; {SCOPE_KERNEL}" if len(verdicts) else (SCOPE_SENDER if len(cal) else SCOPE_KERNEL)
     answer = [headline(verdicts)] + [_bold_name(t) for t in verdicts["sentence"]] if len(verdicts) else \

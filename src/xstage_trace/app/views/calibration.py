@@ -5,7 +5,7 @@ import pandas as pd
 import streamlit as st
 
 from xstage_trace.analysis.burst_gap import isolated_issue_time_ns
-from xstage_trace.analysis.calibration_fit import fit_calibration, predict
+from xstage_trace.analysis.calibration_fit import UnrecoveredSweep, fit_calibration, predict
 from xstage_trace.app import data, figures, state
 from xstage_trace.base.paths import shown_path
 from xstage_trace.analysis.calibration_model import calibration_document, load_platform_from_doc
@@ -128,7 +128,12 @@ if path:
         dests = sorted(points["dest"].astype(str).unique())
         state.keep_valid("cal_dest", dests)
         dest = st.selectbox("Store path", dests, key="cal_dest")
-        fit = fitted(path, data.stamp(path), dest)
+        try:
+            fit = fitted(path, data.stamp(path), dest)
+        except UnrecoveredSweep as exc:
+            st.warning(f"M_X cannot be fitted to this run's {dest} points: {exc}. Add isolated launches or periodic ones "
+                       "with large gaps to the sweep.")
+            st.stop()
         doc = calibration_document(fit, None, state.run_name(path))
         st.header(f"M_X fitted to this run's points: {doc['platform']} {dest}")
         model_table(doc)
