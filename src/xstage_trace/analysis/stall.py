@@ -266,9 +266,10 @@ def load_steps(rule: str | None, tile: np.ndarray, shape: str | None, extra: str
 def launch_codes(tiles: pd.DataFrame) -> np.ndarray:
     """docs/model.md §4: a code per tile naming its launch, the (rank, dump) pair (a dump's name is unique
     only within its rank), numbered in order of first appearance; built from the dump column's codes and
-    the integer ranks, with no text per row."""
-    dump, _ = text_codes(tiles["dump"])
-    return pd.MultiIndex.from_arrays([tiles["rank"].to_numpy(), dump]).factorize()[0]
+    the integer ranks, with no text per row (rank·(D + 1) + dump code, D distinct dumps: one integer per pair, the
+    missing dump's −1 included)."""
+    dump, names = text_codes(tiles["dump"])
+    return pd.factorize(tiles["rank"].to_numpy(np.int64) * (len(names) + 1) + dump)[0]
 
 
 def forward_link_launches(tiles: pd.DataFrame, models: Mapping[str, object]) -> Iterator[tuple[np.ndarray, object, np.ndarray]]:
