@@ -8,7 +8,9 @@ their tiles' bytes, order and the local control's per-tile compute alone.
 Per configuration (kernel, shape): Table 3's median measured stall (``stall_ns``: the slot wait beyond the control's
 floor plus the compute span beyond the same tile's in the control, docs/model.md §12) against its median calibrated
 prediction (``forward_stall_ns``), exactly what ``analyze`` prints; the per-tile Spearman ρ between the two over the
-configuration's tiles; and the predicted kernel time (``analysis.stall.forward_link_kernels``: first compute start to
+configuration's tiles, beside the ρ that the configuration's own other trials reach (``spearman_repeat``: each
+tile's measured stall against the mean of the other launches' at the same CTA and position; ``spearman_trials``:
+trial against trial), the most any per-tile prediction can expect where the tiles do not repeat; and the predicted kernel time (``analysis.stall.forward_link_kernels``: first compute start to
 the last store drained, median over launches) against the sample's CUDA-event kernel time (traced build, median).
 """
 
@@ -62,6 +64,22 @@ def event_times_ms(samples: Path) -> dict[tuple[str, str], float]:
     return out
 
 
+def repeat_ceiling(tiles: pd.DataFrame) -> tuple[float, float]:
+    """How well a configuration's tiles predict themselves across its repeated launches (trials): (the per-tile
+    Spearman ρ of each trial's measured stall against the mean of the other trials' at the same (CTA, position), pooled
+    over the trials as the model's ρ is; the median trial-vs-trial ρ). A deterministic per-tile prediction can rank
+    the tiles of one launch only as far as they repeat; NaN for a configuration traced once."""
+    wide = tiles.pivot_table(index=["cta", "position"], columns="dump", values="stall_ns", aggfunc="first")
+    if wide.shape[1] < 2:
+        return float("nan"), float("nan")
+    m = wide.to_numpy(np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):  # a tile seen in one trial only has no others
+        others = (np.nansum(m, axis=1, keepdims=True) - np.nan_to_num(m)) / (np.isfinite(m).sum(axis=1, keepdims=True) - np.isfinite(m))
+    ok = np.isfinite(m) & np.isfinite(others)
+    pairs = [spearmanr(m[:, i], m[:, j], nan_policy="omit").statistic for i in range(m.shape[1]) for j in range(i + 1, m.shape[1])]
+    return float(spearmanr(others[ok], m[ok]).statistic), float(np.median(pairs))
+
+
 def evaluate(run_dir: Path, model, events: dict) -> pd.DataFrame:
     """Per host-mapped configuration of the run: Table 3's measured and predicted median stall, the per-tile Spearman
     ρ, and the predicted kernel time against the CUDA-event time."""
@@ -81,6 +99,7 @@ def evaluate(run_dir: Path, model, events: dict) -> pd.DataFrame:
                     "stall_err_pct": 100 * (pred / meas - 1) if meas else np.nan,
                     "within_goal": abs(pred - meas) <= max(0.15 * meas, 2000.0),
                     "spearman": spearmanr(tt["forward_stall_ns"], tt["stall_ns"]).statistic,
+                    **dict(zip(("spearman_repeat", "spearman_trials"), repeat_ceiling(tt))),
                     "kernel_pred_us": k_pred / 1e3, "event_us": event_ms * 1e3, "kernel_err_pct": 100 * (k_pred / (event_ms * 1e6) - 1)})
     return pd.DataFrame(out)
 
@@ -136,7 +155,9 @@ def main() -> None:
     print(table.round(2).to_string(index=False))
     for kernel, g in table.groupby("kernel"):
         print(f"{kernel}: stall within 15 % or 2 µs {int(g['within_goal'].sum())} of {len(g)}; kernel time within 10 % "
-              f"{int((g['kernel_err_pct'].abs() <= 10).sum())} of {len(g)}; Spearman {g['spearman'].min():.2f}–{g['spearman'].max():.2f}")
+              f"{int((g['kernel_err_pct'].abs() <= 10).sum())} of {len(g)}; Spearman {g['spearman'].min():.2f}–{g['spearman'].max():.2f}"
+              + (f" (the tiles' own other trials: {g['spearman_repeat'].min():.2f}–{g['spearman_repeat'].max():.2f})"
+                 if g["spearman_repeat"].notna().any() else ""))
     if a.stream:
         print(stream_rounds_table(a.stream, model).round(2).to_string(index=False))
     if a.out:
