@@ -175,6 +175,17 @@ def test_a_sweep_never_drain_limited_gives_a_lower_bound():
     assert fit.model.loop_overhead_ns == pytest.approx(48.0)
 
 
+
+def test_a_sweep_without_recovered_launches_is_refused():
+    """HAND's drain-limited launches only (G < 1.5·V/R for each): R(4) = 2 and R(8) = 5 GB/s are found, but no
+    launch recovered between bursts, so no issue floor: UnrecoveredSweep naming the store path and instruction."""
+    from xstage_trace.analysis.calibration_fit import UnrecoveredSweep
+
+    limited = [p for p in HAND if p["gap_ns"] <= 1000]
+    with pytest.raises(UnrecoveredSweep, match=r"^the host/stg points hold no recovered launch"):
+        fit_calibration(pd.DataFrame(limited))
+    assert fit_calibration(pd.DataFrame(limited + HAND[3:4])).model.issue_floor_ns == {(4, 1000): 100.0}  # one recovered: fitted
+
 # A hand model for validate(): R(K, B) = 2 GB/s (R(K) and the pooled R are 3, so using them shows), T_iss^0 = 100 ns
 # at (4, 1000) and (8, 1000), 20 ns at (4, 100), o = 50 ns, Q(4) = 1 B, Q(8) = 1 GiB.
 VAL_MODEL = CalibratedPlatform(3.0, {(4, 1000): 100.0, (4, 100): 20.0, (8, 1000): 100.0}, {4: 1.0, 8: float(2**30)}, 50.0, "H200", "host",

@@ -755,3 +755,5 @@ def test_launch_codes_name_each_rank_dump_pair_in_order_of_first_appearance():
     # a dump name that is a rank's number joined to another name's text does not collide ("1" on rank 0 vs "" on rank 10)
     odd = pd.DataFrame({"rank": [0, 10, 0], "dump": ["1", "", "1"]})
     assert launch_codes(odd).tolist() == [0, 1, 0]
+    # rank 3's "a" and rank 0's "b" are two launches (a rank scaled down by the dump count would meet the dump code)
+    assert launch_codes(pd.DataFrame({"rank": [3, 0], "dump": ["a", "b"]})).tolist() == [0, 1]
