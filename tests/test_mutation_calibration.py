@@ -461,3 +461,17 @@ def test_each_producer_count_takes_its_own_transients():
     assert fit.model.loop_overhead_ns == pytest.approx(52.5)
     assert fit.capacity[4].q_bytes is None and fit.capacity[8].q_bytes is not None
     assert fit.capacity_reason is None and set(fit.model.capacity_by_producers) == {8}
+
+
+def test_a_sweep_of_gap_0_launches_alone_is_refused_not_read_as_a_lower_bound():
+    """Two G = 0 launches and nothing else: neither is drain-limited against the other (1950 < 2·1500), so R has only
+    its lower bound 4000 / 2000 = 2 GB/s; at it no launch is recovered (G = 0 < 1.5·V/R = 3000 ns), so their issue
+    times are drain times, not floors: refused. One launch at G = 3000 issuing in 100 ns (recovered) gives the floor, and
+    against it the G = 0 launches are drain-limited (≥ 2 × 100): R = 4000 B / 2000 ns = 2 GB/s is fitted."""
+    from xstage_trace.analysis.calibration_fit import UnrecoveredSweep
+
+    zero = [_pt(4, 1000, 0, 1500, 2000), _pt(4, 1000, 0, 1950, 2000)]
+    with pytest.raises(UnrecoveredSweep, match="no recovered launch"):
+        fit_calibration(pd.DataFrame(zero))
+    fit = fit_calibration(pd.DataFrame(zero + [_pt(4, 1000, 3000, 100, 3150)]))
+    assert fit.rates.rate_gbps == pytest.approx(2.0) and fit.model.issue_floor_ns == {(4, 1000): 100.0}

@@ -53,9 +53,15 @@ CAPACITY_GRID_BYTES = np.geomspace(64 * 1024, 1 << 30, 113)  # 9 % steps
 
 
 class UnrecoveredSweep(ValueError):
-    """The sweep's drain-limited launches give R, but no launch recovered between bursts (isolated, or periodic
-    with G ≥ 1.5·V/R(K)), so no issue floor T_iss^0(K, B) is identified (docs/model.md §3) and nothing can be
-    predicted."""
+    """No launch of the sweep recovered between bursts (isolated, or periodic with G ≥ 1.5·V/R(K), R the fitted
+    rate or, where no launch is drain-limited, its lower bound), so no issue floor T_iss^0(K, B) is identified
+    (docs/model.md §3) and nothing can be predicted: a floor read off backpressured launches would be their
+    drain time."""
+
+
+def _unrecovered(store_path: str, store: str) -> UnrecoveredSweep:
+    return UnrecoveredSweep(f"the {store_path}/{store} points hold no recovered launch (isolated, or periodic with a gap of at least "
+                            f"{RECOVERED_GAP_FACTOR}·V/R), so the issue floor T_iss^0 is not identified")
 
 
 @dataclass(frozen=True)
@@ -352,6 +358,8 @@ def fit_calibration(points: pd.DataFrame, platform: str = "", store_path: str | 
         # No backpressured periodic launch: the path was never drain-limited in this sweep.
         per0 = p[(p["mode"] == "periodic") & (p["gap_ns"] == 0)]
         lower = float((per0["V"] / per0["period_med_ns"]).max()) if len(per0) else float("nan")
+        if np.isfinite(lower) and not _issue_floors(p, {int(k): lower for k in p["K"].unique()}):  # none recovered at the bound
+            raise _unrecovered(store_path, store)
         floors = _issue_floors(p)
         model = PlatformModel(lower, floors, None, _loop_overhead(p, floors, {int(k): lower for k in p["K"].unique()}), platform, store_path)
         fit = CalibrationFit(model, None, {}, f"no drain-limited periodic launch: R >= {lower:.0f} GB/s (lower bound), Q not identifiable",
@@ -361,8 +369,7 @@ def fit_calibration(points: pd.DataFrame, platform: str = "", store_path: str | 
     rate_by_k = rates.used_by_producers
     floors = _issue_floors(p, rate_by_k)
     if not floors:
-        raise UnrecoveredSweep(f"the {store_path}/{store} points hold no recovered launch (isolated, or periodic with a gap of at least "
-                               f"{RECOVERED_GAP_FACTOR}·V/R), so the issue floor T_iss^0 is not identified")
+        raise _unrecovered(store_path, store)
     iso = p[p["mode"] == "isolated"]
     for k, g in iso.groupby("K"):  # per producer count: past the knee, T_iss^0 is the trend from below it
         g = g.sort_values("V")
