@@ -471,7 +471,34 @@ def test_a_sweep_of_gap_0_launches_alone_is_refused_not_read_as_a_lower_bound():
     from xstage_trace.analysis.calibration_fit import UnrecoveredSweep
 
     zero = [_pt(4, 1000, 0, 1500, 2000), _pt(4, 1000, 0, 1950, 2000)]
-    with pytest.raises(UnrecoveredSweep, match="no recovered launch"):
+    with pytest.raises(UnrecoveredSweep, match=r"^the host/stg points hold no recovered launch"):
         fit_calibration(pd.DataFrame(zero))
     fit = fit_calibration(pd.DataFrame(zero + [_pt(4, 1000, 3000, 100, 3150)]))
     assert fit.rates.rate_gbps == pytest.approx(2.0) and fit.model.issue_floor_ns == {(4, 1000): 100.0}
+
+
+def test_the_transients_are_read_with_each_configurations_rate():
+    """K = 8 at two B: B = 1000 drains at 5 GB/s (8000 B in 1600 ns at G = 0 and G = 1000), B = 4000 at 2 GB/s (32000 B in
+    16000 ns at G = 0 and G = 8000); floors 200 ns from the recovered launches, o = 50 ns; the pooled R(8) = median(5, 5, 2, 2)
+    = 3.5 fits neither. With R(8, B) the G = 1000 launch's backlog grows 8000 − 5·(200 + 1000 + 50) = 1750 B per burst and
+    reaches the grid's smallest Q (64 KiB) by burst 38, so the median of bursts 16 … 63 is the drained period V/R = 1600 ns,
+    as are the others' (they grow faster): the transients are told apart from the grid's first Q on, and at the fitted Q
+    the recurrence reproduces every period. Read with R(8) = 3.5 they would point elsewhere (stalled periods V/3.5)."""
+    from xstage_trace.analysis.calibration_fit import CAPACITY_GRID_BYTES
+
+    pts = [_pt(8, 1000, 0, 1550, 1600), _pt(8, 1000, 1000, 600, 1600), _pt(8, 1000, 6000, 200, 6250),
+           _pt(8, 4000, 0, 15950, 16000), _pt(8, 4000, 8000, 8000, 16000), _pt(8, 4000, 60000, 200, 60250)]
+    fit = fit_calibration(pd.DataFrame(pts))
+    assert fit.rates.used_by_producers == {8: pytest.approx(3.5)}
+    assert fit.model.rate_by_configuration_gbps == {(8, 1000): pytest.approx(5.0), (8, 4000): pytest.approx(2.0)}
+    assert fit.capacity[8].transient_bytes[0] == pytest.approx(CAPACITY_GRID_BYTES[0])
+    assert fit.points["period_err_rec_pct"].to_numpy() == pytest.approx(np.zeros(len(pts)), abs=1e-9)
+
+
+def test_the_same_sweep_fits_to_the_same_capacity_interval_every_time():
+    """The bootstrap of the isolated launches is seeded: five fits of one sweep (HAND plus five isolated K = 4 volumes, so
+    Q(4)'s interval comes from resampling them) give one interval, not five."""
+    iso = [_pt(4, b, 0, m, 0, mode="isolated", p90=q) for b, m, q in
+           ((125, 15, 15), (250, 25, 25), (500, 50, 50), (2000, 300, 320), (4000, 700, 750))]
+    intervals = {fit_calibration(pd.DataFrame(HAND + iso)).capacity[4].interval_bytes for _ in range(5)}
+    assert len(intervals) == 1
