@@ -3,7 +3,8 @@ before/after table equality as a re-runnable check).
 
     python benchmarks/compare_tables.py --src /tmp/base/src src
 
-For each sample (fused with its nsys report and calibration, DeepGEMM, FA3, FA4, the quick calibration dumps)
+For each sample (fused with its nsys report and calibration, DeepGEMM, FA3, FA4, the quick calibration dumps; the
+three real kernels again with the path-drain calibration, which runs the forward prediction and the what-ifs)
 runs ``xstage-trace analyze`` once per tree into a temporary folder, then compares every ``*.parquet`` table
 (the parts of a table read together, rows in file order) and every ``*.csv`` of the two run folders: same files,
 same columns, same dtypes, same values (NaN equal to NaN, floats compared bitwise). Prints one line per
@@ -32,6 +33,10 @@ SAMPLES = {
     "fa3": [f"{S}/h200_fa3/dumps"],
     "fa4": [f"{S}/h200_fa4/dumps"],
     "quick": [f"{S}/h200_calibration/quick"],
+    # the path-drain calibration: the §11 forward prediction and the §13 what-ifs of the real kernels
+    "deepgemm-link": [f"{S}/h200_deepgemm/dumps", "--calibration", f"{S}/h200_calibration/path_drain/calibration_host_tensor2d.json"],
+    "fa3-link": [f"{S}/h200_fa3/dumps", "--calibration", f"{S}/h200_calibration/path_drain/calibration_host_tensor2d.json"],
+    "fa4-link": [f"{S}/h200_fa4/dumps", "--calibration", f"{S}/h200_calibration/path_drain/calibration_host_tensor2d.json"],
 }
 
 

@@ -145,3 +145,37 @@ def test_bad_version5_objects_are_refused(change, message):
     change(doc)
     with pytest.raises(InputError, match=message):
         check_document(doc, "c.json")
+
+
+def _launch_case(seed: int):
+    """A random launch: up to 12 CTAs × up to 8 tiles (some missing), bytes (some 0), compute, epilogue, load steps and
+    stages; every third launch in lockstep (one compute for all, so many stores share an issue time)."""
+    r = np.random.default_rng(seed)
+    k, t = int(r.integers(1, 13)), int(r.integers(1, 9))
+    cta, pos = np.repeat(np.arange(k), t), np.tile(np.arange(t), k)
+    keep = r.random(len(cta)) < 0.85
+    cta, pos = cta[keep], pos[keep]
+    n = len(cta)
+    compute = np.full(n, 100.0) if seed % 3 == 0 else r.uniform(10, 400, n)
+    return dict(cta=cta, position=pos, bytes_per_tile=r.uniform(0, 8000, n) * (r.random(n) < 0.9), compute_ns=compute,
+                epilogue_ns=r.uniform(0, 50, n) if seed % 3 else np.zeros(n), steps=r.integers(1, 5, n), stages=r.integers(1, 3, n))
+
+
+@pytest.mark.parametrize("load_issue, lag, window", [("issue", 0.0, 0.0), ("accept", 10.0, 5.0), ("issue", -30.0, 200.0)])
+def test_launches_predicted_together_get_the_numbers_each_gets_alone(load_issue, lag, window):
+    # docs/model.md §11: launches share nothing, so one call over several (``launch``) must give each launch, bit for bit,
+    # what a call over that launch alone gives (its own link, load server, time origin); a 200 ns window exceeds the
+    # shortest works, so the pass that resolves a launch's earliest loads with the stores known is taken too
+    model = LinkModel(20.0, 4000.0, load_latency_ns=30.0, issue_floor_ns=20.0, load_rate_gbps=100.0, window_ns=window)
+    cases = [_launch_case(s) for s in range(9)]
+    alone = [forward_tiles(**c, model=model, load_issue=load_issue, load_bytes=500.0, load_lag_ns=lag) for c in cases]
+    cat = {key: np.concatenate([c[key] for c in cases]) for key in cases[0]}
+    launch = np.concatenate([np.full(len(c["cta"]), 100 - 7 * i) for i, c in enumerate(cases)])  # any integers, any order
+    f = forward_tiles(**cat, model=model, load_issue=load_issue, load_bytes=500.0, load_lag_ns=lag, launch=launch)
+    at = np.cumsum([0] + [len(c["cta"]) for c in cases])
+    for i, one in enumerate(alone):
+        part = slice(at[i], at[i + 1])
+        for field in ("store_issue_ns", "accept_ns", "drained_ns", "compute_start_ns", "stall_ns"):
+            np.testing.assert_array_equal(getattr(f, field)[part], getattr(one, field))
+        assert f.kernel_by_launch_ns[len(cases) - 1 - i] == one.kernel_ns  # codes ascending: the last case is the first
+    assert f.kernel_ns == max(one.kernel_ns for one in alone)

@@ -284,7 +284,7 @@ def forward_link_launches(tiles: pd.DataFrame, models: Mapping[str, object]) -> 
     the epilogue before the store is issued the control's epilogue span of the same tile (``control_epilogue_ns``; 0
     where unknown). Launches whose operands sit in shared memory (``operands`` smem: nothing to queue behind the host
     writes; ``forward_stall_ns`` predicts those) or without a model are skipped."""
-    from xstage_trace.analysis.forward import forward_launch
+    from xstage_trace.analysis.forward import Forward, forward_launch
 
     n = len(tiles)
     if not n or not models:
@@ -301,15 +301,24 @@ def forward_link_launches(tiles: pd.DataFrame, models: Mapping[str, object]) -> 
     cta, pos = tiles["cta"].to_numpy(np.int64), tiles["position"].to_numpy(np.int64)
     on_chip = (tiles["operands"].astype(str) == "smem").to_numpy() if "operands" in tiles else np.zeros(n, bool)
     plain = tiles["plain_store"].to_numpy(bool) if "plain_store" in tiles else np.zeros(n, bool)
-    for code in np.unique(launch):  # one launch at a time: a few per run
+    calls: dict[tuple, list[np.ndarray]] = {}
+    for code in np.unique(launch):  # the launches that share a model and a lifecycle are predicted in one call
         rows = np.flatnonzero(launch == code)
         model = models.get(dests[rows[0]])
         if model is None or not np.isfinite(offered[rows]).all() or on_chip[rows[0]]:
             continue
-        f, stall = forward_launch(cta[rows], pos[rows], nbytes[rows], offered[rows], model, epilogue_ns=epilogue[rows],
-                                  steps=steps[rows], stages=stages[rows], cover_tiles=int(cover_tiles[rows].max(initial=0)),
-                                  plain_store=bool(plain[rows[0]]))
-        yield rows, f, stall
+        calls.setdefault((dests[rows[0]], int(cover_tiles[rows].max(initial=0)), bool(plain[rows[0]])), []).append(rows)
+    for (dest, cover, plain_store), parts in calls.items():
+        rows = np.concatenate(parts)
+        f, stall = forward_launch(cta[rows], pos[rows], nbytes[rows], offered[rows], models[dest], epilogue_ns=epilogue[rows],
+                                  steps=steps[rows], stages=stages[rows], cover_tiles=cover, plain_store=plain_store,
+                                  launch=launch[rows])
+        at = 0
+        for i, part in enumerate(parts):  # launch codes ascending: the i-th part is the i-th launch of the call
+            sub = slice(at, at + len(part))
+            at += len(part)
+            yield part, Forward(f.store_issue_ns[sub], f.accept_ns[sub], f.drained_ns[sub], f.compute_start_ns[sub], f.stall_ns[sub],
+                                float(f.kernel_by_launch_ns[i]), f.kernel_by_launch_ns[i:i + 1]), stall[sub]
 
 
 def forward_link_stall_ns(tiles: pd.DataFrame, models: Mapping[str, object]) -> np.ndarray:
