@@ -179,3 +179,20 @@ def test_launches_predicted_together_get_the_numbers_each_gets_alone(load_issue,
             np.testing.assert_array_equal(getattr(f, field)[part], getattr(one, field))
         assert f.kernel_by_launch_ns[len(cases) - 1 - i] == one.kernel_ns  # codes ascending: the last case is the first
     assert f.kernel_ns == max(one.kernel_ns for one in alone)
+
+
+def test_a_store_inserted_behind_a_draining_one_continues_its_departures_hand_calculation():
+    # launch A at R = 50 B/ns: CTA 0 stores 1000 B at 10 ns (drains 10 -> 30); its tile 1 loads 10 ns before that store
+    # (lag -10) and computes 10 ns from the store's issue: its 1000 B store goes at 20 ns, behind the draining one, so it
+    # drains 30 -> 50 (FIFO). CTA 1's first store, at 1000 ns, was known before it: the new store lands between two
+    # known ones, and its departure must continue the queue's sums from the first. Launch B (one tile) makes it a
+    # two-launch call; A's numbers are those it gets alone.
+    a = dict(cta=[0, 0, 1], position=[0, 1, 0], bytes_per_tile=1000.0, compute_ns=[10.0, 10.0, 1000.0], load_lag_ns=[0.0, -10.0, 0.0])
+    model = LinkModel(R, 1e9)
+    alone = forward_tiles(**a, model=model)
+    assert alone.drained_ns.tolist() == [30.0, 50.0, 1020.0] and alone.store_issue_ns.tolist() == [10.0, 20.0, 1000.0]
+    both = forward_tiles(cta=[0, 0, 1, 0], position=[0, 1, 0, 0], bytes_per_tile=1000.0, compute_ns=[10.0, 10.0, 1000.0, 5.0],
+                         load_lag_ns=[0.0, -10.0, 0.0, 0.0], model=model, launch=[0, 0, 0, 1])
+    np.testing.assert_array_equal(both.drained_ns[:3], alone.drained_ns)
+    np.testing.assert_array_equal(both.accept_ns[:3], alone.accept_ns)
+    assert both.kernel_by_launch_ns.tolist() == [1020.0, 25.0]

@@ -68,6 +68,7 @@ def test_one_cta_with_positions_that_repeat_is_refused_but_other_ctas_may_share_
 def test_no_tiles_give_an_empty_prediction_of_zero_time():
     f = forward_tiles([], [], 1.0, 1.0, LinkModel(R, 0.0))
     assert f.kernel_ns == 0.0 and len(f.stall_ns) == 0 and len(f.store_issue_ns) == 0
+    assert all(len(x) == 0 for x in (f.accept_ns, f.drained_ns, f.compute_start_ns, f.kernel_by_launch_ns))  # no launch
     g, stall = forward_launch([], [], 1.0, 1.0, LinkModel(R, 0.0), cover_tiles=1, plain_store=True)
     assert g.kernel_ns == 0.0 and len(stall) == 0
 
