@@ -133,10 +133,10 @@ def _runs(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def _padded(values: np.ndarray, segment: np.ndarray, fill: float) -> tuple[np.ndarray, np.ndarray]:
     """Rows of a 2-D array, one per run of equal ``segment`` (sorted), padded with ``fill`` at the end; and each
     value's (row, column) flat index into it."""
-    first, counts = _runs(segment)
-    row = np.repeat(np.arange(len(first)), counts)
-    col = np.arange(len(segment)) - first[row]
-    out = np.full((len(first), int(counts.max(initial=0))), fill)
+    from xstage_trace.analysis.columnar import cumcount, run_ids  # pandas-free callers of this module stay so
+
+    row, col = run_ids(segment), cumcount(segment)
+    out = np.full((int(row.max(initial=-1)) + 1, int(col.max(initial=-1)) + 1), fill)
     flat = row * out.shape[1] + col
     out.ravel()[flat] = values
     return out, flat
@@ -240,9 +240,7 @@ def forward_tiles(cta, position, bytes_per_tile, compute_ns, model: LinkModel, e
                 rows, m = np.zeros(1, np.int64), np.array([len(new)])
                 srt = np.argsort(w_t[0, :k + len(new)], kind="stable")
                 wq[:3, 0, :k + len(new)] = wq[:3, 0, srt]
-                wq[3, 0, :k + len(new)] = np.cumsum(wq[1, 0, :k + len(new)])
-                wq[4, 0, :k + len(new)] = np.maximum.accumulate(w_t[0, :k + len(new)] - (w_c[0, :k + len(new)] - wq[1, 0, :k + len(new)]))
-                dep[0, :k + len(new)] = w_c[0, :k + len(new)] + w_m[0, :k + len(new)]
+                dep[0, :k + len(new)] = _departures(w_t[0, :k + len(new)], wq[1, 0, :k + len(new)])  # S, M: only carried in rows
                 column[wq[2, 0, :k + len(new)].astype(np.int64)] = np.arange(k + len(new))
             else:
                 by = np.lexsort((issue[new], owner[new]))
@@ -357,7 +355,7 @@ def forward_launch(cta, position, bytes_per_tile, compute_ns, model: LinkModel, 
     has drained) that round's drain beyond the store's issue. The prediction of ``analyze`` and every what-if
     alternative (§13) are this function of their inputs. ``launch``: several independent launches at once, as in
     ``forward_tiles`` (a round and a CTA belong to one launch)."""
-    from xstage_trace.analysis.columnar import shift_back
+    from xstage_trace.analysis.columnar import run_ids, shift_back
 
     cta, pos = np.asarray(cta, np.int64), np.asarray(position, np.int64)
     n = len(cta)
@@ -373,8 +371,7 @@ def forward_launch(cta, position, bytes_per_tile, compute_ns, model: LinkModel, 
         inv[order] = np.arange(len(order))
         epi = np.broadcast_to(np.asarray(epilogue_ns, np.float64), (n,))
         end = (f.store_issue_ns - epi)[order]  # each tile's compute end (its store is issued one epilogue later)
-        owner = np.cumsum(np.r_[True, (np.diff(cta[order]) != 0) | (np.diff(lid[order]) != 0)]) if n else np.empty(0, np.int64)
-        need = shift_back(end, owner, cover_tiles)
+        need = shift_back(end, run_ids(lid[order], cta[order]), cover_tiles)
         wait = np.where(nbytes[order] > 0, np.maximum(f.accept_ns[order] - need, 0.0), 0.0)
         stall = stall + np.nan_to_num(wait)[inv]
     if plain_store:  # Eq. 48: plain stores of one round share the link; each completes when its round has drained
