@@ -77,3 +77,20 @@ def test_plain_stores_of_one_round_complete_when_the_round_has_drained_by_hand()
     link = LinkModel(rate_gbps=rate_gbps, capacity_bytes=1e9)  # a capacity that accepts everything: only Eq. 48 can wait
     np.testing.assert_allclose(forward_link_stall_ns(t, {"host": link}), 3 * b / rate_gbps)
     assert (forward_link_stall_ns(t.assign(plain_store=False), {"host": link}) == 0).all()
+
+
+def test_analyze_predicts_each_launch_as_it_would_alone(deepgemm):
+    """analyze predicts every batch's launches in one call (pipeline.stream._pass2_linked); each launch's
+    forward_stall_ns must be what §11 gives that launch predicted by itself from the tiles table's inputs."""
+    from xstage_trace.analysis.calibration_model import link_model_of_document
+    from xstage_trace.analysis.stall import forward_link_stall_ns
+    from xstage_trace.collectors.calibration_io import read_document
+
+    link = link_model_of_document(read_document(DRAIN_CAL), DRAIN_CAL)
+    t = deepgemm.tiles()
+    host = t[t["dest"] == "host"]
+    assert host["dump"].nunique() >= 6 and host["forward_stall_ns"].notna().all()
+    for dump, launch in host.groupby("dump", observed=True):
+        alone = forward_link_stall_ns(launch.assign(operands="global"), {"host": link})
+        assert np.isfinite(alone).all(), dump
+        np.testing.assert_array_equal(launch["forward_stall_ns"].to_numpy(), alone, err_msg=str(dump))

@@ -108,8 +108,13 @@ def _rows_searchsorted(sorted_rows: np.ndarray, keys: np.ndarray, lengths: np.nd
     width = sorted_rows.shape[1]
     q, base = _row_keys(values, row, row_bits), row * width
     flat = keys.ravel()
-    hi = np.minimum(np.searchsorted(flat, q, side="right") - base, lengths[row])
-    lo = np.minimum(np.searchsorted(flat, q, side="left") - base, hi)
+    right = np.searchsorted(flat, q, side="right")
+    left = right.copy()  # where no key equals the query's, the left search ends where the right one does
+    eq = (right > 0) & (flat[np.maximum(right - 1, 0)] == q)
+    if eq.any():
+        left[eq] = np.searchsorted(flat, q[eq], side="left")
+    hi = np.minimum(right - base, lengths[row])
+    lo = np.minimum(left - base, hi)
     tied = np.flatnonzero((lo < hi).ravel())
     if len(tied):
         t_flat, v = sorted_rows.ravel(), values.ravel()[tied]
@@ -126,45 +131,44 @@ def _rows_searchsorted(sorted_rows: np.ndarray, keys: np.ndarray, lengths: np.nd
 
 def _runs(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Start and length of every run of equal values of ``codes`` (sorted, not empty)."""
-    starts = np.flatnonzero(np.concatenate(([True], codes[1:] != codes[:-1])))
-    return starts, np.diff(np.append(starts, len(codes)))
-
-
-def _padded(values: np.ndarray, segment: np.ndarray, fill: float) -> tuple[np.ndarray, np.ndarray]:
-    """Rows of a 2-D array, one per run of equal ``segment`` (sorted), padded with ``fill`` at the end; and each
-    value's (row, column) flat index into it."""
-    from xstage_trace.analysis.columnar import cumcount, run_ids  # pandas-free callers of this module stay so
-
-    row, col = run_ids(segment), cumcount(segment)
-    out = np.full((int(row.max(initial=-1)) + 1, int(col.max(initial=-1)) + 1), fill)
-    flat = row * out.shape[1] + col
-    out.ravel()[flat] = values
-    return out, flat
+    change = np.flatnonzero(codes[1:] != codes[:-1]) + 1
+    starts = np.zeros(len(change) + 1, np.int64)
+    starts[1:] = change
+    lengths = np.empty_like(starts)
+    lengths[:-1] = change - starts[:-1]
+    lengths[-1] = len(codes) - starts[-1]
+    return starts, lengths
 
 
 def _segmented_departures(t_ns: np.ndarray, service_ns: np.ndarray, segment: np.ndarray) -> np.ndarray:
     """``_departures`` restarted at every run of equal ``segment`` (sorted): each run is its own queue, the same
-    arithmetic as a queue of its own (one padded row each)."""
+    arithmetic as a queue of its own (one row each of a padded array, +inf issue times and no service after a run)."""
     if len(segment) == 0 or segment[0] == segment[-1]:
         return _departures(t_ns, service_ns)
-    t2, flat = _padded(t_ns, segment, np.inf)
-    s2, _ = _padded(service_ns, segment, 0.0)
+    starts, lengths = _runs(segment)
+    width = int(lengths.max())
+    flat = np.arange(len(segment)) + np.repeat(np.arange(len(starts)) * width - starts, lengths)  # (run, place in it)
+    t2 = np.full((len(starts), width), np.inf)
+    s2 = np.zeros((len(starts), width))
+    t2.ravel()[flat] = t_ns
+    s2.ravel()[flat] = service_ns
     return _departures(t2, s2).ravel()[flat]
 
 
 def _streamed_finish(back, step_ns, steps, stages, w_t, w_k, w_n, dep, row, row_bits, lam) -> np.ndarray:
-    """End of the compute of tiles whose steps D … S − 1 load while they compute (rows: tiles): step j ≥ D is
+    """End of the compute of tiles whose steps D … S − 1 load while they compute (rows: tiles, S > D): step j ≥ D is
     loaded when step j − D is done, unstalled at back + (j − D + 1)·c, and arrives at max(ℓ_j + λ, F(ℓ_j)); the
-    compute ends at max_j(arrival_j + (S − j)·c) (the first D arrive at back). ``w_t``, ``w_k``, ``w_n``, ``dep``: each
-    launch's known stores (rows: issue times, their keys, counts) and their departures; ``row``: each tile's launch."""
-    j = np.arange(int(steps.max()))[None, :]
-    issue = back[:, None] + (j - stages[:, None] + 1) * step_ns[:, None]
-    r = np.broadcast_to(row[:, None], issue.shape)
+    compute ends at max_j(arrival_j + (S − j)·c) (the first D arrive at back, so of those j = 0 ends last). ``w_t``,
+    ``w_k``, ``w_n``, ``dep``: each launch's known stores (rows: issue times, their keys, counts) and their departures;
+    ``row``: each tile's launch. The steps j ≥ D of all tiles are one flat array."""
+    count = steps - stages
+    tile = np.repeat(np.arange(len(back)), count)
+    j = np.arange(len(tile)) - np.repeat(np.cumsum(count) - count, count) + stages[tile]
+    c, r = step_ns[tile], row[tile]
+    issue = back[tile] + (j - stages[tile] + 1) * c
     k = _rows_searchsorted(w_t, w_k, w_n, r, issue, row_bits) - 1
-    arrive = np.maximum(issue + lam, np.where(k >= 0, dep.ravel()[r * dep.shape[1] + np.maximum(k, 0)], -np.inf))
-    arrive = np.where(j < stages[:, None], back[:, None], arrive)
-    arrive = np.where(j < steps[:, None], arrive + (steps[:, None] - j) * step_ns[:, None], -np.inf)
-    return arrive.max(axis=1)
+    arrive = np.maximum(issue + lam, np.where(k >= 0, dep.ravel()[r * dep.shape[1] + np.maximum(k, 0)], -np.inf)) + (steps[tile] - j) * c
+    return np.maximum(np.maximum.reduceat(arrive, np.cumsum(count) - count), back + steps * step_ns)
 
 
 def forward_tiles(cta, position, bytes_per_tile, compute_ns, model: LinkModel, epilogue_ns=0.0,

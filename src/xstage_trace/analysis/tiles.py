@@ -227,6 +227,32 @@ def finish_tiles(t: pd.DataFrame, dumps: pd.DataFrame, noise_ns: float | None = 
     return pd.DataFrame(cols, copy=False)
 
 
+LINK_READS = ["rank", "dump", "dest", "cta", "position", "mainloop_ns", "control_compute_ns", "control_epilogue_ns", "rs_bytes",
+              "load_steps", "load_stages", "cover_tiles", "plain_store"]  # what analysis.stall.forward_link_launches reads of finished tiles
+
+
+def with_link_forward(frames: list[pd.DataFrame], dumps: pd.DataFrame, link_models: Mapping[str, object]) -> list[pd.DataFrame]:
+    """docs/model.md §11: tiles that ``finish_tiles`` finished without their path-drain link models (``frames``, the
+    batches of one run), each frame's ``forward_stall_ns`` replaced where a model of ``link_models`` (dest →
+    ``analysis.forward.LinkModel``) applies by §11's prediction (``analysis.stall.forward_link_stall_ns``), every
+    launch of every frame predicted in one call. Launches predicted together get the numbers each gets alone, so the
+    frames equal those ``finish_tiles`` gives one batch at a time with the link models."""
+    from xstage_trace.analysis.stall import forward_link_stall_ns
+
+    full = [f for f in frames if len(f)]
+    if not link_models or not full:
+        return frames
+    t = with_dump_columns(pd.concat([f[LINK_READS] for f in full], ignore_index=True), dumps.drop_duplicates(["rank", "dump"]), ["operands"])
+    link = forward_link_stall_ns(t, link_models)
+    out, at = [], 0
+    for f in frames:
+        if len(f):
+            part, at = link[at:at + len(f)], at + len(f)
+            f = f.assign(forward_stall_ns=np.where(np.isnan(part), f["forward_stall_ns"].to_numpy(np.float64), part))
+        out.append(f)
+    return out
+
+
 def _forward_inputs(t: pd.DataFrame) -> dict[str, np.ndarray]:
     """What the forward prediction reads of a tile beyond its spans (docs/model.md §11, §12): the bytes it stores
     through the path, its operand-load steps and pipeline stages, and how many compute spans cover its store (the
@@ -357,27 +383,34 @@ def tile_controls(samples: Iterable[ControlSample]) -> dict[tuple, TileControl]:
     return out
 
 
-def with_dump_config(t: pd.DataFrame, dumps: pd.DataFrame) -> pd.DataFrame:
-    """Tile spans with their dump's configuration, ``is_control`` and ``tile_kind``: a left join on (rank, dump),
-    each tile's dump row looked up among the few distinct (rank, dump) pairs and its columns taken by index
-    (pandas' merge when the dumps repeat a (rank, dump): every match)."""
-    cols = ["dest", "shape", "schedule", "variant", "operands"]
+def with_dump_columns(t: pd.DataFrame, dumps: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
+    """``t`` with ``cols`` and ``is_control`` of each row's dump: a left join on (rank, dump), each row's dump row
+    looked up among the few distinct (rank, dump) pairs and its columns taken by index (pandas' merge when the dumps
+    repeat a (rank, dump): every match)."""
     cfg = dumps[["rank", "dump", *cols, "is_control"]]
     row_of = {(int(r), str(d)): i for i, (r, d) in enumerate(zip(cfg["rank"].to_numpy(), cfg["dump"].astype(str)))}
     if len(row_of) < len(cfg):
         t = t.merge(cfg.assign(dump=cfg["dump"].astype(str)), on=["rank", "dump"], how="left")
         t["is_control"] = t["is_control"].fillna(False).astype(bool)
-    else:
-        dump, names = pd.factorize(t["dump"], use_na_sentinel=False)
-        rank = t["rank"].to_numpy().astype(np.int64)
-        lo, width = int(rank.min(initial=0)), int(rank.max(initial=0)) - int(rank.min(initial=0)) + 1
-        pair, firsts = pd.factorize(dump.astype(np.int64) * width + (rank - lo))
-        found = np.array([row_of.get((int(f % width) + lo, str(names[f // width])), -1) for f in firsts], np.intp)
-        pos = found[pair]
-        t = t.copy(deep=False)
-        for c in cols:
-            t[c] = cfg[c].array.take(pos, allow_fill=True)
-        t["is_control"] = (pos >= 0) & cfg["is_control"].to_numpy(bool)[np.maximum(pos, 0)] if len(cfg) else np.zeros(len(t), bool)
+        return t
+    dump, names = pd.factorize(t["dump"], use_na_sentinel=False)
+    rank = t["rank"].to_numpy().astype(np.int64)
+    lo, width = int(rank.min(initial=0)), int(rank.max(initial=0)) - int(rank.min(initial=0)) + 1
+    pair, firsts = pd.factorize(dump.astype(np.int64) * width + (rank - lo))
+    found = np.array([row_of.get((int(f % width) + lo, str(names[f // width])), -1) for f in firsts], np.intp)
+    pos = found[pair]
+    t = t.copy(deep=False)
+    for c in cols:
+        t[c] = cfg[c].array.take(pos, allow_fill=True)
+    t["is_control"] = (pos >= 0) & cfg["is_control"].to_numpy(bool)[np.maximum(pos, 0)] if len(cfg) else np.zeros(len(t), bool)
+    return t
+
+
+def with_dump_config(t: pd.DataFrame, dumps: pd.DataFrame) -> pd.DataFrame:
+    """Tile spans with their dump's configuration, ``is_control`` and ``tile_kind``: a left join on (rank, dump),
+    each tile's dump row looked up among the few distinct (rank, dump) pairs and its columns taken by index
+    (pandas' merge when the dumps repeat a (rank, dump): every match)."""
+    t = with_dump_columns(t, dumps, ["dest", "shape", "schedule", "variant", "operands"])
     kind = text_of_codes(t["is_l2"].to_numpy(bool), ["linear1", "linear2"])  # the fused kernels; a layout with one kind of tile sets its own
     t["tile_kind"] = t["tile_kind"].fillna(pd.Series(kind, index=t.index)) if "tile_kind" in t else kind
     return t

@@ -22,7 +22,9 @@ Two passes over the batches, on the same workers:
    and write every step kept as a table (the bursts) and every batch-scope step as one part each
    (``NAME/rank=R/part-NNNNN.parquet``, the layout ``read_run`` reads; NNNNN: the batch's first dump). A
    control batch only has its scratch step inputs finished and written (``finish_control_task``). Only
-   counts and the rows of the steps kept as results (the calibration points) come back.
+   counts and the rows of the steps kept as results (the calibration points) come back. A run small enough to be
+   analysed in this process (below PARALLEL_MIN_RECORDS) holds its batches' finished tiles until the last, so
+   that the path-drain forward prediction (docs/model.md §11) of all their launches is one call (``_pass2_linked``).
 
 Each configuration-scope run step (Table 3) is computed one configuration at a time from that
 configuration's parts (the columns it reads only), on a worker, as soon as the configuration's last batch
@@ -40,7 +42,7 @@ import sys
 from concurrent.futures import ProcessPoolExecutor
 from collections import deque
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
@@ -52,7 +54,7 @@ import pyarrow.feather as feather
 
 from xstage_trace.base.malloc import keep_freed_memory, release_freed_memory
 from xstage_trace.pipeline.analyses import DUMP_ANALYSES, RUN_ANALYSES, SLICE_COLUMNS, AnalysisContext, analyze_dumps, run_analysis
-from xstage_trace.analysis.tiles import ControlStats, control_sample, control_stats_from_samples, with_dump_config
+from xstage_trace.analysis.tiles import ControlStats, control_sample, control_stats_from_samples, with_dump_config, with_link_forward
 from xstage_trace.collectors.collect import DumpTask, load_records, rows_by_dump
 from xstage_trace.base.run_files import table_part_path, write_table_part
 
@@ -162,16 +164,16 @@ def _analyze_and_write(batch: DumpBatch, folder: Path, slices: pa.Table, dump: p
     return records, done, warnings
 
 
-def _finish_and_write(batch: DumpBatch, folder: Path, done: dict[str, pd.DataFrame], dump: pd.DataFrame, ctx: AnalysisContext,
-                      control: ControlStats) -> dict[str, pd.DataFrame]:
-    """A batch's batch-scope run steps (the tiles, finished with ``control``) → one part each (not written when empty)."""
-    out = {}
-    for a in RUN_ANALYSES:
-        if a.scope == "batch":
-            out[a.name] = frame = a.streamed(done, dump, ctx, control)
-            if len(frame):
-                write_table_part(folder, a.name, batch.rank, batch.index, pa.Table.from_pandas(frame, preserve_index=False))
-    return out
+def _finish(done: dict[str, pd.DataFrame], dump: pd.DataFrame, ctx: AnalysisContext, control: ControlStats) -> dict[str, pd.DataFrame]:
+    """A batch's batch-scope run steps (the tiles, finished with ``control``)."""
+    return {a.name: a.streamed(done, dump, ctx, control) for a in RUN_ANALYSES if a.scope == "batch"}
+
+
+def write_finished(batch: DumpBatch, folder: Path, finished: dict[str, pd.DataFrame]) -> None:
+    """A batch's batch-scope tables → one part each (not written when empty)."""
+    for name, frame in finished.items():
+        if len(frame):
+            write_table_part(folder, name, batch.rank, batch.index, pa.Table.from_pandas(frame, preserve_index=False))
 
 
 def _backpressured(finished: dict[str, pd.DataFrame]) -> int:
@@ -214,9 +216,9 @@ def control_task(batch: DumpBatch, folder: Path, slices: pa.Table, dump_rows: pa
 
 
 def finish_control_task(batch: DumpBatch, folder: Path, dump_rows: pa.Table, ctx: AnalysisContext, control: ControlStats,
-                        partial: DumpResult) -> DumpResult:
+                        partial: DumpResult) -> tuple[DumpResult, dict[str, pd.DataFrame]]:
     """Pass 2, one batch that ``control_task`` analysed: its scratch step inputs finished with ``control`` by the
-    batch-scope steps → their parts; the scratch files are removed."""
+    batch-scope steps (the scratch files are removed). Returns its result and the finished tables, not yet written."""
     done = {}
     for a in DUMP_ANALYSES:
         path = _scratch_path(folder, batch, a.name)
@@ -224,28 +226,54 @@ def finish_control_task(batch: DumpBatch, folder: Path, dump_rows: pa.Table, ctx
             done[a.name] = feather.read_table(path).to_pandas()
             path.unlink()
     if not done:  # no tile spans in this batch
-        return partial
-    finished = _finish_and_write(batch, folder, done, dump_rows.to_pandas(), ctx, control)
+        return partial, {}
+    finished = _finish(done, dump_rows.to_pandas(), ctx, control)
     rows = dict(partial.rows, **{name: len(frame) for name, frame in finished.items()})
-    return DumpResult(partial.records, rows, partial.results, _backpressured(finished), partial.warnings)
+    return DumpResult(partial.records, rows, partial.results, _backpressured(finished), partial.warnings), finished
 
 
 def process_task(batch: DumpBatch, folder: Path, slices: pa.Table, dump_rows: pa.Table, ctx: AnalysisContext,
-                 control: ControlStats) -> DumpResult:
-    """Pass 2, one batch: records → probes part; per-dump analyses → their table parts; the batch-scope steps
-    (tiles finished with ``control``) → their parts (parts of no rows are not written)."""
+                 control: ControlStats) -> tuple[DumpResult, dict[str, pd.DataFrame]]:
+    """Pass 2, one batch: records → probes part; per-dump analyses → their table parts (parts of no rows are not
+    written); the batch-scope steps (tiles finished with ``control``). Returns its result and the finished tables,
+    not yet written."""
     dump = dump_rows.to_pandas()
     records, done, warnings = _analyze_and_write(batch, folder, slices, dump, ctx)
-    finished = _finish_and_write(batch, folder, done, dump, ctx, control)
-    return _result(records.num_rows, done, finished, warnings)
+    finished = _finish(done, dump, ctx, control)
+    return _result(records.num_rows, done, finished, warnings), finished
 
 
-def pass2_task(batch: DumpBatch, folder: Path, slices: pa.Table | None, dump_rows: pa.Table, ctx: AnalysisContext,
-               control: ControlStats, partial: DumpResult | None) -> DumpResult:
+def _pass2(batch: DumpBatch, folder: Path, slices: pa.Table | None, dump_rows: pa.Table, ctx: AnalysisContext,
+           control: ControlStats, partial: DumpResult | None) -> tuple[DumpResult, dict[str, pd.DataFrame]]:
     """Pass 2 of one batch: ``finish_control_task`` for one pass 1 analysed (``partial``), else ``process_task``."""
     if partial is not None:
         return finish_control_task(batch, folder, dump_rows, ctx, control, partial)
     return process_task(batch, folder, slices, dump_rows, ctx, control)
+
+
+def pass2_task(batch: DumpBatch, folder: Path, slices: pa.Table | None, dump_rows: pa.Table, ctx: AnalysisContext,
+               control: ControlStats, partial: DumpResult | None) -> DumpResult:
+    """Pass 2 of one batch (``_pass2``), its batch-scope tables written as one part each."""
+    result, finished = _pass2(batch, folder, slices, dump_rows, ctx, control, partial)
+    write_finished(batch, folder, finished)
+    return result
+
+
+def _pass2_linked(args: Iterable[tuple], folder: Path, dumps: pd.DataFrame, ctx: AnalysisContext) -> Iterator[DumpResult]:
+    """Pass 2 of a run analysed in this process (``pass2_task``'s ``args``), with the path-drain forward prediction of
+    every batch's launches (docs/model.md §11) made in one call once every batch is finished
+    (``analysis.tiles.with_link_forward``) instead of one call per batch: a call costs the causal passes of its
+    longest launch, so the run pays those instead of their sum over the batches. The tables are those of one batch at
+    a time; every batch's finished tables are held until then (a run below PARALLEL_MIN_RECORDS records)."""
+    from xstage_trace.pipeline.analyses import calibrated_models
+
+    unlinked = replace(ctx, link=None)
+    staged = [(a[0], *_pass2(*a[:4], unlinked, *a[5:])) for a in args]
+    models = {d: m[1] for d, m in calibrated_models(ctx.model, dumps, ctx.link).items()}
+    tiles = with_link_forward([f.get("tiles", pd.DataFrame()) for _, _, f in staged], dumps, models)
+    for (batch, result, finished), t in zip(staged, tiles):
+        write_finished(batch, folder, {**finished, "tiles": t} if "tiles" in finished else finished)
+        yield result
 
 
 def default_workers() -> int:
@@ -392,7 +420,9 @@ def analyze_streaming(tasks: list[DumpTask], folder: Path, tables: dict[str, pa.
         args = ((b, folder, None if (b.rank, b.index) in partial else of(b, sl, slice_rows), of(b, dumps, dump_rows), ctx, stats,
                  partial.get((b.rank, b.index))) for b in batches)
         configs = [ByConfiguration(a, folder, batches, submit) for a in RUN_ANALYSES if a.scope == "configuration"]
-        for i, (b, r) in enumerate(zip(batches, mapper(pass2_task, args))):
+        linked = pool_size == 1 and scheduler is None and not big and ctx.link is not None
+        pass2 = _pass2_linked(args, folder, dumps_frame, ctx) if linked else mapper(pass2_task, args)
+        for i, (b, r) in enumerate(zip(batches, pass2)):
             results.append(r)
             for c in configs:
                 c.batch_done(i, r)
