@@ -18,7 +18,7 @@ if path:
     st.header("Verdict per configuration")
     v = data.verdicts(path)
     if v.empty:
-        st.info("No remote-store tiles in this run: no verdict (it needs probe dumps of a fused kernel).")
+        st.info("No remote-store tiles in this run: no verdict (it needs probe dumps of a fused kernel).", icon="")
     else:
         st.markdown(f"**{headline(v)}**")
         groups = {"stall-bound": [], "covered": [], "unknown": []}
@@ -26,11 +26,11 @@ if path:
             name, _, rest = line.partition(": ")
             groups[next((g for g in groups if rest.startswith(g)), "unknown")].append(f"**{name}**: {rest}")
         for line in groups["stall-bound"]:  # each stall-bound configuration on its own, the covered ones together
-            st.error(line)
+            st.error(line, icon="")
         if groups["covered"]:
-            st.success("\n".join(f"- {line}" for line in groups["covered"]))
+            st.success("\n".join(f"- {line}" for line in groups["covered"]), icon="")
         if groups["unknown"]:
-            st.info("\n".join(f"- {line}" for line in groups["unknown"]))
+            st.info("\n".join(f"- {line}" for line in groups["unknown"]), icon="")
         st.caption("Rule (analysis/verdict.py, docs/model.md §5): **stall-bound** when the median measured stall of the "
                    "configuration's remote-store tiles (slot wait beyond the control's floor plus compute span beyond the control's) "
                    "exceeds the noise floor, or when more than a quarter of its tiles stall beyond it; **cause**: slot backpressure "
@@ -70,12 +70,12 @@ if path:
         missing.append("**No calibration**: ρ, q and the capacity guard of the bursts are not computed "
                        "(`analyze … --calibration calibration.json`).")
     for line in missing:
-        st.warning(line)
+        st.warning(line, icon="")
 
     st.header("Table 3")
     t3 = data.frame(path, "table3")
     if t3.empty:
-        st.info("No Table 3: it needs fused-kernel tiles (probe dumps with mainloop, slot-wait and remote-store records).")
+        st.info("No Table 3: it needs fused-kernel tiles (probe dumps with mainloop, slot-wait and remote-store records).", icon="")
     else:
         st.caption("One row per configuration and schedule: medians over its remote-store tiles in µs (timing scope: probe clock "
                    "per SM); kernel time in ms (nsys).")
@@ -83,7 +83,7 @@ if path:
 
     st.header("Kernels")
     if not n_kernels:
-        st.info("No kernels: the run has no Nsight Systems export.")
+        st.info("No kernels: the run has no Nsight Systems export.", icon="")
     else:
         st.dataframe(kernel_summary, hide_index=True, key="kernels")
 
@@ -97,7 +97,7 @@ if path:
     st.header("Clock alignment")
     al = run.alignment()
     if al.empty:
-        st.info("No alignment: without an nsys export the probes keep their own time base.")
+        st.info("No alignment: without an nsys export the probes keep their own time base.", icon="")
     else:
         st.dataframe(al, hide_index=True, key="alignment")
         st.metric("max alignment residual (ns)", f"{al['residual_ns'].abs().max():.0f}")
@@ -106,6 +106,6 @@ if path:
     warns = run.warnings()
     if warns:
         for w in warns:
-            st.warning(w)
+            st.warning(w, icon="")
     else:
-        st.success("No warnings while collecting this run.")
+        st.success("No warnings while collecting this run.", icon="")
