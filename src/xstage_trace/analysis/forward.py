@@ -231,6 +231,7 @@ def forward_tiles(cta, position, bytes_per_tile, compute_ns, model: LinkModel, e
     column = np.zeros(n, np.int64)  # each known store's place in its launch's row
     load_free = np.zeros(launches)  # when each launch's load server has served every released load so far
     pending = np.ones(len(first), bool)  # the current tile's store is issued but not yet inserted
+    load_at = np.empty(len(first))  # when each CTA's next loads are issued
     while True:
         # insert the stores issued since the last pass in issue order; a row changes from its first insertion on only,
         # so only that part is re-sorted and its departures continued from the unchanged ones before it
@@ -274,13 +275,12 @@ def forward_tiles(cta, position, bytes_per_tile, compute_ns, model: LinkModel, e
             pending[:] = False
             # a later store inserted before an earlier-resolved one delays that one's drain and acceptance, never
             # a departure that a resolved load used (those stores were issued before the horizon it was resolved at)
-            now = order[cur]
             if load_issue == "accept":
-                c = owner * width + column[now]
+                c = owner * width + column[order[cur]]
                 start_at = np.maximum(w_t.ravel()[c] + model.issue_floor_ns, dep.ravel()[c] - model.capacity_bytes / rate)
-            else:
-                start_at = out["issue"][now]
-            load_at = start_at + lag[order[np.minimum(cur + 1, end - 1)]]
+                load_at = start_at + lag[order[np.minimum(cur + 1, end - 1)]]
+            else:  # issued at the store's issue: only the CTAs whose store was just inserted move
+                load_at[new] = issue[new] + lag[order[np.minimum(cur[new] + 1, end[new] - 1)]]
         nxt = cur + 1
         alive = nxt < end
         if not alive.any():
