@@ -443,3 +443,32 @@ def test_forty_ctas_drain_and_load_in_issue_order_then_cta_order():
     f = forward_tiles(cta, pos, 1000.0, compute, LinkModel(R, 0.0, load_rate_gbps=10.0), load_bytes=np.where(pos == 1, 100.0, 0.0))
     np.testing.assert_allclose(f.drained_ns[pos == 0], np.where(odd, 50.0, 450.0) + 20.0 * (i + 1))
     np.testing.assert_allclose(f.compute_start_ns[pos == 1], np.where(odd, 450.0, 850.0) + 10.0 * (i + 1))
+
+
+def test_the_row_search_of_several_launches_equals_a_search_of_each_row_where_times_share_keys():
+    """forward._rows_searchsorted against np.searchsorted on each row, on times a few ulps apart (three rows: the
+    keys drop the times' two lowest bits, so the four doubles g + 0 … g + 3 of a group share a key): full rows whose
+    last values share a key with queries beside them, a first value alone in its key with a smaller query of that key,
+    queries at, between and beyond every value."""
+    from xstage_trace.analysis.forward import _row_keys, _rows_searchsorted
+
+    g = np.float64(1000.0).view(np.int64) & ~np.int64(3)  # a key group's first bit pattern
+
+    def at(*offsets):
+        return (g + np.array(offsets, np.int64)).view(np.float64)
+
+    width = 6
+    rows = np.full((3, width), np.inf)
+    rows[0] = at(2, 4, 12, 13, 14, 15)  # its first value alone in its key (g + 2, a smaller query g + 1), a whole key last
+    rows[1, :1] = at(6)
+    rows[2] = at(0, 4, 6, 8, 9, 11)  # full, its last values sharing a key with queries between and after them
+    lengths = np.array([6, 1, 6])
+    keys = _row_keys(rows, np.arange(3)[:, None], 2)
+    queries = np.concatenate((at(*range(-1, 17)), [2000.0]))
+    row = np.repeat(np.arange(3), len(queries))
+    values = np.tile(queries, 3)
+    got = _rows_searchsorted(rows, keys, lengths, row, values, 2)
+    want = np.concatenate([np.searchsorted(rows[r, :lengths[r]], queries, side="right") for r in range(3)])
+    np.testing.assert_array_equal(got, want)
+    # the same as one 2-D query block
+    np.testing.assert_array_equal(_rows_searchsorted(rows, keys, lengths, row.reshape(3, -1), values.reshape(3, -1), 2), want.reshape(3, -1))

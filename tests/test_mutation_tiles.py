@@ -423,3 +423,41 @@ def test_ties_among_the_default_cta_counts_keep_the_fewest(k, kept):
     t = launch_whatifs(np.arange(k), np.zeros(k, int), 1000.0, 0.0, LINK).set_index("alternative")
     assert t.loc["as_run", "kernel_ns"] == t.loc["sm_count", "kernel_ns"] == 20.0 * k
     assert t.loc["sm_count", "parameter"] == kept
+
+
+# ---------------------------------------------------------------- with_link_forward: §11 over several batches at once
+def _finished(dump: str, dest: str, ctas, positions, rs_bytes) -> pd.DataFrame:
+    """Finished tiles of one launch as finish_tiles writes the columns the link prediction reads (compute 5 µs, no
+    epilogue, one load step), the recurrence's forward_stall_ns 7 ns and a column the prediction must not touch."""
+    n = len(ctas)
+    return pd.DataFrame({"rank": 0, "dump": dump, "dest": dest, "cta": ctas, "position": positions, "mainloop_ns": 9999.0,
+                         "control_compute_ns": 5000.0, "control_epilogue_ns": 0.0, "rs_bytes": rs_bytes, "load_steps": np.ones(n, np.int32),
+                         "load_stages": np.ones(n, np.int32), "cover_tiles": np.zeros(n, np.int32), "plain_store": False,
+                         "forward_stall_ns": 7.0, "diagnosis": "none"})
+
+
+def test_the_link_prediction_of_several_batches_at_once_by_hand():
+    """R = 1 B/ns, λ = 100 ns, Q unbounded, C = 5 µs: a CTA's second tile loads at its first store's issue (5 µs)
+    and waits for every store issued by then to drain: B / R − λ for one store of B bytes; two CTAs' stores issued at
+    the same instant both go first. Other destinations, on-chip operands and empty batches keep the recurrence's."""
+    from xstage_trace.analysis.tiles import with_link_forward
+
+    link = LinkModel(rate_gbps=1.0, capacity_bytes=1e12, load_latency_ns=100.0)
+    frames = [_finished("a", "host", [0, 0], [0, 1], 1000.0),
+              pd.DataFrame(),
+              _finished("b", "host", [0, 0, 1], [0, 1, 0], [2000.0, 2000.0, 0.0]),
+              _finished("c", "local", [0, 0], [0, 1], 1000.0),
+              _finished("d", "host", [0, 0], [0, 1], 1000.0)]
+    dumps = pd.DataFrame({"rank": 0, "dump": ["a", "a", "b", "c", "d"], "operands": ["global", "global", "global", "global", "smem"],
+                          "is_control": False})  # "a" listed twice: still one launch of two tiles
+    out = with_link_forward(frames, dumps, {"host": link})
+    assert [len(f) for f in out] == [2, 0, 3, 2, 2]
+    np.testing.assert_array_equal(out[0]["forward_stall_ns"], [0.0, 900.0])
+    np.testing.assert_array_equal(out[2]["forward_stall_ns"], [0.0, 1900.0, 0.0])
+    np.testing.assert_array_equal(out[3]["forward_stall_ns"], [7.0, 7.0])  # no model for local
+    np.testing.assert_array_equal(out[4]["forward_stall_ns"], [7.0, 7.0])  # operands in shared memory
+    for got, given in zip(out, frames):
+        pd.testing.assert_frame_equal(got.drop(columns="forward_stall_ns", errors="ignore"), given.drop(columns="forward_stall_ns", errors="ignore"))
+    assert frames[0]["forward_stall_ns"].tolist() == [7.0, 7.0]  # the given frames are not written
+    assert with_link_forward(frames, dumps, {}) is frames  # no link model: the frames as given
+    assert with_link_forward([pd.DataFrame()], dumps, {"host": link})[0].empty
