@@ -169,7 +169,7 @@ def _finish(done: dict[str, pd.DataFrame], dump: pd.DataFrame, ctx: AnalysisCont
     return {a.name: a.streamed(done, dump, ctx, control) for a in RUN_ANALYSES if a.scope == "batch"}
 
 
-def write_finished(batch: DumpBatch, folder: Path, finished: dict[str, pd.DataFrame]) -> None:
+def _write_finished(batch: DumpBatch, folder: Path, finished: dict[str, pd.DataFrame]) -> None:
     """A batch's batch-scope tables → one part each (not written when empty)."""
     for name, frame in finished.items():
         if len(frame):
@@ -255,7 +255,7 @@ def pass2_task(batch: DumpBatch, folder: Path, slices: pa.Table | None, dump_row
                control: ControlStats, partial: DumpResult | None) -> DumpResult:
     """Pass 2 of one batch (``_pass2``), its batch-scope tables written as one part each."""
     result, finished = _pass2(batch, folder, slices, dump_rows, ctx, control, partial)
-    write_finished(batch, folder, finished)
+    _write_finished(batch, folder, finished)
     return result
 
 
@@ -272,7 +272,7 @@ def _pass2_linked(args: Iterable[tuple], folder: Path, dumps: pd.DataFrame, ctx:
     models = {d: m[1] for d, m in calibrated_models(ctx.model, dumps, ctx.link).items()}
     tiles = with_link_forward([f.get("tiles", pd.DataFrame()) for _, _, f in staged], dumps, models)
     for (batch, result, finished), t in zip(staged, tiles):
-        write_finished(batch, folder, {**finished, "tiles": t} if "tiles" in finished else finished)
+        _write_finished(batch, folder, {**finished, "tiles": t} if "tiles" in finished else finished)
         yield result
 
 
