@@ -155,12 +155,12 @@ def _load_steps(lc: TileLifecycle, dumps: pd.DataFrame, spans: pd.DataFrame) -> 
     out = np.ones(len(spans), np.int64)
     if lc.load_steps is None or dumps.empty:
         return out
-    info = dumps.astype({"dump": str}).drop_duplicates("dump").set_index("dump")
+    shape = _first_per_dump(dumps, "shape") if "shape" in dumps else {}
+    extra = _first_per_dump(dumps, "extra") if "extra" in dumps else {}
     names = spans["dump"].astype(str).to_numpy()
     for name in pd.unique(names):  # a few dumps per batch
         at = names == name
-        row = info.loc[name] if name in info.index else {}
-        out[at] = load_steps(lc.load_steps, spans["tile"].to_numpy()[at], row.get("shape"), row.get("extra"))
+        out[at] = load_steps(lc.load_steps, spans["tile"].to_numpy()[at], shape.get(name), extra.get(name))
     return out
 
 
