@@ -242,7 +242,7 @@ def with_link_forward(frames: list[pd.DataFrame], dumps: pd.DataFrame, link_mode
     full = [f for f in frames if len(f)]
     if not link_models or not full:
         return frames
-    t = _with_dump_columns(pd.concat([f[LINK_READS] for f in full], ignore_index=True), dumps.drop_duplicates(["rank", "dump"]), ["operands"])
+    t = with_dump_columns(pd.concat([f[LINK_READS] for f in full], ignore_index=True), dumps.drop_duplicates(["rank", "dump"]), ["operands"])
     link = forward_link_stall_ns(t, link_models)
     out, at = [], 0
     for f in frames:
@@ -383,7 +383,7 @@ def tile_controls(samples: Iterable[ControlSample]) -> dict[tuple, TileControl]:
     return out
 
 
-def _with_dump_columns(t: pd.DataFrame, dumps: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
+def with_dump_columns(t: pd.DataFrame, dumps: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
     """``t`` with ``cols`` and ``is_control`` of each row's dump: a left join on (rank, dump), each row's dump row
     looked up among the few distinct (rank, dump) pairs and its columns taken by index (pandas' merge when the dumps
     repeat a (rank, dump): every match)."""
@@ -410,7 +410,7 @@ def with_dump_config(t: pd.DataFrame, dumps: pd.DataFrame) -> pd.DataFrame:
     """Tile spans with their dump's configuration, ``is_control`` and ``tile_kind``: a left join on (rank, dump),
     each tile's dump row looked up among the few distinct (rank, dump) pairs and its columns taken by index
     (pandas' merge when the dumps repeat a (rank, dump): every match)."""
-    t = _with_dump_columns(t, dumps, ["dest", "shape", "schedule", "variant", "operands"])
+    t = with_dump_columns(t, dumps, ["dest", "shape", "schedule", "variant", "operands"])
     kind = text_of_codes(t["is_l2"].to_numpy(bool), ["linear1", "linear2"])  # the fused kernels; a layout with one kind of tile sets its own
     t["tile_kind"] = t["tile_kind"].fillna(pd.Series(kind, index=t.index)) if "tile_kind" in t else kind
     return t

@@ -94,12 +94,14 @@ class RunAnalysis:
 
 
 def _with_config(frame: pd.DataFrame, dumps: pd.DataFrame) -> pd.DataFrame:
-    """Copy the configuration columns of each row's dump onto ``frame``."""
+    """Copy the configuration columns of each row's dump onto ``frame`` (last, in CONFIG_COLUMNS order; ``frame``, the
+    bursts, has no ``is_control`` of its own)."""
+    from xstage_trace.analysis.tiles import with_dump_columns
+
     if frame.empty:
         return frame
-    cfg = dumps[["rank", "dump", *CONFIG_COLUMNS]]
-    cfg = cfg.assign(dump=cfg["dump"].astype(str))  # one column's astype: half the cost of the frame's on a one-row frame
-    return frame.drop(columns=[c for c in CONFIG_COLUMNS if c in frame]).merge(cfg, on=["rank", "dump"], how="left")
+    out = with_dump_columns(frame.drop(columns=[c for c in CONFIG_COLUMNS if c in frame]), dumps, list(CONFIG_COLUMNS))
+    return out.drop(columns="is_control")
 
 
 def _calibration_points(probes: pd.DataFrame, slices: pd.DataFrame, dump: pd.DataFrame, ctx: AnalysisContext, done: dict) -> pd.DataFrame:
