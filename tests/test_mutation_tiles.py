@@ -449,7 +449,7 @@ def test_the_link_prediction_of_several_batches_at_once_by_hand():
               _finished("c", "local", [0, 0], [0, 1], 1000.0),
               _finished("d", "host", [0, 0], [0, 1], 1000.0)]
     dumps = pd.DataFrame({"rank": 0, "dump": ["a", "a", "b", "c", "d"], "operands": ["global", "global", "global", "global", "smem"],
-                          "is_control": False})  # "a" listed twice: still one launch of two tiles
+                          "is_control": False, "label": ["first", "again", "", "", ""]})  # "a" listed twice: still one launch of two tiles
     out = with_link_forward(frames, dumps, {"host": link})
     assert [len(f) for f in out] == [2, 0, 3, 2, 2]
     np.testing.assert_array_equal(out[0]["forward_stall_ns"], [0.0, 900.0])
