@@ -268,7 +268,8 @@ def _pass2_linked(args: Iterable[tuple], folder: Path, dumps: pd.DataFrame, ctx:
     from xstage_trace.pipeline.analyses import calibrated_models
 
     unlinked = replace(ctx, link=None)
-    staged = [(a[0], *_pass2(*a[:4], unlinked, *a[5:])) for a in args]
+    staged = [(batch, *_pass2(batch, folder, slices, rows, unlinked, control, partial))
+              for batch, _, slices, rows, _, control, partial in args]  # args' folder is ``folder``, its context ``ctx``
     models = {d: m[1] for d, m in calibrated_models(ctx.model, dumps, ctx.link).items()}
     tiles = with_link_forward([f.get("tiles", pd.DataFrame()) for _, _, f in staged], dumps, models)
     for (batch, result, finished), t in zip(staged, tiles):
