@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import tempfile
-from collections import Counter, deque
-from concurrent.futures import ThreadPoolExecutor
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -14,6 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from xstage_trace.base.background_writes import BackgroundWrites
 from xstage_trace.base.version import __version__
 from xstage_trace.base.run_files import MANIFEST, is_run_dir, iter_table_files, read_manifest, read_run, table_part_path, write_parquet, write_table_part
 from xstage_trace.collectors.nsys_reader import read_nsys_export
@@ -209,20 +209,18 @@ class SliceParts:
     def __init__(self, folder: Path):
         self.folder, self.parts, self.rows = Path(folder), {}, []
         self.held: list[pa.Table] = []
-        self.writer, self.pending = ThreadPoolExecutor(1, thread_name_prefix="xstage-slices"), deque()
+        self.writes = BackgroundWrites(1, self.WRITES_AHEAD, "xstage-slices")
         self.written = 0
 
     def __enter__(self) -> "SliceParts":
         return self
 
-    def __exit__(self, exc_type, *_) -> None:
+    def __exit__(self, exc_type, *exc) -> None:
         try:
-            if exc_type is None:  # after an error the folder is discarded: nothing more to write or wait for
+            if exc_type is None:  # after an error the folder is discarded: nothing more to write
                 self._flush()
-                while self.pending:
-                    self.pending.popleft().result()
         finally:
-            self.writer.shutdown(cancel_futures=True)
+            self.writes.__exit__(exc_type, *exc)
 
     def add(self, slices: pa.Table, owner: Path) -> dict:
         """Take one dump's slices (one rank and dump; ``owner``: the input they came from, named when a dump
@@ -247,10 +245,8 @@ class SliceParts:
             return
         table, rank = pa.concat_tables(self.held), self.held[0]["rank"][0].as_py()
         self.held = []
-        self.pending.append(self.writer.submit(write_table_part, self.folder, SLICES, rank, self.written, table))
+        self.writes.submit(write_table_part, self.folder, SLICES, rank, self.written, table)
         self.written += 1
-        while len(self.pending) > self.WRITES_AHEAD:
-            self.pending.popleft().result()
 
     def summary(self) -> pa.Table:
         """One row per dump taken (SUMMARY)."""

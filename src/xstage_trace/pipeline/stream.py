@@ -25,6 +25,8 @@ Two passes over the batches, on the same workers:
    counts and the rows of the steps kept as results (the calibration points) come back. A run small enough to be
    analysed in this process (below PARALLEL_MIN_RECORDS) holds its batches' finished tiles until the last, so
    that the path-drain forward prediction (docs/model.md §11) of all their launches is one call (``_pass2_linked``).
+   A task's parts are written on a thread while it computes (``base.background_writes``: the Parquet writer runs
+   without the GIL), every one of them written before the task returns.
 
 Each configuration-scope run step (Table 3) is computed one configuration at a time from that
 configuration's parts (the columns it reads only), on a worker, as soon as the configuration's last batch
@@ -56,6 +58,7 @@ from xstage_trace.base.malloc import keep_freed_memory, release_freed_memory
 from xstage_trace.pipeline.analyses import DUMP_ANALYSES, RUN_ANALYSES, SLICE_COLUMNS, AnalysisContext, analyze_dumps, run_analysis
 from xstage_trace.analysis.tiles import ControlStats, control_sample, control_stats_from_samples, with_dump_config, with_link_forward
 from xstage_trace.collectors.collect import DumpTask, load_records, rows_by_dump
+from xstage_trace.base.background_writes import BackgroundWrites
 from xstage_trace.base.run_files import table_part_path, write_table_part
 
 PARALLEL_MIN_RECORDS = 2_000_000  # below this, starting worker processes costs more than it saves
@@ -151,16 +154,17 @@ def _load_batch(batch: DumpBatch) -> tuple[pa.Table, list[str]]:
     return pa.concat_tables(tables).unify_dictionaries().combine_chunks(), warnings
 
 
-def _analyze_and_write(batch: DumpBatch, folder: Path, slices: pa.Table, dump: pd.DataFrame,
-                       ctx: AnalysisContext) -> tuple[pa.Table, dict[str, pd.DataFrame], list[str]]:
+def _analyze_and_write(batch: DumpBatch, folder: Path, slices: pa.Table, dump: pd.DataFrame, ctx: AnalysisContext,
+                       writes: BackgroundWrites) -> tuple[pa.Table, dict[str, pd.DataFrame], list[str]]:
     """A batch's records → probes part; per-dump analyses; each step kept as a table → its part (parts of no
-    rows are not written). Returns the records, the analyses' results and the decoder's warnings."""
+    rows are not written), the parts handed to ``writes`` (the probes part is written while the analyses run).
+    Returns the records, the analyses' results and the decoder's warnings."""
     records, warnings = _load_batch(batch)
-    write_table_part(folder, "probes", batch.rank, batch.index, records)
+    writes.submit(write_table_part, folder, "probes", batch.rank, batch.index, records)
     done = analyze_dumps(records.to_pandas(), slices.to_pandas(), dump, ctx)
     for a in DUMP_ANALYSES:
         if a.keep == "table" and len(done.get(a.name, ())):
-            write_table_part(folder, a.name, batch.rank, batch.index, pa.Table.from_pandas(done[a.name], preserve_index=False))
+            writes.submit(write_table_part, folder, a.name, batch.rank, batch.index, pa.Table.from_pandas(done[a.name], preserve_index=False))
     return records, done, warnings
 
 
@@ -169,11 +173,11 @@ def _finish(done: dict[str, pd.DataFrame], dump: pd.DataFrame, ctx: AnalysisCont
     return {a.name: a.streamed(done, dump, ctx, control) for a in RUN_ANALYSES if a.scope == "batch"}
 
 
-def _write_finished(batch: DumpBatch, folder: Path, finished: dict[str, pd.DataFrame]) -> None:
-    """A batch's batch-scope tables → one part each (not written when empty)."""
+def _write_finished(batch: DumpBatch, folder: Path, finished: dict[str, pd.DataFrame], writes: BackgroundWrites) -> None:
+    """A batch's batch-scope tables → one part each (not written when empty), handed to ``writes``."""
     for name, frame in finished.items():
         if len(frame):
-            write_table_part(folder, name, batch.rank, batch.index, pa.Table.from_pandas(frame, preserve_index=False))
+            writes.submit(write_table_part, folder, name, batch.rank, batch.index, pa.Table.from_pandas(frame, preserve_index=False))
 
 
 def _backpressured(finished: dict[str, pd.DataFrame]) -> int:
@@ -200,18 +204,19 @@ def control_task(batch: DumpBatch, folder: Path, slices: pa.Table, dump_rows: pa
     ``finish_control_task``, its control tiles' sample (slot waits, mainloops per group: 16 B a tile) in another.
     Returns the sample's path (None: no tiles) and its result so far."""
     dump = dump_rows.to_pandas()
-    records, done, warnings = _analyze_and_write(batch, folder, slices, dump, ctx)
-    kept = _step_inputs(done)
-    for name, frame in kept.items():
-        path = _scratch_path(folder, batch, name)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        feather.write_feather(pa.Table.from_pandas(frame, preserve_index=False), path, compression="uncompressed")
-    partial = _result(records.num_rows, done, {}, warnings)
-    spans = kept.get("tile_spans")
-    if spans is None:
-        return None, partial
-    sample = _scratch_path(folder, batch, "tile_spans").with_suffix(".sample")
-    sample.write_bytes(pickle.dumps(control_sample(with_dump_config(spans, dump))))
+    with BackgroundWrites() as writes:
+        records, done, warnings = _analyze_and_write(batch, folder, slices, dump, ctx, writes)
+        kept = _step_inputs(done)
+        for name, frame in kept.items():
+            path = _scratch_path(folder, batch, name)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            writes.submit(feather.write_feather, pa.Table.from_pandas(frame, preserve_index=False), path, "uncompressed")
+        partial = _result(records.num_rows, done, {}, warnings)
+        spans = kept.get("tile_spans")
+        if spans is None:
+            return None, partial
+        sample = _scratch_path(folder, batch, "tile_spans").with_suffix(".sample")
+        sample.write_bytes(pickle.dumps(control_sample(with_dump_config(spans, dump))))
     return str(sample), partial
 
 
@@ -233,29 +238,31 @@ def finish_control_task(batch: DumpBatch, folder: Path, dump_rows: pa.Table, ctx
 
 
 def process_task(batch: DumpBatch, folder: Path, slices: pa.Table, dump_rows: pa.Table, ctx: AnalysisContext,
-                 control: ControlStats) -> tuple[DumpResult, dict[str, pd.DataFrame]]:
+                 control: ControlStats, writes: BackgroundWrites) -> tuple[DumpResult, dict[str, pd.DataFrame]]:
     """Pass 2, one batch: records → probes part; per-dump analyses → their table parts (parts of no rows are not
-    written); the batch-scope steps (tiles finished with ``control``). Returns its result and the finished tables,
-    not yet written."""
+    written; handed to ``writes``); the batch-scope steps (tiles finished with ``control``). Returns its result and
+    the finished tables, not yet written."""
     dump = dump_rows.to_pandas()
-    records, done, warnings = _analyze_and_write(batch, folder, slices, dump, ctx)
+    records, done, warnings = _analyze_and_write(batch, folder, slices, dump, ctx, writes)
     finished = _finish(done, dump, ctx, control)
     return _result(records.num_rows, done, finished, warnings), finished
 
 
 def _pass2(batch: DumpBatch, folder: Path, slices: pa.Table | None, dump_rows: pa.Table, ctx: AnalysisContext,
-           control: ControlStats, partial: DumpResult | None) -> tuple[DumpResult, dict[str, pd.DataFrame]]:
+           control: ControlStats, partial: DumpResult | None, writes: BackgroundWrites) -> tuple[DumpResult, dict[str, pd.DataFrame]]:
     """Pass 2 of one batch: ``finish_control_task`` for one pass 1 analysed (``partial``), else ``process_task``."""
     if partial is not None:
         return finish_control_task(batch, folder, dump_rows, ctx, control, partial)
-    return process_task(batch, folder, slices, dump_rows, ctx, control)
+    return process_task(batch, folder, slices, dump_rows, ctx, control, writes)
 
 
 def pass2_task(batch: DumpBatch, folder: Path, slices: pa.Table | None, dump_rows: pa.Table, ctx: AnalysisContext,
                control: ControlStats, partial: DumpResult | None) -> DumpResult:
-    """Pass 2 of one batch (``_pass2``), its batch-scope tables written as one part each."""
-    result, finished = _pass2(batch, folder, slices, dump_rows, ctx, control, partial)
-    _write_finished(batch, folder, finished)
+    """Pass 2 of one batch (``_pass2``), its batch-scope tables written as one part each (every part written when
+    it returns)."""
+    with BackgroundWrites() as writes:
+        result, finished = _pass2(batch, folder, slices, dump_rows, ctx, control, partial, writes)
+        _write_finished(batch, folder, finished, writes)
     return result
 
 
@@ -268,13 +275,15 @@ def _pass2_linked(args: Iterable[tuple], folder: Path, dumps: pd.DataFrame, ctx:
     from xstage_trace.pipeline.analyses import calibrated_models
 
     unlinked = replace(ctx, link=None)
-    staged = [(batch, *_pass2(batch, folder, slices, rows, unlinked, control, partial))
-              for batch, _, slices, rows, _, control, partial in args]  # args' folder is ``folder``, its context ``ctx``
-    models = {d: m[1] for d, m in calibrated_models(ctx.model, dumps, ctx.link).items()}
-    tiles = with_link_forward([f.get("tiles", pd.DataFrame()) for _, _, f in staged], dumps, models)
-    for (batch, result, finished), t in zip(staged, tiles):
-        _write_finished(batch, folder, {**finished, "tiles": t} if "tiles" in finished else finished)
-        yield result
+    with BackgroundWrites(threads=2, ahead=4) as writes:
+        staged = [(batch, *_pass2(batch, folder, slices, rows, unlinked, control, partial, writes))
+                  for batch, _, slices, rows, _, control, partial in args]  # args' folder is ``folder``, its context ``ctx``
+        models = {d: m[1] for d, m in calibrated_models(ctx.model, dumps, ctx.link).items()}
+        tiles = with_link_forward([f.get("tiles", pd.DataFrame()) for _, _, f in staged], dumps, models)
+        for (batch, result, finished), t in zip(staged, tiles):
+            _write_finished(batch, folder, {**finished, "tiles": t} if "tiles" in finished else finished, writes)
+        writes.wait()
+    yield from (result for _, result, _ in staged)
 
 
 def default_workers() -> int:
