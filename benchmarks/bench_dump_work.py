@@ -5,7 +5,7 @@ is one core's and does not depend on what else the machine runs, as long as one 
 ``sample_traces/h200_fused_moe/traced`` with its nsys report and ``calibration_host.json``: pass 1 over
 the 4 control dumps, pass 2 over all 8, Table 3. The plan (dump headers, nsys export, alignment) is
 made once beforehand and not timed. Prints best and median of ``--repeat`` runs, ms per dump and
-records per core-second. ``--profile`` adds a cProfile listing of the same work. ``--copies N`` analyses
+records per core-second. ``--profile`` adds cProfile listings of the same work (by cumulative and by own time). ``--copies N`` analyses
 N copies of every dump instead (SYNTHETIC input made by ``bench_analyze.replicate`` under /tmp and
 removed after the run): several launches of each configuration, as a run of repeated trials has, which
 ``analyze`` reads in batches.
@@ -77,6 +77,7 @@ def main() -> None:
             once()
             prof.disable()
             pstats.Stats(prof).sort_stats("cumulative").print_stats(40)
+            pstats.Stats(prof).sort_stats("tottime").print_stats(40)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 

@@ -14,7 +14,7 @@ from xstage_trace.analysis.tiles import (CONTROL_KEYS, ControlSample, ControlSta
                                          _control_lookup, _medians_by, _tile_control_lookup, _wait_stats, compute_stall_ns,
                                          control_sample, control_stats, control_stats_from_samples, finish_tiles,
                                          launch_ns_per_cycle, mainloop_inflated, tile_controls, tile_spans, total_stall_ns,
-                                         with_dump_config)
+                                         with_dump_config, _id_ranges, _id_shift)
 from xstage_trace.base.lifecycle import TileLifecycle
 from xstage_trace.base.schema import TILES
 
@@ -215,6 +215,22 @@ def test_medians_by_key_of_odd_and_even_counts_skip_nan():
     _close(med, [3, 5, NAN])
     keys, med = _medians_by(np.array([4, 4]), np.array([NAN, NAN]))
     assert keys.tolist() == [4] and np.isnan(med).all()
+
+
+@pytest.mark.parametrize("span, n", [(40, 3000), (1 << 40, 3000), (200_000, 300_000)])
+def test_medians_by_key_equal_numpy_per_key_for_narrow_wide_and_many_keys(span, n):
+    # keys from a narrow range (a table of the keys present), a range of 2^40 (np.unique), over 2^16 distinct keys
+    # (no 16-bit radix sort); values with ties and NaN: each key's median is numpy's over its own non-NaN values
+    rng = np.random.default_rng(span)
+    keys = rng.integers(0, span, n).astype(np.int64) - 7
+    values = np.where(rng.random(n) < 0.1, NAN, rng.integers(0, 50, n) * 0.5)
+    uniq, med = _medians_by(keys, values)
+    assert uniq.tolist() == np.unique(keys).tolist()
+    order = np.argsort(keys, kind="stable")
+    starts = np.searchsorted(keys[order], uniq)
+    groups = np.split(values[order], starts[1:])
+    expected = [np.median(g[~np.isnan(g)]) if (~np.isnan(g)).any() else NAN for g in groups[: 2000]]
+    assert med[: 2000].tobytes() == np.array(expected).tobytes()
 
 
 # ---------------------------------------------------------------- finish_tiles: §12 measured stall per tile
@@ -581,12 +597,57 @@ def test_tile_controls_take_medians_per_id_over_every_sample_and_the_p99_of_the_
     empty = (np.zeros(0, np.int64), np.zeros(0), np.zeros(0))
     s1 = ControlSample(np.zeros(0), {}, {}, {e: empty, g: (np.array([0, 1]), np.array([1000.0, 2000.0]), np.array([100.0, NAN]))})
     s2 = ControlSample(np.zeros(0), {}, {}, {g: (np.array([0, 1]), np.array([1100.0, 2000.0]), np.array([120.0, 200.0]))})
-    out = tile_controls([s1, s2])
+    out = tile_controls(lambda: iter([s1, s2]))
     assert set(out) == {g}
     tc = out[g]
     assert tc.tile.tolist() == [0, 1] and tc.jitter_cycles == float(np.percentile([-50.0, 0.0, 50.0, 0.0], 99))
     _close(tc.mainloop_cycles, [1050, 2000])
     _close(tc.epilogue_ns, [110, 200])
+
+
+def _random_samples(seed: int, launches: int, ids: int):
+    rng = np.random.default_rng(seed)
+    g, h = ("S", "linear2", "smem"), ("S", "linear1", "smem")
+    out = []
+    for _ in range(launches):
+        tile = rng.permutation(ids).astype(np.int64) * 37  # ids 0, 37, 74, … (not dense)
+        mainloop = rng.normal(1000.0, 50.0, ids).round(1)  # rounded: ties within an id
+        epilogue = np.where(rng.random(ids) < 0.2, NAN, rng.normal(100.0, 5.0, ids))
+        out.append(ControlSample(np.zeros(0), {}, {}, {g: (tile, mainloop, epilogue), h: (tile[:3], mainloop[:3], epilogue[:3])}))
+    return out
+
+
+@pytest.mark.parametrize("cap", [1, 7, 50, 199, 200])
+def test_tile_controls_under_a_cap_give_every_number_of_all_values_at_once(cap):
+    # 9 launches of 39 ids: 351 values of group g (the p99's virtual index 346.5: numpy interpolates from the upper
+    # value there), 27 of group h; a cap of 1 … 200 cuts g's ids into ranges (and h's under a cap of 1 … 7) and takes
+    # the p99 of the excess from order statistics: every array bit for bit the same
+    samples = _random_samples(6, 9, 39)
+    whole, capped = tile_controls(lambda: iter(samples)), tile_controls(lambda: iter(samples), cap)
+    assert list(capped) == list(whole)
+    for key, tc in whole.items():
+        got = capped[key]
+        assert got.tile.tolist() == tc.tile.tolist()
+        assert got.mainloop_cycles.tobytes() == tc.mainloop_cycles.tobytes()
+        assert got.epilogue_ns.tobytes() == tc.epilogue_ns.tobytes()
+        assert got.jitter_cycles == tc.jitter_cycles
+    # the per-id medians by hand (numpy over one id's values) and the p99 by numpy over every excess
+    g = ("S", "linear2", "smem")
+    t = np.concatenate([s.tiles[g][0] for s in samples])
+    m = np.concatenate([s.tiles[g][1] for s in samples])
+    med = np.array([np.median(m[t == i]) for i in np.unique(t)])
+    assert capped[g].mainloop_cycles.tolist() == med.tolist()
+    assert capped[g].jitter_cycles == max(float(np.percentile(m - med[np.searchsorted(np.unique(t), t)], 99)), 0.0)
+
+
+def test_tile_controls_read_ranges_of_ids_of_at_most_the_cap_each():
+    # bins of 10, 0, 30, 5, 60 values from id 100, one id per bin: a cap of 40 takes [100, 102] (40 values),
+    # [103, 103] (5: the next bin's 60 do not fit), [104, 104] (60, one bin over the cap: held whole)
+    assert _id_ranges(np.array([10, 0, 30, 5, 60]), 100, 0, 40) == [(100, 102), (103, 103), (104, 104)]
+    # bins of width 4 (shift 2) from id 8: [8, 15] and [16, 19]
+    assert _id_ranges(np.array([3, 3, 3]), 8, 2, 6) == [(8, 15), (16, 19)]
+    # at most 2^16 bins: ids 2^20 apart in bins of 32 ids, 65 536 ids one bin each, one more id in bins of 2
+    assert _id_shift(5, 5 + (1 << 20)) == 5 and _id_shift(0, 65535) == 0 and _id_shift(0, 65536) == 1
 
 
 # ---------------------------------------------------------------- lookups of the control per tile

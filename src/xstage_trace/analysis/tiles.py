@@ -349,38 +349,118 @@ class TileControl:
     jitter_cycles: float
 
 
+def _key_codes(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted unique integer keys, each key's index among them): ``np.unique(keys, return_inverse=True)``, from a
+    table of the keys present where their range is at most a few times their number (no sort)."""
+    keys = np.asarray(keys, np.int64)
+    if not len(keys):
+        return keys, np.zeros(0, np.intp)
+    lo, hi = int(keys.min()), int(keys.max())
+    if hi - lo > 4 * len(keys) + (1 << 16):
+        uniq, code = np.unique(keys, return_inverse=True)
+        return uniq, code.reshape(len(keys))
+    present = np.zeros(hi - lo + 1, bool)
+    present[keys - lo] = True
+    return np.flatnonzero(present) + lo, (np.cumsum(present) - 1)[keys - lo]
+
+
 def _medians_by(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(sorted unique keys, the median of the non-NaN values of each key: NaN where it has none), numpy's median."""
+    """(sorted unique keys, the median of the non-NaN values of each key: NaN where it has none), numpy's median.
+    The values are sorted by value (unstably: equal values have equal bits, so their order changes nothing; stably
+    where a −0.0 may meet a +0.0, which numpy takes in input order) and then stably by key (a radix sort for up
+    to 2^16 keys)."""
+    uniq, code = _key_codes(keys)
     ok = ~np.isnan(values)
-    uniq = np.unique(keys)
-    k, v = keys[ok], values[ok]
-    order = np.lexsort((v, k))
-    k, v = k[order], v[order]
-    lo = np.searchsorted(k, uniq, side="left")
-    n = np.searchsorted(k, uniq, side="right") - lo
-    has = n > 0
+    c, v = (code.astype(np.uint16) if len(uniq) <= 1 << 16 else code)[ok], values[ok]
+    by_value = np.argsort(v, kind="stable" if np.signbit(v[v == 0]).any() else None)
+    c, v = c[by_value], v[by_value]
+    v = v[np.argsort(c, kind="stable")]
+    n = np.bincount(c, minlength=len(uniq))
+    lo = np.cumsum(n) - n
     a = v[np.minimum(lo + (n - 1) // 2, len(v) - 1)] if len(v) else np.zeros(len(uniq))
     b = v[np.minimum(lo + n // 2, len(v) - 1)] if len(v) else np.zeros(len(uniq))
-    return uniq, np.where(has, (a + b) / 2, np.nan)
+    return uniq, np.where(n > 0, (a + b) / 2, np.nan)
 
 
-def tile_controls(samples: Iterable[ControlSample]) -> dict[tuple, TileControl]:
+ID_BINS = 1 << 16  # bins of a group's tile-id range counted to cut it into ranges of at most a cap of values
+
+
+def _id_ranges(counts: np.ndarray, lo: int, shift: int, cap: int) -> list[tuple[int, int]]:
+    """[first, last] tile ids of consecutive ranges of ``counts`` (values per id bin of width 2^shift from ``lo``), each
+    of at most ``cap`` values (a bin over the cap alone is a range of its own)."""
+    ranges, start, held = [], 0, 0
+    for i, c in enumerate(counts.tolist()):
+        if held and held + c > cap:
+            ranges.append((start, i - 1))
+            start, held = i, 0
+        held += c
+    ranges.append((start, len(counts) - 1))
+    return [(lo + (a << shift), lo + ((b + 1) << shift) - 1) for a, b in ranges]
+
+
+def tile_controls(samples: Callable[[], Iterable[ControlSample]], cap: int = sys.maxsize) -> dict[tuple, TileControl]:
     """docs/model.md §12: the per-tile control of each group from the control samples' per-tile values
-    (``ControlSample.tiles``): the tiles with one id over every control launch decide its medians."""
-    parts: dict[tuple, list] = {}
-    for smp in samples:
-        for key, arrays in smp.tiles.items():
-            parts.setdefault(key, []).append(arrays)
+    (``ControlSample.tiles``; ``samples()`` yields them anew on every call): the tiles with one id over every control
+    launch decide its medians. At most ``cap`` values of a group are held at once: past it the group's tile ids are
+    taken in ranges of at most ``cap`` values (one pass over the samples each; an id's medians read its own values
+    only; one id bin over the cap is held whole) and the p99 of the excess comes from its order statistics
+    (``selection.order_statistics``): the same numbers as from every value at once."""
+    seen: dict[tuple, tuple[int, int, int]] = {}  # per group, in first-seen order: its values, smallest and largest id
+    for smp in samples():
+        for key, (tile, _, _) in smp.tiles.items():
+            n, lo, hi = seen.setdefault(key, (0, sys.maxsize, -sys.maxsize))
+            if len(tile):
+                seen[key] = (n + len(tile), min(lo, int(tile.min())), max(hi, int(tile.max())))
     out = {}
-    for key, arrays in parts.items():  # a few groups
-        tile, mainloop, epilogue = (np.concatenate([a[i] for a in arrays]) for i in range(3))
-        if not len(tile):
+    for key, (n, lo, hi) in seen.items():  # a few groups
+        if not n:
             continue
-        ids, ml = _medians_by(tile, mainloop)
-        _, ep = _medians_by(tile, epilogue)
-        excess = mainloop - ml[np.searchsorted(ids, tile)]
-        out[key] = TileControl(ids, ml, ep, max(float(np.percentile(excess, 99)), 0.0))
+        ranges = [(lo, hi)] if n <= cap else _id_ranges(_id_counts(samples, key, lo, hi), lo, _id_shift(lo, hi), cap)
+        parts = [_medians_of_ids(samples, key, first, last, whole=len(ranges) == 1) for first, last in ranges]
+        ids, ml, ep = (np.concatenate([p[i] for p in parts]) for i in range(3))
+        if len(ranges) == 1:
+            tile, mainloop = parts[0][3]
+            p99 = float(np.percentile(mainloop - ml[np.searchsorted(ids, tile)], 99))
+        else:
+            def excess(key=key, ids=ids, ml=ml) -> Iterator[dict]:
+                for smp in samples():
+                    t, m, _ = smp.tiles.get(key, (np.zeros(0, np.int64), np.zeros(0), None))
+                    yield {"excess": m - ml[np.searchsorted(ids, t)]}
+
+            count, _, found = order_statistics(excess, lambda _, k: quantile_ranks(k, 0.99), cap)
+            p99 = numpy_percentile_of(found["excess"], count["excess"], 0.99)
+        out[key] = TileControl(ids, ml, ep, max(p99, 0.0))
     return out
+
+
+def _id_shift(lo: int, hi: int) -> int:
+    """log2 of the width of the ID_BINS bins that cover tile ids lo … hi."""
+    return max(0, (hi - lo).bit_length() - ID_BINS.bit_length() + 1)
+
+
+def _id_counts(samples: Callable[[], Iterable[ControlSample]], key: tuple, lo: int, hi: int) -> np.ndarray:
+    """Values of group ``key`` per tile-id bin (``_id_shift``) over every sample: one pass."""
+    shift = _id_shift(lo, hi)
+    counts = np.zeros(((hi - lo) >> shift) + 1, np.int64)
+    for smp in samples():
+        tile = smp.tiles.get(key, (np.zeros(0, np.int64),))[0]
+        counts += np.bincount((tile - lo) >> shift, minlength=len(counts))
+    return counts
+
+
+def _medians_of_ids(samples: Callable[[], Iterable[ControlSample]], key: tuple, first: int, last: int, whole: bool) -> tuple:
+    """(ids, median mainloop, median epilogue, (tile, mainloop) of the values read) of group ``key``'s tile ids
+    ``first`` … ``last`` over every sample: one pass. ``whole``: the range is the group's (no selection)."""
+    held = []
+    for smp in samples():
+        if key in smp.tiles:
+            t, m, e = smp.tiles[key]
+            held.append((t, m, e) if whole else tuple(a[(t >= first) & (t <= last)] for a in (t, m, e)))
+    tile, mainloop, epilogue = (np.concatenate([h[i] for h in held]) for i in range(3))
+    del held
+    ids, ml = _medians_by(tile, mainloop)
+    _, ep = _medians_by(tile, epilogue)
+    return ids, ml, ep, ((tile, mainloop) if whole else None)
 
 
 def with_dump_columns(t: pd.DataFrame, dumps: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
@@ -464,7 +544,7 @@ def control_stats_from_samples(samples: Callable[[], Iterable[ControlSample]], c
     call), holding at most ``cap`` values of a sample at once (``selection.order_statistics``): the slot-wait
     floor and noise (``_wait_stats``) and the mainloop p99 per (shape, tile kind, operand path), pandas'
     linear-interpolation quantile (NaN for a group with no mainloop). The same numbers as for one sample of
-    all the tiles, whatever the cap. The per-tile control (``tile_controls``: 24 B per control tile) is held whole."""
+    all the tiles, whatever the cap; the per-tile control (``tile_controls``) at most ``cap`` values of a group at once."""
     def chunks() -> Iterator[dict]:
         for s in samples():
             yield {"waits": s.waits_ns, **{("mainloop", k): v for k, v in s.mainloops_cycles.items()},
@@ -482,7 +562,7 @@ def control_stats_from_samples(samples: Callable[[], Iterable[ControlSample]], c
              linear_quantile_of(found.get(("store", k[1]), {}), n.get(("store", k[1]), 0), 0.99)] for k in order]
     p99 = pd.DataFrame(rows, columns=[*CONTROL_KEYS, "ctrl", "ctrl_median", "ctrl_store_median", "ctrl_store_p99"]).astype(
         {"ctrl": float, "ctrl_median": float, "ctrl_store_median": float, "ctrl_store_p99": float, **{k: "str" for k in CONTROL_KEYS}})  # text, NaN where missing
-    return ControlStats(floor_ns, noise_ns, p99, int(n.get("waits", 0)), tile_controls(samples()))
+    return ControlStats(floor_ns, noise_ns, p99, int(n.get("waits", 0)), tile_controls(samples, cap))
 
 
 def control_stats(tiles: pd.DataFrame | Mapping[str, pd.Series]) -> ControlStats:
