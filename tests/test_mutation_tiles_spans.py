@@ -14,7 +14,7 @@ from xstage_trace.analysis.tiles import (CONTROL_KEYS, ControlSample, ControlSta
                                          _control_lookup, _medians_by, _tile_control_lookup, _wait_stats, compute_stall_ns,
                                          control_sample, control_stats, control_stats_from_samples, finish_tiles,
                                          launch_ns_per_cycle, mainloop_inflated, tile_controls, tile_spans, total_stall_ns,
-                                         with_dump_config, _id_ranges, _id_shift)
+                                         with_dump_config, _id_counts, _id_ranges, _id_shift)
 from xstage_trace.base.lifecycle import TileLifecycle
 from xstage_trace.base.schema import TILES
 
@@ -215,12 +215,17 @@ def test_medians_by_key_of_odd_and_even_counts_skip_nan():
     _close(med, [3, 5, NAN])
     keys, med = _medians_by(np.array([4, 4]), np.array([NAN, NAN]))
     assert keys.tolist() == [4] and np.isnan(med).all()
+    # −0.0 beside +0.0 (equal values, other bits): taken in input order, as a stable sort leaves them: key 5's middle
+    # value of (0.0, −0.0, 0.0) is the −0.0
+    keys, med = _medians_by(np.array([5, 5, 5]), np.array([0.0, -0.0, 0.0]))
+    assert keys.tolist() == [5] and np.signbit(med[0]) and med[0] == 0.0
 
 
-@pytest.mark.parametrize("span, n", [(40, 3000), (1 << 40, 3000), (200_000, 300_000)])
+@pytest.mark.parametrize("span, n", [(40, 3000), (1 << 40, 3000), (100_000, 300_000), (200_000, 300_000)])
 def test_medians_by_key_equal_numpy_per_key_for_narrow_wide_and_many_keys(span, n):
-    # keys from a narrow range (a table of the keys present), a range of 2^40 (np.unique), over 2^16 distinct keys
-    # (no 16-bit radix sort); values with ties and NaN: each key's median is numpy's over its own non-NaN values
+    # keys from a narrow range (a table of the keys present), a range of 2^40 (np.unique), ~95 k and ~155 k distinct
+    # keys (over 2^16: codes that 16 bits cannot hold, no radix sort); values with ties and NaN: each key's median is
+    # numpy's over its own non-NaN values
     rng = np.random.default_rng(span)
     keys = rng.integers(0, span, n).astype(np.int64) - 7
     values = np.where(rng.random(n) < 0.1, NAN, rng.integers(0, 50, n) * 0.5)
@@ -640,14 +645,52 @@ def test_tile_controls_under_a_cap_give_every_number_of_all_values_at_once(cap):
     assert capped[g].jitter_cycles == max(float(np.percentile(m - med[np.searchsorted(np.unique(t), t)], 99)), 0.0)
 
 
+@pytest.mark.parametrize("first_id, stride, cap", [(70_000, 1, 30), (70_000, 37, 50), (5, 37_000, 40), (5, 37_000, 200)])
+def test_tile_controls_hold_at_most_the_cap_of_values_of_a_group_at_once(monkeypatch, first_id, stride, cap):
+    # 9 launches of 39 ids (9 values per id; ids from 70 000 in steps of 1 or 37, or spanning 1.4 M ids: bins of 32),
+    # the third launch without group g: every median is taken over at most `cap` values at once (no id holds more),
+    # and the result is that of every value at once
+    import xstage_trace.analysis.tiles as tiles_module
+
+    g = ("S", "linear2", "smem")
+    samples = _random_samples(6, 9, 39)
+    for s in samples:
+        s.tiles = {k: ((t // 37) * stride + first_id, m, e) for k, (t, m, e) in s.tiles.items()}
+    samples[2].tiles = {k: v for k, v in samples[2].tiles.items() if k != g}
+    whole = tile_controls(lambda: iter(samples))
+    sizes, medians_by = [], tiles_module._medians_by
+    monkeypatch.setattr(tiles_module, "_medians_by", lambda k, v: (sizes.append(len(k)), medians_by(k, v))[1])
+    capped = tile_controls(lambda: iter(samples), cap)
+    assert max(sizes) <= cap and sum(sizes) == 2 * sum(len(s.tiles[k][0]) for s in samples for k in s.tiles)
+    for key, tc in whole.items():
+        assert capped[key].mainloop_cycles.tobytes() == tc.mainloop_cycles.tobytes() and capped[key].tile.tolist() == tc.tile.tolist()
+        assert capped[key].epilogue_ns.tobytes() == tc.epilogue_ns.tobytes() and capped[key].jitter_cycles == tc.jitter_cycles
+
+
+def test_tile_id_counts_per_bin_over_every_sample_by_hand():
+    # ids 10, 11, 13 and 10, 14 (one sample lacks the group): bins of one id from 10 → 2, 1, 0, 1, 1; ids 0 … 2^17 in
+    # bins of 4 (shift 2): 0 and 3 in bin 0, 131 072 in bin 32 768
+    g = ("S", "linear2", "smem")
+    a = ControlSample(np.zeros(0), {}, {}, {g: (np.array([10, 11, 13]), np.zeros(3), np.zeros(3))})
+    b = ControlSample(np.zeros(0), {}, {}, {})
+    c = ControlSample(np.zeros(0), {}, {}, {g: (np.array([10, 14]), np.zeros(2), np.zeros(2))})
+    assert _id_counts(lambda: iter([a, b, c]), g, 10, 14).tolist() == [2, 1, 0, 1, 1]
+    d = ControlSample(np.zeros(0), {}, {}, {g: (np.array([0, 3, 1 << 17]), np.zeros(3), np.zeros(3))})
+    counts = _id_counts(lambda: iter([d]), g, 0, 1 << 17)
+    assert _id_shift(0, 1 << 17) == 2 and len(counts) == (1 << 15) + 1 and counts[0] == 2 and counts[-1] == 1 and counts.sum() == 3
+
+
 def test_tile_controls_read_ranges_of_ids_of_at_most_the_cap_each():
     # bins of 10, 0, 30, 5, 60 values from id 100, one id per bin: a cap of 40 takes [100, 102] (40 values),
     # [103, 103] (5: the next bin's 60 do not fit), [104, 104] (60, one bin over the cap: held whole)
     assert _id_ranges(np.array([10, 0, 30, 5, 60]), 100, 0, 40) == [(100, 102), (103, 103), (104, 104)]
+    # 40 fills the cap, then 30 + 10 = 40 fits again: [100, 100], [101, 102]
+    assert _id_ranges(np.array([40, 30, 10]), 100, 0, 40) == [(100, 100), (101, 102)]
     # bins of width 4 (shift 2) from id 8: [8, 15] and [16, 19]
     assert _id_ranges(np.array([3, 3, 3]), 8, 2, 6) == [(8, 15), (16, 19)]
     # at most 2^16 bins: ids 2^20 apart in bins of 32 ids, 65 536 ids one bin each, one more id in bins of 2
     assert _id_shift(5, 5 + (1 << 20)) == 5 and _id_shift(0, 65535) == 0 and _id_shift(0, 65536) == 1
+    assert _id_shift(70_000, 70_038) == 0  # the span counts, not where it lies
 
 
 # ---------------------------------------------------------------- lookups of the control per tile

@@ -357,8 +357,7 @@ def _key_codes(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return keys, np.zeros(0, np.intp)
     lo, hi = int(keys.min()), int(keys.max())
     if hi - lo > 4 * len(keys) + (1 << 16):
-        uniq, code = np.unique(keys, return_inverse=True)
-        return uniq, code.reshape(len(keys))
+        return np.unique(keys, return_inverse=True)
     present = np.zeros(hi - lo + 1, bool)
     present[keys - lo] = True
     return np.flatnonzero(present) + lo, (np.cumsum(present) - 1)[keys - lo]
