@@ -141,6 +141,22 @@ def test_group_median_and_nunique_match_pandas_groupby(seed):
     np.testing.assert_array_equal(group_nunique(whole, ids, groups), want_n)
 
 
+@pytest.mark.parametrize("groups", [95_000, 131_072, 150_000])
+def test_group_median_matches_pandas_past_16_bit_group_ids(groups):
+    # over 2^16 groups: ids that 16 bits cannot hold (the radix sort's limit), up to and past 2^17
+    rng = np.random.default_rng(groups)
+    ids = rng.integers(0, groups, 300_000)
+    values = np.where(rng.random(len(ids)) < 0.1, np.nan, rng.integers(0, 50, len(ids)) * 0.5)
+    want = pd.Series(values).groupby(ids).median().reindex(range(groups)).to_numpy()
+    np.testing.assert_array_equal(group_median(values, ids, groups), want)
+
+
+def test_group_median_takes_signed_zeros_in_input_order():
+    # group 0: (0.0, −0.0, 0.0) → its middle value, the −0.0, as a stable sort leaves it; group 1: (−0.0, 0.0) → 0.0
+    out = group_median(np.array([0.0, -0.0, -0.0, 0.0, 0.0]), np.array([0, 0, 1, 1, 0]), 2)
+    assert np.signbit(out[0]) and out[0] == 0.0 and not np.signbit(out[1])
+
+
 def test_group_median_of_only_nan_and_of_nothing():
     np.testing.assert_array_equal(group_median(np.array([np.nan, np.nan]), np.array([1, 1]), 3), [np.nan, np.nan, np.nan])
     np.testing.assert_array_equal(group_median(np.zeros(0), np.zeros(0, np.int64), 2), [np.nan, np.nan])

@@ -45,7 +45,7 @@ import pandas as pd
 
 from xstage_trace.analysis.selection import (linear_quantile_of, median_of, median_ranks, numpy_percentile_of, order_statistics,
                                               quantile_ranks)
-from xstage_trace.analysis.columnar import as_text, cumcount, text_of_codes, run_ids, shift_back, sort_codes, text_codes
+from xstage_trace.analysis.columnar import as_text, cumcount, group_median, text_of_codes, run_ids, shift_back, sort_codes, text_codes
 from xstage_trace.analysis.spans import join_rows, key_codes, take_matched
 from xstage_trace.analysis.stall_law import predicted_stall_ns
 from xstage_trace.analysis.platform import PlatformModel
@@ -364,21 +364,10 @@ def _key_codes(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _medians_by(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(sorted unique keys, the median of the non-NaN values of each key: NaN where it has none), numpy's median.
-    The values are sorted by value (unstably: equal values have equal bits, so their order changes nothing; stably
-    where a −0.0 may meet a +0.0, which numpy takes in input order) and then stably by key (a radix sort for up
-    to 2^16 keys)."""
+    """(sorted unique keys, the median of the non-NaN values of each key: NaN where it has none), numpy's median
+    (``columnar.group_median`` over the keys' codes)."""
     uniq, code = _key_codes(keys)
-    ok = ~np.isnan(values)
-    c, v = (code.astype(np.uint16) if len(uniq) <= 1 << 16 else code)[ok], values[ok]
-    by_value = np.argsort(v, kind="stable" if np.signbit(v[v == 0]).any() else None)
-    c, v = c[by_value], v[by_value]
-    v = v[np.argsort(c, kind="stable")]
-    n = np.bincount(c, minlength=len(uniq))
-    lo = np.cumsum(n) - n
-    a = v[np.minimum(lo + (n - 1) // 2, len(v) - 1)] if len(v) else np.zeros(len(uniq))
-    b = v[np.minimum(lo + n // 2, len(v) - 1)] if len(v) else np.zeros(len(uniq))
-    return uniq, np.where(n > 0, (a + b) / 2, np.nan)
+    return uniq, group_median(values, code, len(uniq))
 
 
 ID_BINS = 1 << 16  # bins of a group's tile-id range counted to cut it into ranges of at most a cap of values

@@ -282,7 +282,6 @@ def _pass2_linked(args: Iterable[tuple], folder: Path, dumps: pd.DataFrame, ctx:
         tiles = with_link_forward([f.get("tiles", pd.DataFrame()) for _, _, f in staged], dumps, models)
         for (batch, result, finished), t in zip(staged, tiles):
             _write_finished(batch, folder, {**finished, "tiles": t} if "tiles" in finished else finished, writes)
-        writes.wait()
     yield from (result for _, result, _ in staged)
 
 
