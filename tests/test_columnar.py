@@ -158,6 +158,7 @@ def test_group_median_takes_signed_zeros_in_input_order():
 
 
 def test_group_median_of_only_nan_and_of_nothing():
+    np.testing.assert_array_equal(group_median(np.array([1.0, 3.0]), np.array([0, 0]), 3), [2.0, np.nan, np.nan])  # empty last groups
     np.testing.assert_array_equal(group_median(np.array([np.nan, np.nan]), np.array([1, 1]), 3), [np.nan, np.nan, np.nan])
     np.testing.assert_array_equal(group_median(np.zeros(0), np.zeros(0, np.int64), 2), [np.nan, np.nan])
     np.testing.assert_array_equal(group_nunique(np.zeros(0, np.int64), np.zeros(0, np.int64), 2), [0, 0])
