@@ -7,7 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from xstage_trace.analysis.columnar import as_text, cumcount, group_cumsum, group_median, group_nunique, run_ids, shift_back, sort_codes
+from xstage_trace.analysis.columnar import (as_text, cumcount, group_cumsum, group_median, group_nunique, lexsort_presorted, run_ids, shift_back,
+                                             sort_codes, value_mask)
 from xstage_trace.analysis.spans import join_rows, key_codes, take_matched
 
 SEEDS = range(12)
@@ -185,3 +186,40 @@ def test_as_text_matches_astype_str():
     with_null = pd.Series(pd.Categorical(["b", None]))
     assert as_text(with_null).tolist() == with_null.astype(str).tolist()
     assert as_text(pd.Series([], dtype="category")).tolist() == []
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_value_mask_matches_isin(seed):
+    rng = np.random.default_rng(seed)
+    f = _key_frame(rng, int(rng.integers(0, 60)), nulls=bool(seed % 2))
+    for values in (["mma"], ["epi", "ctl", "absent"], [], ["unused"]):
+        assert np.array_equal(value_mask(f["role"], values), f["role"].isin(values).to_numpy())
+        text = [v.replace("mma", "a.xsp").replace("epi", "c") for v in values]
+        assert np.array_equal(value_mask(f["dump"], text), f["dump"].isin(text).to_numpy())
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_lexsort_presorted_is_lexsort(seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(0, 80))
+    keys = (rng.choice([0.5, 1.5, 2.5, -0.0, 0.0], n), rng.integers(0, 3, n), rng.integers(-2, 2, n))
+    if seed % 3 == 1 and n:  # NaN in a float key: lexsort puts it last
+        keys[0][rng.random(n) < 0.2] = np.nan
+    for ks in (keys, tuple(k[np.lexsort(keys)] for k in keys), tuple(k[np.lexsort(keys)][::-1] for k in keys)):  # random, sorted, reversed
+        assert np.array_equal(lexsort_presorted(ks), np.lexsort(ks))
+
+
+def test_lexsort_presorted_sorts_only_rows_out_of_order(monkeypatch):
+    import xstage_trace.analysis.columnar as columnar
+
+    sorts = []
+    monkeypatch.setattr(columnar.np, "lexsort", lambda keys: sorts.append(len(keys)) or _LEXSORT(keys))
+    primary, secondary = np.array([0, 0, 1, 1]), np.array([2.0, 5.0, 1.0, 1.0])
+    assert lexsort_presorted((secondary, primary)).tolist() == [0, 1, 2, 3] and sorts == []  # in order (ties included): no sort
+    assert lexsort_presorted((np.array([5.0, 2.0, 1.0, 1.0]), primary)).tolist() == [1, 0, 2, 3]  # a later key out of order
+    assert lexsort_presorted((secondary, np.array([1, 0, 1, 1]))).tolist() == [1, 2, 3, 0]  # the primary key out of order
+    assert sorts == [2, 2]
+    assert lexsort_presorted(()).tolist() == [] and lexsort_presorted((np.zeros(1),)).tolist() == [0]
+
+
+_LEXSORT = np.lexsort

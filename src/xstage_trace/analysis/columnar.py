@@ -43,6 +43,29 @@ def text_codes(col: pd.Series) -> tuple[np.ndarray, list[str]]:
     return codes.astype(np.int64), [str(c) for c in names]
 
 
+def value_mask(col: pd.Series, values) -> np.ndarray:
+    """Per row whether its value is one of ``values`` (``col.isin(values)``): a categorical by its codes (one lookup
+    per category, not per row)."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        hit = np.r_[np.isin(np.asarray(col.cat.categories, dtype=object), list(values)), False]  # code -1 (missing): the last
+        return hit[col.cat.codes.to_numpy()]
+    return col.isin(list(values)).to_numpy()
+
+
+def lexsort_presorted(keys: tuple[np.ndarray, ...]) -> np.ndarray:
+    """``np.lexsort(keys)`` (the last key primary, stable), without the sort where the rows are in that order already
+    (each row's keys equal to or after its predecessor's: the stable order is then the identity). A float key holding
+    NaN is sorted (NaN compares neither before nor after)."""
+    n = len(keys[0]) if keys else 0
+    if n < 2 or any(k.dtype.kind == "f" and np.isnan(k).any() for k in keys):
+        return np.lexsort(keys) if keys else np.zeros(0, np.intp)
+    undecided, before = np.ones(n - 1, bool), np.zeros(n - 1, bool)
+    for k in reversed(keys):
+        before |= undecided & (k[1:] < k[:-1])
+        undecided &= k[1:] == k[:-1]
+    return np.arange(n) if not before.any() else np.lexsort(keys)
+
+
 def as_text(col: pd.Series) -> pd.Series:
     """A column as text; a categorical one by converting its categories only (not each row)."""
     if isinstance(col.dtype, pd.CategoricalDtype) and not col.isna().any():

@@ -353,14 +353,14 @@ def forward_stall_ns(tiles: pd.DataFrame, models: Mapping[str, PlatformModel]) -
     [T_iss,n − T_cover^0]₊, T_cover^0 being the offered compute of the ``cover_tiles`` tiles after it (the
     §5 rule with the predicted store span). Where no control of a tile's shape was traced its own compute
     span stands in for the offered compute. NaN where no model applies."""
-    from xstage_trace.analysis.columnar import cumcount, group_median, run_ids, shift_back
+    from xstage_trace.analysis.columnar import cumcount, group_median, lexsort_presorted, run_ids, shift_back
 
     n = len(tiles)
     out = np.full(n, np.nan)
     if not n or not models:
         return out
     launch = launch_codes(tiles)  # a launch is (rank, dump)
-    order = np.lexsort((tiles["position"].to_numpy(), tiles["cta"].to_numpy(), launch, tiles["rank"].to_numpy()))
+    order = lexsort_presorted((tiles["position"].to_numpy(), tiles["cta"].to_numpy(), launch, tiles["rank"].to_numpy()))  # tile_spans' order
     launch = launch[order]
 
     def col(name: str) -> np.ndarray:  # one column in (rank, dump, cta, position) order, not the whole frame

@@ -45,7 +45,8 @@ import pandas as pd
 
 from xstage_trace.analysis.selection import (linear_quantile_of, median_of, median_ranks, numpy_percentile_of, order_statistics,
                                               quantile_ranks)
-from xstage_trace.analysis.columnar import as_text, cumcount, group_median, text_of_codes, run_ids, shift_back, sort_codes, text_codes
+from xstage_trace.analysis.columnar import (as_text, cumcount, group_median, lexsort_presorted, text_of_codes, run_ids, shift_back, sort_codes,
+                                             text_codes, value_mask)
 from xstage_trace.analysis.spans import join_rows, key_codes, take_matched
 from xstage_trace.analysis.stall_law import predicted_stall_ns
 from xstage_trace.analysis.platform import PlatformModel
@@ -76,24 +77,29 @@ def tile_spans(probes: pd.DataFrame, lifecycle: TileLifecycle, slots: int | None
     lay = lifecycle
     slots = lay.slots if slots is None else slots
     cover_tiles = slots - 1 + int(lay.wait_after_mainloop)
-    rows = np.flatnonzero(probes["event"].isin(lay.events).to_numpy())
-    p = probes[[*TILE_KEYS, "event", "kind", "payload", "t_ns", *(["clock"] if "clock" in probes else [])]].iloc[rows]
-    code = key_codes(p, TILE_KEYS)
-    event, kind = p["event"], p["kind"]
-    begin, end = (kind == "begin").to_numpy(), (kind == "end").to_numpy()
-    t = p["t_ns"].to_numpy()
+    sel = np.flatnonzero(value_mask(probes["event"], lay.events))  # the lifecycle's records
+    code = key_codes(probes, TILE_KEYS)[sel]
+    event, event_names = text_codes(probes["event"])
+    event = event[sel]
+    kind, kind_names = text_codes(probes["kind"])
+    begin, end = (kind[sel] == (kind_names.index(k) if k in kind_names else -2) for k in ("begin", "end"))
+    t = probes["t_ns"].to_numpy()[sel]
+    payload_of = probes["payload"].to_numpy()[sel]
+
+    def of_event(name: str) -> np.ndarray:
+        return event == (event_names.index(name) if name in event_names else -2)
 
     def spans(name: str) -> tuple[np.ndarray, np.ndarray]:
-        of = (event == name).to_numpy()
+        of = of_event(name)
         b, e = np.flatnonzero(of & begin), np.flatnonzero(of & end)
         li, ri = join_rows(code[b], code[e])
         return b[li], e[ri]
 
     mb, me = spans("mainloop")
-    info = np.flatnonzero((event == lay.info_event).to_numpy()) if lay.info_event else np.zeros(0, np.intp)
+    info = np.flatnonzero(of_event(lay.info_event)) if lay.info_event else np.zeros(0, np.intp)
     li, ri = join_rows(code[mb], code[info], how="left")
     mb, me = mb[li], me[li]
-    payload = take_matched(p["payload"].to_numpy()[info], ri, 0).astype(np.int64)
+    payload = take_matched(payload_of[info], ri, 0).astype(np.int64)
     cols = {"payload": payload}
     for name, value in ((lay.wait_event, "wait_ns"), (lay.store_event, "rs_ns"), (lay.local_store_event, "ls_ns")):
         b, e = spans(name) if name else (np.zeros(0, np.intp), np.zeros(0, np.intp))
@@ -103,14 +109,14 @@ def tile_spans(probes: pd.DataFrame, lifecycle: TileLifecycle, slots: int | None
         cols[value] = take_matched(t[e] - t[b], ri)
         cols[value.replace("_ns", "_start_ns")] = take_matched(t[b], ri)
         if name == lay.store_event:
-            cols["rs_bytes"] = take_matched(p["payload"].to_numpy()[e].astype(np.float64), ri)
+            cols["rs_bytes"] = take_matched(payload_of[e].astype(np.float64), ri)
     start = t[mb]
-    rank, dump, cta = (sort_codes(p[c]) for c in ("rank", "dump", "cta"))
-    order = np.lexsort((start, cta[mb], dump[mb], rank[mb]))  # stable: ties keep the merge order
+    rank, dump, cta = (sort_codes(probes[c])[sel] for c in ("rank", "dump", "cta"))
+    order = lexsort_presorted((start, cta[mb], dump[mb], rank[mb]))  # stable: ties keep the merge order
     rows, start = mb[order], start[order]
     ids = run_ids(rank[rows], dump[rows], cta[rows])
     mainloop = t[me[order]] - start
-    clock = p["clock"].to_numpy() if "clock" in p else None
+    clock = probes["clock"].to_numpy()[sel] if "clock" in probes else None
     # the difference in the clock's own integers first: float64 clock64 values past 2^53 cycles lose whole cycles
     cycles = (clock[me[order]] - clock[mb[order]]).astype(np.float64) if clock is not None else np.full(len(rows), np.nan)
     payload = cols["payload"][order]
@@ -127,8 +133,8 @@ def tile_spans(probes: pd.DataFrame, lifecycle: TileLifecycle, slots: int | None
     else:  # one kind of tile; the info payload is the group index; no expert waves (wave 0)
         is_l2, expert, wave = np.zeros(len(rows), bool), payload, np.zeros(len(rows), np.int64)
     out = pd.DataFrame({
-        "rank": p["rank"].to_numpy()[rows], "dump": as_text(p["dump"].iloc[rows]).array, "cta": p["cta"].to_numpy()[rows],
-        "tile": p["tile"].to_numpy()[rows], "mainloop_start_ns": start, "mainloop_end_ns": t[me[order]], "mainloop_ns": mainloop,
+        "rank": probes["rank"].to_numpy()[sel[rows]], "dump": as_text(probes["dump"].iloc[sel[rows]]).array,
+        "cta": probes["cta"].to_numpy()[sel[rows]], "tile": probes["tile"].to_numpy()[sel[rows]], "mainloop_start_ns": start, "mainloop_end_ns": t[me[order]], "mainloop_ns": mainloop,
         "ns_per_cycle": launch_ns_per_cycle(dump[rows] * (int(rank.max(initial=0)) + 1) + rank[rows], mainloop, cycles),
         "is_l2": is_l2, "expert": expert, "wave": wave,
         "wait_ns": wait, "rs_ns": rs, "ls_ns": ls, "position": cumcount(ids), "cover_ns": cover,

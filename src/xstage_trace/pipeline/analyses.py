@@ -20,7 +20,7 @@ and stores what the entry says.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import numpy as np
@@ -41,6 +41,7 @@ class AnalysisContext:
     link: object | None = None  # analysis.forward.LinkModel of a path-drain calibration (docs/model.md §11), if it has one
     noise_ns: float | None = None
     warmup_launches: int = 0
+    lifecycle: TileLifecycle | None = None  # the one tile lifecycle of the dumps a per-dump step sees, once ``analyze_dumps`` found it
 
     def __post_init__(self):
         if self.warmup_launches < 0:
@@ -113,7 +114,7 @@ def _calibration_points(probes: pd.DataFrame, slices: pd.DataFrame, dump: pd.Dat
 def _bursts(probes: pd.DataFrame, slices: pd.DataFrame, dump: pd.DataFrame, ctx: AnalysisContext, done: dict) -> pd.DataFrame:
     from xstage_trace.analysis.bursts import REMOTE_STORE_EVENTS, audit_bursts, reconstruct_bursts, remote_store_spans
 
-    lc = group_lifecycle(probes, dump)
+    lc = ctx.lifecycle or group_lifecycle(probes, dump)
     store = lc.store_event
     spans = remote_store_spans(probes, REMOTE_STORE_EVENTS + ((store,) if store not in REMOTE_STORE_EVENTS else ()))
     spans["bytes"] = _label_bytes(lc, dump, spans["dump"], spans["bytes"])
@@ -141,7 +142,7 @@ def _calibrated_for(model: PlatformModel | None, dump: pd.DataFrame) -> bool:
 def _tile_spans(probes: pd.DataFrame, slices: pd.DataFrame, dump: pd.DataFrame, ctx: AnalysisContext, done: dict) -> pd.DataFrame:
     from xstage_trace.analysis.tiles import tile_spans
 
-    lc = group_lifecycle(probes, dump)
+    lc = ctx.lifecycle or group_lifecycle(probes, dump)
     spans = tile_spans(probes, lc)
     if len(spans):
         spans["rs_bytes"] = _label_bytes(lc, dump, spans["dump"], spans["rs_bytes"]).where(spans["rs_ns"].notna())
@@ -203,7 +204,11 @@ def dump_lifecycles(probes: pd.DataFrame, dumps: pd.DataFrame) -> dict[str, Tile
 
 def group_lifecycle(probes: pd.DataFrame, dumps: pd.DataFrame) -> TileLifecycle:
     """The one lifecycle of a group of dumps analysed together (``dump_groups`` groups them so)."""
-    found = set(dump_lifecycles(probes, dumps).values())
+    return _one_lifecycle(set(dump_lifecycles(probes, dumps).values()))
+
+
+def _one_lifecycle(found: set[TileLifecycle]) -> TileLifecycle:
+    """The lifecycle of dumps analysed together (REFERENCE for records of none); ValueError for several."""
     if len(found) > 1:
         raise ValueError(f"dumps of several tile lifecycles analysed together: {sorted(lc.name for lc in found)}")
     from xstage_trace.instrument.lifecycle import REFERENCE
@@ -298,7 +303,10 @@ def run_analysis(name: str) -> RunAnalysis:
     return next(a for a in RUN_ANALYSES if a.name == name)
 
 
-def _steps(probes: pd.DataFrame, slices: pd.DataFrame, dumps: pd.DataFrame, ctx: AnalysisContext) -> dict[str, pd.DataFrame]:
+def _steps(probes: pd.DataFrame, slices: pd.DataFrame, dumps: pd.DataFrame, ctx: AnalysisContext,
+           lifecycle: TileLifecycle | None = None) -> dict[str, pd.DataFrame]:
+    """Every per-dump step in order over one group of dumps; ``lifecycle``: the group's, when its caller found it."""
+    ctx = replace(ctx, lifecycle=lifecycle or group_lifecycle(probes, dumps))
     done: dict[str, pd.DataFrame] = {}
     for a in DUMP_ANALYSES:
         done[a.name] = a.run(probes, slices, dumps, ctx, done)
@@ -314,26 +322,28 @@ def analyze_dumps(probes: pd.DataFrame, slices: pd.DataFrame, dumps: pd.DataFram
         return {}
     groups = dump_groups(probes, dumps)
     if len(groups) == 1:
-        return _steps(probes, slices, dumps, ctx)
-    parts = [_steps(probes[p], slices[slices["dump"].astype(str).isin(names)], dumps[dumps["dump"].astype(str).isin(names)], ctx)
-             for names, p in groups]
+        return _steps(probes, slices, dumps, ctx, groups[0][2])
+    parts = [_steps(probes[p], slices[slices["dump"].astype(str).isin(names)], dumps[dumps["dump"].astype(str).isin(names)], ctx, lc)
+             for names, p, lc in groups]
     return {a.name: pd.concat([r[a.name] for r in parts if len(r[a.name])], ignore_index=True)
             if any(len(r[a.name]) for r in parts) else pd.DataFrame() for a in DUMP_ANALYSES}
 
 
-def dump_groups(probes: pd.DataFrame, dumps: pd.DataFrame) -> list[tuple[list[str], np.ndarray]]:
+def dump_groups(probes: pd.DataFrame, dumps: pd.DataFrame) -> list[tuple[list[str], np.ndarray, TileLifecycle]]:
     """The dumps of ``probes`` grouped by (tile lifecycle, destination), each group as (its dump names,
-    the mask of its records), in the order of the dump names."""
+    the mask of its records, its lifecycle), in the order of the dump names."""
     codes, names = text_codes(probes["dump"])
     held = np.flatnonzero(np.bincount(codes, minlength=len(names)))
-    layout = {name: lc.name for name, lc in dump_lifecycles(probes, dumps).items()}
+    lifecycles = dump_lifecycles(probes, dumps)
     dest = _first_per_dump(dumps, "dest")
     by_key: dict[tuple, list[int]] = {}
     for i in held:
-        by_key.setdefault((layout.get(names[i]), str(dest.get(names[i]))), []).append(i)
+        lc = lifecycles.get(names[i])
+        by_key.setdefault((None if lc is None else lc.name, str(dest.get(names[i]))), []).append(i)
+    groups = [([names[i] for i in ids], _one_lifecycle({lifecycles[names[i]] for i in ids if names[i] in lifecycles})) for ids in by_key.values()]
     if len(by_key) <= 1:
-        return [([names[i] for i in held], np.ones(len(probes), bool))]
-    return [([names[i] for i in ids], np.isin(codes, ids)) for ids in by_key.values()]
+        return [(groups[0][0], np.ones(len(probes), bool), groups[0][1])]
+    return [(group, np.isin(codes, ids), lc) for (group, lc), ids in zip(groups, by_key.values())]
 
 
 def analyze_dump(probes: pd.DataFrame, slices: pd.DataFrame, dump: pd.DataFrame, ctx: AnalysisContext) -> dict[str, pd.DataFrame]:
