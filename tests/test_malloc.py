@@ -35,3 +35,21 @@ def test_freed_batch_arrays_are_reused_instead_of_faulted_in_again():
     default, kept = _faults("default"), _faults("set")
     assert kept <= 1.2 * BATCH_PAGES  # about one batch's pages: the first batch's
     assert kept * 4 < default  # the defaults fault most batches in again
+
+
+ARROW_SCRIPT = """
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+before = pc.add(pa.array(np.arange(1000.0)), 1)  # allocated by pyarrow's default pool (mimalloc in its wheels)
+from xstage_trace.base.malloc import keep_freed_memory
+assert keep_freed_memory()
+after = pc.add(before, 1)
+print(pa.default_memory_pool().backend_name, before.to_numpy()[-1], after.to_numpy()[-1])
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or not hasattr(ctypes.CDLL(None), "mallopt"), reason="glibc's mallopt only")
+def test_arrow_buffers_come_from_the_heap_once_freed_memory_is_kept():
+    out = subprocess.run([sys.executable, "-c", ARROW_SCRIPT], check=True, capture_output=True, text=True).stdout.split()
+    assert out == ["system", "1000.0", "1001.0"]  # the heap's pool; a buffer of the pool before still reads its values

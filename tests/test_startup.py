@@ -1,10 +1,14 @@
-"""CLI start-up: importing the command line loads none of the heavy libraries (timings: benchmarks/bench_startup.py)."""
+"""CLI start-up: importing the command line loads none of the heavy libraries (timings: benchmarks/bench_startup.py);
+the CLI process loads numpy with one BLAS thread."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+
+import pytest
 
 
 def test_cli_start_up_imports_nothing_heavy():
@@ -38,3 +42,27 @@ def test_model_stall_and_partition_run_without_pandas():
     assert loaded == "[]"
     assert abs(json.loads(stall)["predicted_stall_us"] - 4.63) < 1e-9
     assert json.loads(partition)["comm_ctas_best"] == 1
+
+
+BLAS_THREADS = """
+import os, sys
+if sys.argv[1] == "cli":
+    from xstage_trace.cli import one_blas_thread
+    one_blas_thread()
+import numpy
+print(len(os.listdir("/proc/self/task")))
+"""
+
+
+def _threads_after_numpy(mode: str, env: dict) -> int:
+    return int(subprocess.run([sys.executable, "-c", BLAS_THREADS, mode], check=True, capture_output=True, text=True, env=env).stdout)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts threads in /proc")
+def test_cli_loads_numpy_with_one_blas_thread_unless_the_user_chose():
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")}
+    default = _threads_after_numpy("plain", env)
+    if default == 1:
+        pytest.skip("numpy starts no BLAS threads on this machine (one CPU)")
+    assert _threads_after_numpy("cli", env) == 1
+    assert _threads_after_numpy("cli", dict(env, OPENBLAS_NUM_THREADS="2")) == 2  # the user's setting stands

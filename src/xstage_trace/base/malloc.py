@@ -6,6 +6,10 @@ kernel when freed, and the heap is trimmed when its free top exceeds 128 KiB, so
 faults every page in again: at 20 M records, a million page faults and a fifth of the CPU time in the
 kernel. Serving allocations up to MMAP_THRESHOLD_BYTES from the heap and keeping up to
 TRIM_THRESHOLD_BYTES of freed memory in it cuts the faults to a quarter (benchmarks/README.md).
+
+Arrow's buffers (decoded records, Parquet pages, conversions to pandas) come from the same heap: pyarrow's
+default allocator (mimalloc in its wheels) purges freed pages back to the kernel after milliseconds, so at
+10 M records a twentieth of the CPU time went to the kernel zeroing the huge pages each batch faulted in again.
 """
 
 from __future__ import annotations
@@ -19,12 +23,18 @@ TRIM_THRESHOLD_BYTES = 256 << 20
 
 
 def keep_freed_memory() -> bool:
-    """Set the two thresholds in this process (glibc only: elsewhere nothing is changed). True when set."""
+    """Set the two thresholds in this process and serve Arrow's later buffers from the heap (pyarrow's system
+    memory pool) — glibc only: elsewhere nothing is changed. True when set."""
     try:
         mallopt = ctypes.CDLL(None).mallopt  # the C library this interpreter runs on
     except (OSError, AttributeError):  # no mallopt (macOS): leave the allocator as it is
         return False
-    return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)) and bool(mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES))
+    if not (mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES) and mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES)):
+        return False
+    import pyarrow as pa
+
+    pa.set_memory_pool(pa.system_memory_pool())  # a buffer allocated before stays with its own pool
+    return True
 
 
 def release_freed_memory() -> None:

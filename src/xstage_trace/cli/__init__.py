@@ -105,8 +105,17 @@ def main(fast_exit: bool = False) -> None:
 
 
 def entry() -> None:
-    """The ``xstage-trace`` console script and ``python -m xstage_trace``: ``main`` ending the process fast."""
+    """The ``xstage-trace`` console script and ``python -m xstage_trace``: ``main`` ending the process fast, its
+    numpy on one BLAS thread (``one_blas_thread``)."""
+    one_blas_thread()
     main(fast_exit=True)
+
+
+def one_blas_thread() -> None:
+    """Unless the user chose otherwise, numpy's OpenBLAS in this process and the worker processes it starts runs
+    on one thread: no command multiplies large matrices, and at numpy's import each extra BLAS thread spins
+    ~0.1 CPU-s before it sleeps (benchmarks/README.md). Only before numpy is imported does it take effect."""
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
 def _finish(code: int) -> None:
