@@ -46,20 +46,25 @@ def remote_store_spans(probes: pd.DataFrame, events=REMOTE_STORE_EVENTS) -> pd.D
 def offered_gap_ns(spans: pd.DataFrame, tiles: pd.DataFrame) -> np.ndarray:
     """Per remote-store span (sorted by producer and time), the producer's mainloop time from the tile
     after the stored one through its next stored tile (NaN for its last store or an unknown tile)."""
-    keys = ["rank", "dump", "cta"]
     n = len(spans)
-    both = pd.concat([spans[[*keys, "tile"]], tiles[[*keys, "tile"]]], ignore_index=True)  # one coding of both
-    rank, dump, cta = (sort_codes(both[k]) for k in keys)
+    rank, dump, cta, tile = (_joint_codes(spans[k], tiles[k]) for k in ("rank", "dump", "cta", "tile"))
     order = lexsort_presorted((tiles["position"].to_numpy(), cta[n:], dump[n:], rank[n:]))  # the tiles by producer and position (tile_spans' order)
     tile_ids = run_ids(rank[n:][order], dump[n:][order], cta[n:][order])
     cum = group_cumsum(tiles["mainloop_ns"].to_numpy(np.float64)[order], tile_ids)  # C through position p
-    code = key_codes(both, [*keys, "tile"])
+    code = key_codes(pd.DataFrame({"rank": rank, "dump": dump, "cta": cta, "tile": tile}, copy=False), ["rank", "dump", "cta", "tile"])  # of the codes
     li, ri = join_rows(code[:n], code[n:][order], how="left")
     if len(li) != n:
         raise ValueError("the tile table holds a (rank, dump, cta, tile) twice")
     at = take_matched(cum, ri)
     span_ids = run_ids(rank[:n], dump[:n], cta[:n])
     return shift_back(at, span_ids, 1) - at
+
+
+def _joint_codes(a: pd.Series, b: pd.Series) -> np.ndarray:
+    """``sort_codes`` of ``a`` then ``b`` as one column: numbers as they are, without concatenating the columns."""
+    if all(c.dtype.kind in "biuf" for c in (a, b)):
+        return np.concatenate([sort_codes(a), sort_codes(b)])
+    return sort_codes(pd.concat([a, b], ignore_index=True))
 
 
 def reconstruct_bursts(spans: pd.DataFrame, tiles: pd.DataFrame | None = None) -> pd.DataFrame:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from xstage_trace.analysis.columnar import value_mask
+
 _CODE_LIMIT = 1 << 62
 
 
@@ -86,20 +88,21 @@ def take_matched(values: np.ndarray, index: np.ndarray, fill=np.nan) -> np.ndarr
 def pair_spans(probes: pd.DataFrame, events, keys: list[str], time_col: str = "t_ns") -> pd.DataFrame:
     """Begin and end records of ``events`` matched on ``keys`` (unmatched ones dropped): ``keys`` plus
     ``start``, ``end``, ``duration`` (from ``time_col``) and the end record's ``payload``."""
-    chosen = probes["event"].isin(list(events)).to_numpy()  # categorical or text alike, without converting each row
+    chosen = value_mask(probes["event"], events)  # categorical or text alike, without converting each row
     kind = probes["kind"]
     begin = np.flatnonzero(chosen & (kind == "begin").to_numpy())
     end = np.flatnonzero(chosen & (kind == "end").to_numpy())
+    at = [probes.columns.get_loc(k) for k in keys]  # the key columns taken at the chosen rows only, not copied whole
     if len(begin) and len(end):
-        code = key_codes(probes[keys].iloc[np.concatenate([begin, end])], keys)
+        code = key_codes(probes.iloc[np.concatenate([begin, end]), at], keys)
         li, ri = join_rows(code[: len(begin)], code[len(begin):])
     else:
         li = ri = np.zeros(0, np.intp)
     b, e = begin[li], end[ri]
-    s = probes[keys].iloc[b].reset_index(drop=True)
+    s = probes.iloc[b, at].reset_index(drop=True)
     t = probes[time_col].to_numpy()
     s["start"] = t[b]
     s["end"] = t[e]
-    s["payload"] = probes["payload"].iloc[e].to_numpy()
+    s["payload"] = probes["payload"].to_numpy()[e]
     s["duration"] = s["end"] - s["start"]
     return s
