@@ -125,6 +125,18 @@ def stalled_trajectory(volume_bytes, gap_ns, issue_floor_ns, rate_gbps: float, c
     Substituting T_iss,n gives q_{n+1} = min(max(q_n + a_n, 0), max(c_n, 0)) with
     a_n = V_n − R·(T^0_n + G_n + o) and c_n = Q − R·(G_n + o): a clamp map, scanned in closed form.
     """
+    g = np.asarray(gap_ns, dtype=np.float64)
+    q_before, t_iss, q_after, t0 = stalled_issue(volume_bytes, g, issue_floor_ns, rate_gbps, capacity_bytes, loop_overhead_ns)
+    return pd.DataFrame({
+        "q_bytes": q_before, "issue_ns": t_iss, "issue_overhead_ns": t_iss - t0,
+        "period_ns": t_iss + g + loop_overhead_ns, "q_after_bytes": q_after,
+    })
+
+
+def stalled_issue(volume_bytes, gap_ns, issue_floor_ns, rate_gbps: float, capacity_bytes: float,
+                  loop_overhead_ns: float = 0.0) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``stalled_trajectory``'s columns as arrays (docs/model.md §4 extension): (q_n before each burst, T_iss,n,
+    q_{n+1} after it, the floor T_iss,n^0), for a caller that runs it per launch and keeps one column."""
     v = np.asarray(volume_bytes, dtype=np.float64)
     g = np.asarray(gap_ns, dtype=np.float64)
     t0 = np.broadcast_to(np.asarray(issue_floor_ns, dtype=np.float64), v.shape)
@@ -133,7 +145,4 @@ def stalled_trajectory(volume_bytes, gap_ns, issue_floor_ns, rate_gbps: float, c
     q_after = _clamp_scan_apply(a, np.zeros_like(a), c)
     q_before = np.concatenate(([0.0], q_after[:-1]))
     t_iss = np.maximum(t0, (q_before + v - capacity_bytes) / rate_gbps)
-    return pd.DataFrame({
-        "q_bytes": q_before, "issue_ns": t_iss, "issue_overhead_ns": t_iss - t0,
-        "period_ns": t_iss + g + loop_overhead_ns, "q_after_bytes": q_after,
-    })
+    return q_before, t_iss, q_after, t0
