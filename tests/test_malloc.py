@@ -53,3 +53,31 @@ print(pa.default_memory_pool().backend_name, before.to_numpy()[-1], after.to_num
 def test_arrow_buffers_come_from_the_heap_once_freed_memory_is_kept():
     out = subprocess.run([sys.executable, "-c", ARROW_SCRIPT], check=True, capture_output=True, text=True).stdout.split()
     assert out == ["system", "1000.0", "1001.0"]  # the heap's pool; a buffer of the pool before still reads its values
+
+
+RETURN_SCRIPT = """
+import resource
+import numpy as np
+from xstage_trace.base.malloc import freed_memory_returned, keep_freed_memory, release_freed_memory
+
+def faults():
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for batch in range(10):
+        arrays = [np.ones(1 << 17) for _ in range(8)]  # 1 MiB each: over the block's threshold, under the kept one
+        del arrays
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+
+assert keep_freed_memory()
+release_freed_memory()  # nothing free in the heap: every array of a batch is new memory
+with freed_memory_returned():
+    inside = faults()
+print(inside, faults())
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or not hasattr(ctypes.CDLL(None), "mallopt"), reason="glibc's mallopt only")
+def test_freed_memory_is_returned_inside_the_block_and_kept_after_it():
+    inside, after = map(int, subprocess.run([sys.executable, "-c", RETURN_SCRIPT], check=True, capture_output=True, text=True).stdout.split())
+    batch_pages = 8 * (1 << 20) // 4096
+    assert inside >= 5 * batch_pages  # most batches fault their pages in again: each array had pages of its own
+    assert after < 2 * batch_pages  # after the block the heap grows once and serves the later batches

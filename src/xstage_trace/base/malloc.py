@@ -15,11 +15,15 @@ default allocator (mimalloc in its wheels) purges freed pages back to the kernel
 from __future__ import annotations
 
 import ctypes
+from contextlib import contextmanager
+from typing import Iterator
 
 M_TRIM_THRESHOLD = -1  # mallopt parameters, <malloc.h>
 M_MMAP_THRESHOLD = -3
 MMAP_THRESHOLD_BYTES = 32 << 20  # glibc's own ceiling for its adaptive threshold on 64-bit
 TRIM_THRESHOLD_BYTES = 256 << 20
+RETURN_THRESHOLD_BYTES = 128 << 10  # glibc's own default mmap threshold
+_kept = [False]  # keep_freed_memory set the thresholds in this process
 
 
 def keep_freed_memory() -> bool:
@@ -34,7 +38,28 @@ def keep_freed_memory() -> bool:
     import pyarrow as pa
 
     pa.set_memory_pool(pa.system_memory_pool())  # a buffer allocated before stays with its own pool
+    _kept[0] = True
     return True
+
+
+@contextmanager
+def freed_memory_returned() -> Iterator[None]:
+    """Within the block, allocations of RETURN_THRESHOLD_BYTES and more that the heap's free memory cannot serve
+    get pages of their own, returned to the kernel when freed (as by glibc's default); after it, keep_freed_memory's
+    threshold again. For a task that holds many values until its end while it reads and drops parts (Table 3's
+    samples of one configuration, the control samples): grown in the heap, its held arrays pin the pages between the
+    parts' freed buffers and joining them takes fresh pages; at 100 M records a Table 3 task's peak RSS was twice
+    what it held (benchmarks/README.md). Its caller trims the heap first (``release_freed_memory``) where the memory
+    left free there is not to be reused. Nothing is changed where keep_freed_memory was not set."""
+    if not _kept[0]:
+        yield
+        return
+    mallopt = ctypes.CDLL(None).mallopt
+    mallopt(M_MMAP_THRESHOLD, RETURN_THRESHOLD_BYTES)
+    try:
+        yield
+    finally:
+        mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
 
 
 def release_freed_memory() -> None:

@@ -77,8 +77,9 @@ class RunAnalysis:
     streamed form by ``scope`` (module text): ``"batch"``: ``streamed(done, dumps, ctx, control)`` per batch
     (``done``: the batch's per-dump results, ``control``: the run's control statistics); ``"configuration"``:
     ``streamed(parts, cap)`` per configuration over the ``reads`` columns of its ``source`` parts (``parts()``
-    yields them anew on each call), the configurations' rows then completed by ``finish(rows, tables, ctx)``;
-    ``"run"``: ``streamed(frame, tables, ctx)`` over the ``reads`` columns of every ``source`` part;
+    yields them anew on each call), the configurations' rows then completed by ``finish(rows, tables, ctx)`` — per
+    value of its ``split`` column too, where it has one (a configuration of batches is dest, shape and variant; a
+    Table 3 row is also one schedule, and a task holds one row's samples, not every schedule's); ``"run"``: ``streamed(frame, tables, ctx)`` over the ``reads`` columns of every ``source`` part;
     ``"results"``: ``run`` itself, over the results before it."""
 
     name: str
@@ -88,6 +89,7 @@ class RunAnalysis:
     reads: tuple[str, ...] = ()
     streamed: Callable[..., pd.DataFrame] | None = None
     finish: Callable[..., pd.DataFrame] | None = None
+    split: str | None = None
 
     def __post_init__(self):
         if self.scope not in SCOPES:
@@ -292,7 +294,8 @@ DUMP_ANALYSES: tuple[Analysis, ...] = (  # in order: a step sees the results of 
 )
 RUN_ANALYSES: tuple[RunAnalysis, ...] = (  # in order: a step sees the results of the steps above it
     RunAnalysis("tiles", _tiles, scope="batch", streamed=_tiles_of_batch),
-    RunAnalysis("table3", _table3, scope="configuration", reads=TABLE3_READS, streamed=_table3_of_parts, finish=_table3_finish),
+    RunAnalysis("table3", _table3, scope="configuration", reads=TABLE3_READS, streamed=_table3_of_parts, finish=_table3_finish,
+                split="schedule"),
     RunAnalysis("verdicts", _verdicts, scope="results"),
     RunAnalysis("link_whatif", _link_whatif, scope="run", reads=WHATIF_READS, streamed=_link_whatif_of_parts),
 )

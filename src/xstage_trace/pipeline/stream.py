@@ -54,7 +54,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.feather as feather
 
-from xstage_trace.base.malloc import keep_freed_memory, release_freed_memory
+from xstage_trace.base.malloc import freed_memory_returned, keep_freed_memory, release_freed_memory
 from xstage_trace.pipeline.analyses import DUMP_ANALYSES, RUN_ANALYSES, SLICE_COLUMNS, AnalysisContext, analyze_dumps, run_analysis
 from xstage_trace.analysis.tiles import ControlStats, control_sample, control_stats_from_samples, with_dump_config, with_link_forward
 from xstage_trace.collectors.collect import DumpTask, load_records, rows_by_dump
@@ -394,7 +394,8 @@ def task_mapper(workers: int, scheduler: str | None, pool: ProcessPoolExecutor |
 def run_stats(samples: list[str]) -> ControlStats:
     """The control statistics of the run from its control batches' sample files (defaults when it has none),
     at most CONTROL_CAP_VALUES values of a sample held at once."""
-    return control_stats_from_samples(lambda: (pickle.loads(Path(p).read_bytes()) for p in samples), CONTROL_CAP_VALUES)
+    with freed_memory_returned():
+        return control_stats_from_samples(lambda: (pickle.loads(Path(p).read_bytes()) for p in samples), CONTROL_CAP_VALUES)
 
 
 def analyze_streaming(tasks: list[DumpTask], folder: Path, tables: dict[str, pa.Table], ctx: AnalysisContext,
@@ -428,7 +429,7 @@ def analyze_streaming(tasks: list[DumpTask], folder: Path, tables: dict[str, pa.
         del first
         args = ((b, folder, None if (b.rank, b.index) in partial else of(b, sl, slice_rows), of(b, dumps, dump_rows), ctx, stats,
                  partial.get((b.rank, b.index))) for b in batches)
-        configs = [ByConfiguration(a, folder, batches, submit) for a in RUN_ANALYSES if a.scope == "configuration"]
+        configs = [ByConfiguration(a, folder, batches, submit, dumps_frame) for a in RUN_ANALYSES if a.scope == "configuration"]
         linked = pool_size == 1 and scheduler is None and not big and ctx.link is not None
         pass2 = _pass2_linked(args, folder, dumps_frame, ctx) if linked else mapper(pass2_task, args)
         for i, (b, r) in enumerate(zip(batches, pass2)):
@@ -477,49 +478,80 @@ def run_results(folder: Path, tables: dict[str, pd.DataFrame], ctx: AnalysisCont
 
 class ByConfiguration:
     """A run step of scope "configuration" (docs/model.md §5 Table 3), each configuration's rows from the parts of
-    that configuration's batches only (a batch holds one configuration): a row reads every tile of its
-    configuration and none of another's, so the rows equal those of the whole table. A configuration's rows are
-    computed (``configuration_task``, submitted to the workers) as soon as the last of its batches is in, while
-    later batches are still analysed; one configuration's task at a time (its parts' ``reads`` columns are the
-    largest thing a worker holds)."""
+    that configuration's batches only (a batch holds one configuration), and per value of the step's ``split``
+    column (a batch's dumps may hold several: their ``dumps`` rows say which) from those parts' rows of that value
+    only: a row reads every tile of its configuration and value and none of another's, so the rows equal those of
+    the whole table. A configuration's rows are computed (``configuration_task``, submitted to the workers) as soon
+    as the last of its batches is in, while later batches are still analysed; one task at a time (its parts'
+    ``reads`` columns of one value are the largest thing a worker holds)."""
 
-    def __init__(self, step, folder: Path, batches: list[DumpBatch], submit: Submit):
+    def __init__(self, step, folder: Path, batches: list[DumpBatch], submit: Submit, dumps: pd.DataFrame):
         self.step, self.folder, self.batches, self.submit = step, folder, batches, submit
-        self.last = {b.config: i for i, b in enumerate(batches)}  # the index of each configuration's last batch
+        self.values = _split_values(batches, dumps, step.split)
+        self.last = {(b.config, v): i for i, b in enumerate(batches) for v in self.values[i]}  # each task's last batch
         self.files: dict[tuple, list[str]] = {}
         self.rows: dict[tuple, pd.DataFrame] = {}
         self.pending: tuple[tuple, Callable[[], object]] | None = None
 
     def batch_done(self, i: int, result: DumpResult) -> None:
-        """Batch ``i`` is analysed (``result``; the batches before it are too): its configuration's rows are
-        submitted when it was the configuration's last batch."""
+        """Batch ``i`` is analysed (``result``; the batches before it are too): the rows of each of its values are
+        submitted where it was the last batch of its configuration holding that value."""
         b = self.batches[i]
-        if result.rows.get(self.step.source):
-            self.files.setdefault(b.config, []).append(str(table_part_path(self.folder, self.step.source, b.rank, b.index)))
-        if self.last[b.config] == i and b.config in self.files:
-            self._collect()
-            self.pending = (b.config, self.submit(configuration_task, self.step.name, self.files.pop(b.config)))
+        for v in self.values[i]:
+            key = (b.config, v)
+            if result.rows.get(self.step.source):
+                self.files.setdefault(key, []).append(str(table_part_path(self.folder, self.step.source, b.rank, b.index)))
+            if self.last[key] == i and key in self.files:
+                self._collect()
+                self.pending = (key, self.submit(configuration_task, self.step.name, self.files.pop(key), v))
 
     def _collect(self) -> None:
         if self.pending is not None:
-            config, result = self.pending
-            self.rows[config] = result()
+            key, result = self.pending
+            self.rows[key] = result()
             self.pending = None
 
     def result(self, tables: dict[str, pd.DataFrame], ctx: AnalysisContext) -> pd.DataFrame:
         """Every configuration's rows, in configuration order, completed by the step's ``finish`` (``tables``:
         dumps and kernels)."""
         self._collect()
-        return self.step.finish([r for _, r in sorted(self.rows.items())], tables, ctx)
+        return self.step.finish([r for _, r in sorted(self.rows.items(), key=lambda kv: repr(kv[0]))], tables, ctx)
 
 
-def configuration_task(name: str, files: list[str]) -> pd.DataFrame:
+EVERY = ("every",)  # the one split value of a step without a split column: all of a part's rows
+
+
+def _split_values(batches: list[DumpBatch], dumps: pd.DataFrame, column: str | None) -> list[tuple]:
+    """Per batch the distinct values (text; None where missing) of ``column`` in its dumps' rows of ``dumps``, in the
+    rows' order, None for a dump without a row (its tiles' value is missing too); ``(EVERY,)`` without a column."""
+    if column is None:
+        return [(EVERY,) for _ in batches]
+    of: dict[tuple, list] = {}
+    for r, d, v in zip(dumps["rank"].to_numpy(), dumps["dump"].astype(str), dumps[column]):
+        of.setdefault((int(r), d), []).append(None if pd.isna(v) else str(v))
+    return [tuple(dict.fromkeys(v for t in b.tasks for v in of.get((t.rank, t.dump), [None]))) for b in batches]
+
+
+def configuration_task(name: str, files: list[str], value=EVERY) -> pd.DataFrame:
     """The rows of run step ``name`` (scope "configuration") from ``files`` (one configuration's parts, the
-    columns it reads), at most CONFIGURATION_CAP_VALUES values of a sample held at once."""
+    columns it reads; their rows whose ``split`` column holds ``value``, None: missing), at most
+    CONFIGURATION_CAP_VALUES values of a sample held at once. Text columns are read as categoricals (their
+    dictionary pages as they are stored)."""
+    import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
+    from xstage_trace.base.schema import TABLES
+
     step = run_analysis(name)
-    rows = step.streamed(lambda: (pq.read_table(f, columns=list(step.reads)).to_pandas() for f in files), CONFIGURATION_CAP_VALUES)
+    text = [c for c in step.reads if pa.types.is_string(TABLES[step.source].field(c).type)]
+    rows_of = None if value == EVERY else pc.field(step.split).is_null() if value is None else pc.field(step.split) == value
+
+    def parts() -> Iterator[pd.DataFrame]:
+        return (pq.read_table(f, columns=list(step.reads), filters=rows_of, read_dictionary=text).to_pandas() for f in files)
+
+    release_freed_memory()  # what the batch tasks before this one left free in the heap: this task does not reuse it
+    with freed_memory_returned():  # the samples are held to the end, the parts read and dropped one by one
+        rows = step.streamed(parts, CONFIGURATION_CAP_VALUES)
     pa.default_memory_pool().release_unused()  # the samples held: a batch task after this one does not reuse them
     release_freed_memory()
     return rows
