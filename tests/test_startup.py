@@ -47,8 +47,8 @@ def test_model_stall_and_partition_run_without_pandas():
 BLAS_THREADS = """
 import os, sys
 if sys.argv[1] == "cli":
-    from xstage_trace.cli import one_blas_thread
-    one_blas_thread()
+    from xstage_trace.cli import process_defaults
+    process_defaults()
 import numpy
 print(len(os.listdir("/proc/self/task")))
 """
@@ -66,3 +66,23 @@ def test_cli_loads_numpy_with_one_blas_thread_unless_the_user_chose():
         pytest.skip("numpy starts no BLAS threads on this machine (one CPU)")
     assert _threads_after_numpy("cli", env) == 1
     assert _threads_after_numpy("cli", dict(env, OPENBLAS_NUM_THREADS="2")) == 2  # the user's setting stands
+
+
+ARROW_POOL = """
+import sys
+if sys.argv[1] == "cli":
+    from xstage_trace.cli import process_defaults
+    process_defaults()
+import pyarrow
+print(pyarrow.default_memory_pool().backend_name)
+"""
+
+
+def test_cli_allocates_arrow_buffers_from_the_system_heap_unless_the_user_chose():
+    env = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
+    run = lambda mode, e: subprocess.run([sys.executable, "-c", ARROW_POOL, mode], check=True, capture_output=True, text=True, env=e).stdout.strip()  # noqa: E731
+    default = run("plain", env)  # pyarrow's own default (mimalloc in its wheels)
+    if default == "system":
+        pytest.skip("this pyarrow allocates from the system heap by default")
+    assert run("cli", env) == "system"
+    assert run("cli", dict(env, ARROW_DEFAULT_MEMORY_POOL=default)) == default  # the user's choice stands

@@ -105,17 +105,21 @@ def main(fast_exit: bool = False) -> None:
 
 
 def entry() -> None:
-    """The ``xstage-trace`` console script and ``python -m xstage_trace``: ``main`` ending the process fast, its
-    numpy on one BLAS thread (``one_blas_thread``)."""
-    one_blas_thread()
+    """The ``xstage-trace`` console script and ``python -m xstage_trace``: ``main`` ending the process fast, under
+    ``process_defaults``."""
+    process_defaults()
     main(fast_exit=True)
 
 
-def one_blas_thread() -> None:
-    """Unless the user chose otherwise, numpy's OpenBLAS in this process and the worker processes it starts runs
-    on one thread: no command multiplies large matrices, and at numpy's import each extra BLAS thread spins
-    ~0.1 CPU-s before it sleeps (benchmarks/README.md). Only before numpy is imported does it take effect."""
+def process_defaults() -> None:
+    """Unless the user chose otherwise, in this process and the worker processes it starts (they inherit the
+    environment; it takes effect only before numpy and pyarrow are imported): numpy's OpenBLAS on one thread — no
+    command multiplies large matrices, and at numpy's import each extra BLAS thread spins ~0.1 CPU-s before it
+    sleeps — and Arrow's C++ allocations from the C library's heap (``ARROW_DEFAULT_MEMORY_POOL=system``, under
+    ``base.malloc.keep_freed_memory``'s thresholds where analyze sets them), whose freed memory the next batch reuses
+    where mimalloc's purged pages were faulted in again (benchmarks/README.md)."""
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
 
 
 def _finish(code: int) -> None:
