@@ -7,9 +7,12 @@ faults every page in again: at 20 M records, a million page faults and a fifth o
 kernel. Serving allocations up to MMAP_THRESHOLD_BYTES from the heap and keeping up to
 TRIM_THRESHOLD_BYTES of freed memory in it cuts the faults to a quarter (benchmarks/README.md).
 
-Arrow's buffers (decoded records, Parquet pages, conversions to pandas) come from the same heap: pyarrow's
-default allocator (mimalloc in its wheels) purges freed pages back to the kernel after milliseconds, so at
-10 M records a twentieth of the CPU time went to the kernel zeroing the huge pages each batch faulted in again.
+Arrow's buffers (decoded records, Parquet pages, conversions to pandas) come from the same heap: with pyarrow's
+default allocator (mimalloc in its wheels), which purges freed pages back to the kernel after milliseconds, a
+twentieth of a 10 M-record run's CPU time went to the kernel zeroing the huge pages each batch faulted in again.
+``keep_freed_memory`` switches pyarrow's own calls to the heap; the C++ library's default (the Parquet writer's
+buffers) is chosen by ARROW_DEFAULT_MEMORY_POOL before pyarrow is imported, which the CLI sets
+(``cli.process_defaults``).
 """
 
 from __future__ import annotations

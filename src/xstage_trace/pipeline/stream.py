@@ -28,9 +28,10 @@ Two passes over the batches, on the same workers:
    A task's parts are written on a thread while it computes (``base.background_writes``: the Parquet writer runs
    without the GIL), every one of them written before the task returns.
 
-Each configuration-scope run step (Table 3) is computed one configuration at a time from that
-configuration's parts (the columns it reads only), on a worker, as soon as the configuration's last batch
-is in (``ByConfiguration``), so the largest thing held is one configuration's tiles, never the run's. The
+Each configuration-scope run step (Table 3) is computed one configuration (and schedule: the step's ``split``) at a
+time from that configuration's parts (the columns it reads only, the rows of that schedule only), on a worker, as soon
+as the configuration's last batch is in (``ByConfiguration``), so the largest thing held is one Table 3 row's tiles,
+never the run's. The
 run-scope and results-scope steps (what-if, verdicts) follow in the runner (``run_results``).
 """
 
