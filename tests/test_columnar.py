@@ -219,7 +219,12 @@ def test_lexsort_presorted_sorts_only_rows_out_of_order(monkeypatch):
     assert lexsort_presorted((np.array([5.0, 2.0, 1.0, 1.0]), primary)).tolist() == [1, 0, 2, 3]  # a later key out of order
     assert lexsort_presorted((secondary, np.array([1, 0, 1, 1]))).tolist() == [1, 2, 3, 0]  # the primary key out of order
     assert sorts == [2, 2]
-    assert lexsort_presorted(()).tolist() == [] and lexsort_presorted((np.zeros(1),)).tolist() == [0]
+    empty = lexsort_presorted(())
+    assert empty.tolist() == [] and empty.dtype.kind == "i" and lexsort_presorted((np.zeros(1),)).tolist() == [0]  # an index, even empty
+    # NaN sorts after every number: NaN before 1.0 in one primary group is out of order, though no comparison says so
+    assert lexsort_presorted((np.array([np.nan, 1.0]), np.array([0, 0]))).tolist() == [1, 0]
+    # a third key is judged only where both keys above it are equal to the row before's: rows (0, 0, 0), (0, 1, 5), (0, 1, 3)
+    assert lexsort_presorted((np.array([0, 5, 3]), np.array([0, 1, 1]), np.array([0, 0, 0]))).tolist() == [0, 2, 1]
 
 
 _LEXSORT = np.lexsort

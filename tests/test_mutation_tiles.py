@@ -223,6 +223,18 @@ def test_offered_gaps_do_not_run_from_one_ranks_or_dumps_producer_into_another()
     assert len(b) == 3 and np.isnan(b["gap_ns"]).all()
 
 
+def test_offered_gaps_match_tiles_to_stores_by_dump_name_when_the_tiles_hold_a_dump_without_stores():
+    # dump "b", CTA 0 runs tiles 10, 11, 12, 13 (mainloops 100, 200, 300, 400 ns) and stores after 10 and 12: the first
+    # store's offered gap is the mainloops after tile 10 through tile 12, 200 + 300 = 500 ns; the second is the last (NaN).
+    # The tiles also hold dump "a" (sorted before "b"), which stores nothing: the dump names are coded as one column
+    # across spans and tiles, else "b" of the spans (code 0 of its own) would meet "a" of the tiles.
+    tiles = pd.DataFrame([("a", 10, 0, 1000.0), ("a", 11, 1, 2000.0)] + [("b", 10 + i, i, 100.0 * (i + 1)) for i in range(4)],
+                         columns=["dump", "tile", "position", "mainloop_ns"]).assign(rank=0, cta=0)
+    spans = _spans([(0, "b", 0, 10, 0.0, 50.0, 8), (0, "b", 0, 12, 700.0, 750.0, 8)])
+    b = reconstruct_bursts(spans, tiles)
+    np.testing.assert_array_equal(b["gap_ns"].to_numpy(), [500.0, np.nan])
+
+
 def test_a_tile_table_holding_a_tile_twice_is_refused():
     tiles = pd.DataFrame({"rank": [0, 0], "dump": ["d", "d"], "cta": [0, 0], "tile": [0, 0], "position": [0, 1],
                           "mainloop_ns": [10.0, 20.0]})

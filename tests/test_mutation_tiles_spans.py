@@ -894,3 +894,18 @@ def test_ranks_running_one_dump_name_and_cta_do_not_cover_each_other():
     s = tile_spans(_probes(r), FUSED)
     assert s["rank"].tolist() == [0, 0, 1, 1] and s["position"].tolist() == [0, 1, 0, 1]
     _close(s["cover_ns"], [300, NAN, 300, NAN])
+
+
+def test_tile_spans_read_no_span_of_an_event_or_a_kind_the_records_lack():
+    # Text columns (not categoricals), coded in order of appearance: events mainloop 0, tile_info 1, rs 2; kinds
+    # begin 0, end 1, mark 2. The lifecycle's slot wait and local store are not recorded: no wait, no local-store span
+    # (NaN), never the spans of an event that happens to hold another code (rs). Tile 1 of CTA 0: mainloop 0 → 500,
+    # rs 600 → 900.
+    r = _span(0, "d", 0, 1, "mainloop", 0, 500, c0=0, c1=250) + _mark(0, "d", 0, 1, "tile_info", 0) + _span(0, "d", 0, 1, "rs", 600, 900, 64)
+    t = tile_spans(_probes(r), FUSED)
+    assert len(t) == 1 and t["mainloop_ns"].tolist() == [500.0] and t["rs_ns"].tolist() == [300.0]
+    assert np.isnan(t["wait_ns"]).all() and np.isnan(t["ls_ns"]).all()
+    # no end record of any kind: a mainloop closed by a record of another kind ("point", code 2) is no span
+    r = [(0, "d", 0, 1, "mainloop", "begin", 0, 0.0, 0), (0, "d", 0, 1, "tile_info", "mark", 0, 0.0, 0),
+         (0, "d", 0, 1, "mainloop", "point", 0, 500.0, 250)]
+    assert tile_spans(_probes(r), FUSED).empty

@@ -134,7 +134,7 @@ def stalled_trajectory(volume_bytes, gap_ns, issue_floor_ns, rate_gbps: float, c
 
 
 def stalled_issue(volume_bytes, gap_ns, issue_floor_ns, rate_gbps: float, capacity_bytes: float,
-                  loop_overhead_ns: float = 0.0) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+                  loop_overhead_ns: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """``stalled_trajectory``'s columns as arrays (docs/model.md §4 extension): (q_n before each burst, T_iss,n,
     q_{n+1} after it, the floor T_iss,n^0), for a caller that runs it per launch and keeps one column."""
     v = np.asarray(volume_bytes, dtype=np.float64)
