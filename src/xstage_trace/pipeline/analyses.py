@@ -41,7 +41,7 @@ class AnalysisContext:
     link: object | None = None  # analysis.forward.LinkModel of a path-drain calibration (docs/model.md §11), if it has one
     noise_ns: float | None = None
     warmup_launches: int = 0
-    lifecycle: TileLifecycle | None = None  # the one tile lifecycle of the dumps a per-dump step sees, once ``analyze_dumps`` found it
+    lifecycle: TileLifecycle | None = None  # the one tile lifecycle of the dumps a per-dump step sees (``_steps`` sets it)
 
     def __post_init__(self):
         if self.warmup_launches < 0:
@@ -79,8 +79,8 @@ class RunAnalysis:
     ``streamed(parts, cap)`` per configuration over the ``reads`` columns of its ``source`` parts (``parts()``
     yields them anew on each call), the configurations' rows then completed by ``finish(rows, tables, ctx)`` — per
     value of its ``split`` column too, where it has one (a configuration of batches is dest, shape and variant; a
-    Table 3 row is also one schedule, and a task holds one row's samples, not every schedule's); ``"run"``: ``streamed(frame, tables, ctx)`` over the ``reads`` columns of every ``source`` part;
-    ``"results"``: ``run`` itself, over the results before it."""
+    Table 3 row is also one schedule, and a task holds one row's samples, not every schedule's); ``"run"``:
+    ``streamed(frame, tables, ctx)`` over the ``reads`` columns of every ``source`` part; ``"results"``: ``run`` itself, over the results before it."""
 
     name: str
     run: Callable[..., pd.DataFrame]
@@ -116,7 +116,7 @@ def _calibration_points(probes: pd.DataFrame, slices: pd.DataFrame, dump: pd.Dat
 def _bursts(probes: pd.DataFrame, slices: pd.DataFrame, dump: pd.DataFrame, ctx: AnalysisContext, done: dict) -> pd.DataFrame:
     from xstage_trace.analysis.bursts import REMOTE_STORE_EVENTS, audit_bursts, reconstruct_bursts, remote_store_spans
 
-    lc = ctx.lifecycle or group_lifecycle(probes, dump)
+    lc = ctx.lifecycle
     store = lc.store_event
     spans = remote_store_spans(probes, REMOTE_STORE_EVENTS + ((store,) if store not in REMOTE_STORE_EVENTS else ()))
     spans["bytes"] = _label_bytes(lc, dump, spans["dump"], spans["bytes"])
@@ -144,7 +144,7 @@ def _calibrated_for(model: PlatformModel | None, dump: pd.DataFrame) -> bool:
 def _tile_spans(probes: pd.DataFrame, slices: pd.DataFrame, dump: pd.DataFrame, ctx: AnalysisContext, done: dict) -> pd.DataFrame:
     from xstage_trace.analysis.tiles import tile_spans
 
-    lc = ctx.lifecycle or group_lifecycle(probes, dump)
+    lc = ctx.lifecycle
     spans = tile_spans(probes, lc)
     if len(spans):
         spans["rs_bytes"] = _label_bytes(lc, dump, spans["dump"], spans["rs_bytes"]).where(spans["rs_ns"].notna())
@@ -206,11 +206,7 @@ def dump_lifecycles(probes: pd.DataFrame, dumps: pd.DataFrame) -> dict[str, Tile
 
 def group_lifecycle(probes: pd.DataFrame, dumps: pd.DataFrame) -> TileLifecycle:
     """The one lifecycle of a group of dumps analysed together (``dump_groups`` groups them so)."""
-    return _one_lifecycle(set(dump_lifecycles(probes, dumps).values()))
-
-
-def _one_lifecycle(found: set[TileLifecycle]) -> TileLifecycle:
-    """The lifecycle of dumps analysed together (REFERENCE for records of none); ValueError for several."""
+    found = set(dump_lifecycles(probes, dumps).values())
     if len(found) > 1:
         raise ValueError(f"dumps of several tile lifecycles analysed together: {sorted(lc.name for lc in found)}")
     from xstage_trace.instrument.lifecycle import REFERENCE
@@ -337,16 +333,13 @@ def dump_groups(probes: pd.DataFrame, dumps: pd.DataFrame) -> list[tuple[list[st
     the mask of its records, its lifecycle), in the order of the dump names."""
     codes, names = text_codes(probes["dump"])
     held = np.flatnonzero(np.bincount(codes, minlength=len(names)))
-    lifecycles = dump_lifecycles(probes, dumps)
+    lifecycles = dump_lifecycles(probes, dumps)  # every dump that holds records has one (a registry entry)
     dest = _first_per_dump(dumps, "dest")
     by_key: dict[tuple, list[int]] = {}
     for i in held:
-        lc = lifecycles.get(names[i])
-        by_key.setdefault((None if lc is None else lc.name, str(dest.get(names[i]))), []).append(i)
-    groups = [([names[i] for i in ids], _one_lifecycle({lifecycles[names[i]] for i in ids if names[i] in lifecycles})) for ids in by_key.values()]
-    if len(by_key) <= 1:
-        return [(groups[0][0], np.ones(len(probes), bool), groups[0][1])]
-    return [(group, np.isin(codes, ids), lc) for (group, lc), ids in zip(groups, by_key.values())]
+        by_key.setdefault((lifecycles[names[i]], str(dest.get(names[i]))), []).append(i)
+    one = len(by_key) == 1  # every record: no mask to compute
+    return [([names[i] for i in ids], np.ones(len(probes), bool) if one else np.isin(codes, ids), lc) for (lc, _), ids in by_key.items()]
 
 
 def analyze_dump(probes: pd.DataFrame, slices: pd.DataFrame, dump: pd.DataFrame, ctx: AnalysisContext) -> dict[str, pd.DataFrame]:
