@@ -225,12 +225,15 @@ def store_stall_predictions(bursts: pd.DataFrame, gap_ns: float | np.ndarray, mo
     trajectory (T_iss,n − T_iss,n^0, issue stretched to respect Q), else Eq. 1's
     ΔT_iss = [V/R − G − T_iss^0]₊. ``gap_ns`` is the offered compute between bursts (the
     uncontended mainloop; one value, or one per burst); the last burst's gap is unbounded."""
-    return issue_overhead_of_rounds(bursts["producers"].to_numpy(np.float64), bursts["volume_bytes"].to_numpy(np.float64), gap_ns, model)
+    overhead, _, rate = issue_overhead_of_rounds(bursts["producers"].to_numpy(np.float64), bursts["volume_bytes"].to_numpy(np.float64),
+                                                 gap_ns, model)
+    return overhead, rate
 
 
 def issue_overhead_of_rounds(producers: np.ndarray, volume_bytes: np.ndarray, gap_ns: float | np.ndarray,
-                             model: PlatformModel) -> tuple[np.ndarray, float]:
-    """``store_stall_predictions`` of one launch's rounds given as arrays (their producers K and bytes V; docs/model.md §4)."""
+                             model: PlatformModel) -> tuple[np.ndarray, np.ndarray, float]:
+    """``store_stall_predictions`` of one launch's rounds given as arrays (their producers K and bytes V; docs/model.md §4):
+    (the issue stall per round beyond its floor, the floor T_iss^0 it is beyond, R)."""
     from xstage_trace.analysis.burst_gap import issue_overhead_ns
     from xstage_trace.analysis.calibration_fit import rates_of
     from xstage_trace.analysis.recurrence import stalled_issue
@@ -244,9 +247,9 @@ def issue_overhead_of_rounds(producers: np.ndarray, volume_bytes: np.ndarray, ga
     rate = float(rates_of(model, k[top:top + 1], b[top:top + 1])[0])  # the full round's R(K, B)
     cap = model.capacity(k[top:top + 1])
     if cap is None:
-        return issue_overhead_ns(gap, v, rate, floor), rate
+        return issue_overhead_ns(gap, v, rate, floor), floor, rate
     _, issue, _, floor0 = stalled_issue(v, gap, floor, rate, float(cap[0]), model.loop_overhead_ns)
-    return issue - floor0, rate
+    return issue - floor0, floor, rate
 
 
 def load_steps(rule: str | None, tile: np.ndarray, shape: str | None, extra: str | None) -> np.ndarray:
@@ -411,8 +414,7 @@ def forward_stall_ns(tiles: pd.DataFrame, models: Mapping[str, PlatformModel]) -
         gap = group_median(gap_tile, rnd, rounds)  # the round's median over its CTAs (NaN: none known)
         if np.isnan(gap[:-1]).any() or not np.isfinite(offered[srows]).any():
             continue
-        overhead, _ = issue_overhead_of_rounds(producers.astype(np.float64), vol, gap, model)
-        floor = model.floor_ns(producers.astype(np.float64), vol / np.maximum(producers, 1))
+        overhead, floor, _ = issue_overhead_of_rounds(producers.astype(np.float64), vol, gap, model)
         issue = floor + overhead
         out[order[srows]] = np.maximum(issue[rnd] - cover0[srows], 0.0)
     return out
